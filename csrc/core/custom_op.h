@@ -1,0 +1,128 @@
+// Adapts a kernel class to ONNX Runtime's OrtCustomOp.
+//
+// A kernel class K derives from KernelBase and declares
+//   using Element = T;                          // its element type (float, double)
+//   static constexpr const OpSchema& kSchema;   // inputs, outputs, attributes, docs
+//   K(const Attributes&, const OpDef&);         // parses and validates attributes
+//   void Compute(const KernelIO&) const;        // validates inputs, computes
+// and may throw ortops::Error from either. CustomOp<K> reports K's schema to the runtime,
+// sets every version-gated field for the oldest supported runtime, and turns every
+// exception into an OrtStatus whose message starts with "domain.OpName: ".
+#pragma once
+
+#include <onnxruntime_c_api.h>
+
+#include <memory>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+#include "core/kernel_io.h"
+#include "core/ort_api.h"
+#include "core/schema.h"
+
+namespace ortops {
+
+enum class ExecutionProvider { kCpu };
+
+struct OpDef;
+using OpPtr = std::unique_ptr<OrtCustomOp>;
+using OpFactory = std::vector<OpPtr> (*)(const OpDef&);
+
+// One row of the op table (op_table.cc).
+struct OpDef {
+  std::string_view domain;
+  std::string_view name;
+  int since_version;
+  ExecutionProvider provider;
+  const OpSchema* schema;
+  OpFactory make;  // one OrtCustomOp per element type the op has a kernel for
+  // Kernels registered under more than one domain read this to keep a domain's quirks
+  // (the compat domains reproduce the originals; ortops may fix them).
+  bool compat = false;
+};
+
+// Builds the message "domain.Name: what" from the exception in flight.
+OrtStatus* StatusFromCurrentException(const OpDef& def);
+
+template <typename Kernel>
+class CustomOp : public OrtCustomOp {
+ public:
+  explicit CustomOp(const OpDef& def) : OrtCustomOp{}, def_(def), name_(def.name) {
+    // Every field below exists in OrtCustomOp version kMinOrtApiVersion; a runtime reads
+    // none of the newer ones from an op that reports this version.
+    version = kMinOrtApiVersion;
+    GetName = [](const OrtCustomOp* op) { return Self(op).name_.c_str(); };
+    GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return nullptr; };
+    GetInputTypeCount = [](const OrtCustomOp*) { return kSchema.inputs.size(); };
+    GetInputType = [](const OrtCustomOp*, size_t i) {
+      return Resolve<typename Kernel::Element>(kSchema.inputs[i].type);
+    };
+    GetOutputTypeCount = [](const OrtCustomOp*) { return kSchema.outputs.size(); };
+    GetOutputType = [](const OrtCustomOp*, size_t i) {
+      return Resolve<typename Kernel::Element>(kSchema.outputs[i].type);
+    };
+    GetInputCharacteristic = [](const OrtCustomOp*, size_t i) { return Characteristic(kSchema.inputs[i]); };
+    GetOutputCharacteristic = [](const OrtCustomOp*, size_t i) { return Characteristic(kSchema.outputs[i]); };
+    GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
+    GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+    GetStartVersion = [](const OrtCustomOp* op) { return Self(op).def_.since_version; };
+    GetEndVersion = [](const OrtCustomOp*) { return 2147483647; };
+    CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info,
+                        void** kernel) -> OrtStatus* {
+      const CustomOp& self = Self(op);
+      try {
+        *kernel = new Kernel(Attributes(info, kSchema.attributes), self.def_);
+        return nullptr;
+      } catch (...) {
+        return StatusFromCurrentException(self.def_);
+      }
+    };
+    KernelComputeV2 = [](void* kernel, OrtKernelContext* context) -> OrtStatus* {
+      const auto* self = static_cast<const Kernel*>(kernel);
+      try {
+        self->Compute(KernelIO(context, kSchema.inputs));
+        return nullptr;
+      } catch (...) {
+        return StatusFromCurrentException(self->def());
+      }
+    };
+    KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
+  }
+
+ private:
+  static constexpr const OpSchema& kSchema = Kernel::kSchema;
+
+  static const CustomOp& Self(const OrtCustomOp* op) { return *static_cast<const CustomOp*>(op); }
+  static OrtCustomOpInputOutputCharacteristic Characteristic(const IoSpec& spec) {
+    return spec.optional ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
+  }
+
+  const OpDef& def_;
+  std::string name_;
+};
+
+// The factory for an op whose kernel is the class template K over the listed types.
+template <template <typename> class K, typename... Ts>
+std::vector<OpPtr> MakeOps(const OpDef& def) {
+  std::vector<OpPtr> ops;
+  (ops.push_back(std::make_unique<CustomOp<K<Ts>>>(def)), ...);
+  return ops;
+}
+
+// Kernels keep the OpDef they were made from, for error messages and domain quirks.
+class KernelBase {
+ public:
+  explicit KernelBase(const OpDef& def) : def_(def) {}
+  const OpDef& def() const { return def_; }
+
+ private:
+  const OpDef& def_;
+};
+
+}  // namespace ortops

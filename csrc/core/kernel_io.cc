@@ -1,0 +1,162 @@
+#include "core/kernel_io.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+
+namespace ortops {
+
+std::ostream& operator<<(std::ostream& out, ShapeText shape) {
+  out << '[';
+  for (size_t i = 0; i < shape.shape.size(); ++i) out << (i ? ", " : "") << shape.shape[i];
+  return out << ']';
+}
+
+int64_t NumElements(const Shape& shape) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  return count;
+}
+
+namespace {
+
+const char* TypeName(ONNXTensorElementDataType type) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return "float32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "float64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return "float16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return "bfloat16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return "int64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return "int32";
+    default: return "another type";
+  }
+}
+
+// Reads an attribute; false if the node does not have it.
+bool TryStatus(OrtStatus* status) {
+  if (status == nullptr) return true;
+  Api().ReleaseStatus(status);
+  return false;
+}
+
+std::vector<int64_t> ParseInts(std::string_view text) {
+  std::vector<int64_t> values;
+  while (!text.empty()) {
+    size_t comma = text.find(',');
+    std::string_view item = text.substr(0, comma);
+    int64_t value = 0;
+    std::from_chars(item.data(), item.data() + item.size(), value);
+    values.push_back(value);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return values;
+}
+
+}  // namespace
+
+const AttrSpec& Attributes::Spec(std::string_view name, AttrType type) const {
+  for (const AttrSpec& spec : specs_) {
+    if (spec.name == name) {
+      if (spec.type != type) Fail("internal: attribute '", name, "' read with the wrong type");
+      return spec;
+    }
+  }
+  Fail("internal: attribute '", name, "' is not in the op's schema");
+}
+
+int64_t Attributes::Int(std::string_view name) const {
+  const AttrSpec& spec = Spec(name, AttrType::kInt);
+  int64_t value = 0;
+  if (TryStatus(Api().KernelInfoGetAttribute_int64(info_, spec.name.data(), &value))) return value;
+  Check(!spec.default_value.empty(), "attribute '", name, "' (int) is required");
+  return ParseInts(spec.default_value).at(0);
+}
+
+float Attributes::Float(std::string_view name) const {
+  const AttrSpec& spec = Spec(name, AttrType::kFloat);
+  float value = 0;
+  if (TryStatus(Api().KernelInfoGetAttribute_float(info_, spec.name.data(), &value))) return value;
+  Check(!spec.default_value.empty(), "attribute '", name, "' (float) is required");
+  return std::strtof(std::string(spec.default_value).c_str(), nullptr);
+}
+
+std::string Attributes::String(std::string_view name) const {
+  const AttrSpec& spec = Spec(name, AttrType::kString);
+  size_t size = 0;
+  if (TryStatus(Api().KernelInfoGetAttribute_string(info_, spec.name.data(), nullptr, &size))) {
+    std::string value(size, '\0');
+    ThrowOnError(Api().KernelInfoGetAttribute_string(info_, spec.name.data(), value.data(), &size));
+    value.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
+    return value;
+  }
+  Check(!spec.default_value.empty(), "attribute '", name, "' (string) is required");
+  return std::string(spec.default_value);
+}
+
+std::vector<int64_t> Attributes::Ints(std::string_view name) const {
+  const AttrSpec& spec = Spec(name, AttrType::kInts);
+  size_t size = 0;
+  if (TryStatus(Api().KernelInfoGetAttributeArray_int64(info_, spec.name.data(), nullptr, &size))) {
+    std::vector<int64_t> values(size);
+    ThrowOnError(Api().KernelInfoGetAttributeArray_int64(info_, spec.name.data(), values.data(), &size));
+    return values;
+  }
+  Check(!spec.default_value.empty(), "attribute '", name, "' (ints) is required");
+  return ParseInts(spec.default_value);
+}
+
+std::string_view KernelIO::InputName(size_t index) const {
+  return index < input_specs_.size() ? input_specs_[index].name : std::string_view("?");
+}
+
+bool KernelIO::Has(size_t index) const {
+  size_t count = 0;
+  ThrowOnError(Api().KernelContext_GetInputCount(context_, &count));
+  if (index >= count) return false;
+  const OrtValue* value = nullptr;
+  ThrowOnError(Api().KernelContext_GetInput(context_, index, &value));
+  return value != nullptr;
+}
+
+const OrtValue* KernelIO::RawInput(size_t index, ONNXTensorElementDataType type, int rank,
+                                   Shape& shape) const {
+  const OrtValue* value = nullptr;
+  ThrowOnError(Api().KernelContext_GetInput(context_, index, &value));
+  Check(value != nullptr, "input '", InputName(index), "' is missing");
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  ThrowOnError(Api().GetTensorTypeAndShape(value, &info));
+  ONNXTensorElementDataType actual = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  size_t dims = 0;
+  OrtStatus* status = Api().GetTensorElementType(info, &actual);
+  if (status == nullptr) status = Api().GetDimensionsCount(info, &dims);
+  if (status == nullptr) {
+    shape.resize(dims);
+    status = Api().GetDimensions(info, shape.data(), dims);
+  }
+  Api().ReleaseTensorTypeAndShapeInfo(info);
+  ThrowOnError(status);
+  Check(actual == type, "input '", InputName(index), "' must be ", TypeName(type), ", got ",
+        TypeName(actual));
+  Check(rank < 0 || dims == static_cast<size_t>(rank), "input '", InputName(index), "' must have rank ",
+        rank, ", got shape ", ShapeText{shape});
+  return value;
+}
+
+void* KernelIO::Data(OrtValue* value) {
+  void* data = nullptr;
+  ThrowOnError(Api().GetTensorMutableData(value, &data));
+  return data;
+}
+
+void* KernelIO::RawOutput(size_t index, const Shape& shape) const {
+  OrtValue* value = nullptr;
+  ThrowOnError(Api().KernelContext_GetOutput(context_, index, shape.data(), shape.size(), &value));
+  return Data(value);
+}
+
+void KernelIO::RunParallel(void (*fn)(void*, size_t), size_t total, void* data) const {
+  ThrowOnError(Api().KernelContext_ParallelFor(context_, fn, total, 0, data));
+}
+
+}  // namespace ortops

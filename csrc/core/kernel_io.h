@@ -1,0 +1,125 @@
+// Typed access to a kernel's attributes, inputs and outputs over the C API, with checks
+// whose messages name the input and show the actual shape. Kernels never touch OrtApi.
+#pragma once
+
+#include <onnxruntime_c_api.h>
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <ostream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+#include "core/ort_api.h"
+#include "core/schema.h"
+
+namespace ortops {
+
+using Shape = std::vector<int64_t>;
+
+// Prints a shape as [2, 3, 4] in error messages.
+struct ShapeText {
+  const Shape& shape;
+};
+std::ostream& operator<<(std::ostream& out, ShapeText shape);
+
+int64_t NumElements(const Shape& shape);
+
+// Attributes of one node, read once when the kernel is created. Names must appear in the
+// op's schema: a missing attribute takes the schema's default, or is an error if it has none.
+class Attributes {
+ public:
+  Attributes(const OrtKernelInfo* info, std::span<const AttrSpec> specs) : info_(info), specs_(specs) {}
+
+  int64_t Int(std::string_view name) const;
+  float Float(std::string_view name) const;
+  std::string String(std::string_view name) const;
+  std::vector<int64_t> Ints(std::string_view name) const;
+
+ private:
+  const AttrSpec& Spec(std::string_view name, AttrType type) const;
+  const OrtKernelInfo* info_;
+  std::span<const AttrSpec> specs_;
+};
+
+template <typename T>
+struct ConstTensor {
+  const T* data = nullptr;
+  Shape shape;
+
+  size_t rank() const { return shape.size(); }
+  int64_t dim(size_t axis) const { return shape[axis]; }
+  int64_t size() const { return NumElements(shape); }
+};
+
+class KernelIO {
+ public:
+  KernelIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
+      : context_(context), input_specs_(inputs) {}
+
+  // False for an optional input the node leaves out.
+  bool Has(size_t index) const;
+
+  // Input `index`, checked to hold element type T and to have rank `rank` (-1: any rank).
+  template <typename T>
+  ConstTensor<T> Input(size_t index, int rank = -1) const {
+    ConstTensor<T> tensor;
+    const OrtValue* value = RawInput(index, OnnxType<T>(), rank, tensor.shape);
+    tensor.data = static_cast<const T*>(Data(const_cast<OrtValue*>(value)));
+    return tensor;
+  }
+
+  template <typename T>
+  T* Output(size_t index, const Shape& shape) const {
+    return static_cast<T*>(RawOutput(index, shape));
+  }
+
+  // Runs body(i) for i in [0, total) on the session's intra-op thread pool. body must be
+  // cheap to call: give it a chunk of work (a roi, a row of channels), not one element.
+  // An exception in body is rethrown here after every task has finished.
+  template <typename Body>
+  void ParallelFor(size_t total, Body&& body) const {
+    if (total == 0) return;
+    if (total == 1) {
+      body(size_t{0});
+      return;
+    }
+    struct Task {
+      std::remove_reference_t<Body>* body;
+      std::atomic<bool> failed{false};
+      std::exception_ptr error;
+      std::mutex error_mutex;
+    } task{&body};
+    auto run = [](void* data, size_t i) {
+      auto* t = static_cast<Task*>(data);
+      if (t->failed.load(std::memory_order_relaxed)) return;
+      try {
+        (*t->body)(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(t->error_mutex);
+        if (!t->error) t->error = std::current_exception();
+        t->failed.store(true, std::memory_order_relaxed);
+      }
+    };
+    RunParallel(run, total, &task);
+    if (task.error) std::rethrow_exception(task.error);
+  }
+
+ private:
+  const OrtValue* RawInput(size_t index, ONNXTensorElementDataType type, int rank, Shape& shape) const;
+  void* RawOutput(size_t index, const Shape& shape) const;
+  static void* Data(OrtValue* value);
+  void RunParallel(void (*fn)(void*, size_t), size_t total, void* data) const;
+  std::string_view InputName(size_t index) const;
+
+  OrtKernelContext* context_;
+  std::span<const IoSpec> input_specs_;
+};
+
+}  // namespace ortops

@@ -1,0 +1,68 @@
+// What an op looks like from outside: its inputs, outputs and attributes, with the text the
+// generated documentation shows. Each op folder declares one OpSchema; the kernel adapter,
+// the attribute parser and the op manifest (docs, Python op list) all read it.
+#pragma once
+
+#include <onnxruntime_c_api.h>
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace ortops {
+
+// Element type of an input or output. kTypeParam stands for the kernel's element type T,
+// so one schema serves the float and the double kernel of an op.
+enum class ElemType { kTypeParam, kFloat, kDouble, kInt64 };
+
+template <typename T>
+constexpr ONNXTensorElementDataType OnnxType();
+template <>
+constexpr ONNXTensorElementDataType OnnxType<float>() {
+  return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+}
+template <>
+constexpr ONNXTensorElementDataType OnnxType<double>() {
+  return ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
+}
+template <>
+constexpr ONNXTensorElementDataType OnnxType<int64_t>() {
+  return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+}
+
+template <typename T>
+constexpr ONNXTensorElementDataType Resolve(ElemType type) {
+  switch (type) {
+    case ElemType::kTypeParam: return OnnxType<T>();
+    case ElemType::kFloat: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    case ElemType::kDouble: return ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
+    case ElemType::kInt64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+  }
+  return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+}
+
+struct IoSpec {
+  std::string_view name;
+  ElemType type;
+  std::string_view doc;  // shape and meaning, e.g. "[N, 4] boxes as (x1, y1, x2, y2)"
+  bool optional = false;
+};
+
+enum class AttrType { kInt, kFloat, kString, kInts };
+
+struct AttrSpec {
+  std::string_view name;
+  AttrType type;
+  // Default as written in an ONNX file ("0.5", "avg", "1,1"); empty means required.
+  std::string_view default_value;
+  std::string_view doc;
+};
+
+struct OpSchema {
+  std::string_view doc;  // semantics, in Markdown
+  std::span<const IoSpec> inputs;
+  std::span<const IoSpec> outputs;
+  std::span<const AttrSpec> attributes;
+};
+
+}  // namespace ortops

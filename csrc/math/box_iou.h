@@ -1,0 +1,29 @@
+// Intersection over union of axis-aligned boxes, with the arithmetic of mmcv and
+// torchvision (same operation order, so float results agree to the last bit).
+#pragma once
+
+#include <algorithm>
+
+namespace ortops {
+
+// Box (x1, y1, x2, y2). `offset` is mmcv's legacy +1 pixel convention (0 or 1).
+template <typename T>
+inline T BoxArea(const T* box, T offset) {
+  return (box[2] - box[0] + offset) * (box[3] - box[1] + offset);
+}
+
+// IoU of a and b given their precomputed areas. 0/0 (two empty boxes) gives NaN, which
+// compares false against every threshold, as in the originals.
+template <typename T>
+inline T BoxIoU(const T* a, T area_a, const T* b, T area_b, T offset) {
+  const T left = std::max(a[0], b[0]);
+  const T top = std::max(a[1], b[1]);
+  const T right = std::min(a[2], b[2]);
+  const T bottom = std::min(a[3], b[3]);
+  const T width = std::max(T(0), right - left + offset);
+  const T height = std::max(T(0), bottom - top + offset);
+  const T inter = width * height;
+  return inter / (area_a + area_b - inter);
+}
+
+}  // namespace ortops

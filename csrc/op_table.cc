@@ -1,0 +1,30 @@
+#include "op_table.h"
+
+#include "ops/group_norm/group_norm.h"
+#include "ops/matrix_inverse/matrix_inverse.h"
+#include "ops/nms/nms.h"
+#include "ops/roi_align/roi_align.h"
+
+namespace ortops {
+namespace {
+
+constexpr ExecutionProvider kCpu = ExecutionProvider::kCpu;
+constexpr bool kCompat = true;
+
+// clang-format off
+constexpr OpDef kOpTable[] = {
+  // domain          name                  since  provider  schema                       factory                   quirks
+  {kOrtopsDomain,   "NMS",                 1,     kCpu,     &nms::kSchema,               &nms::Make},
+  {kMmcvDomain,     "NonMaxSuppression",   1,     kCpu,     &nms::kSchema,               &nms::Make,               kCompat},
+  {kOrtopsDomain,   "RoIAlign",            1,     kCpu,     &roi_align::kSchema,         &roi_align::Make},
+  {kMmcvDomain,     "MMCVRoiAlign",        1,     kCpu,     &roi_align::kSchema,         &roi_align::Make,         kCompat},
+  {kOrtopsDomain,   "GroupNorm",           1,     kCpu,     &group_norm::kSchema,        &group_norm::Make},
+  {kOrtopsDomain,   "MatrixInverse",       1,     kCpu,     &matrix_inverse::kSchema,    &matrix_inverse::Make},
+};
+// clang-format on
+
+}  // namespace
+
+std::span<const OpDef> OpTable() { return kOpTable; }
+
+}  // namespace ortops

@@ -1,0 +1,102 @@
+// Greedy non-maximum suppression over one set of boxes (mmcv's NonMaxSuppression).
+#include "ops/nms/nms.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "math/box_iou.h"
+
+namespace ortops::nms {
+namespace {
+
+constexpr IoSpec kInputs[] = {
+    {"boxes", ElemType::kTypeParam, "`[N, 4]` boxes as (x1, y1, x2, y2)"},
+    {"scores", ElemType::kTypeParam, "`[N]` one score per box"},
+};
+constexpr IoSpec kOutputs[] = {
+    {"indices", ElemType::kInt64, "`[K]` indices into `boxes` of the kept boxes, highest score first"},
+};
+constexpr AttrSpec kAttributes[] = {
+    {"iou_threshold", AttrType::kFloat, "0.5",
+     "a box is dropped when its IoU with a kept box is strictly greater than this"},
+    {"offset", AttrType::kInt, "0",
+     "0 or 1; 1 is the legacy convention where a box's width is x2 - x1 + 1"},
+};
+
+}  // namespace
+
+constexpr OpSchema kSchema{
+    .doc = "Greedy non-maximum suppression. Boxes are visited in descending score order "
+           "(ties: lower index first, so the result is deterministic); a box is kept unless "
+           "its IoU with an already kept box is strictly greater than `iou_threshold`. "
+           "IoU uses areas `(x2 - x1 + offset) * (y2 - y1 + offset)`. "
+           "Equal to `torchvision.ops.nms` when `offset` is 0. "
+           "NaN in `boxes` or `scores` is an error.",
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = kAttributes,
+};
+
+namespace {
+
+template <typename T>
+class NmsKernel : public KernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = nms::kSchema;
+
+  NmsKernel(const Attributes& attrs, const OpDef& def)
+      : KernelBase(def), iou_threshold_(attrs.Float("iou_threshold")), offset_(attrs.Int("offset")) {
+    Check(offset_ == 0 || offset_ == 1, "attribute 'offset' must be 0 or 1, got ", offset_);
+    Check(!std::isnan(iou_threshold_), "attribute 'iou_threshold' is NaN");
+  }
+
+  void Compute(const KernelIO& io) const {
+    const ConstTensor<T> boxes = io.Input<T>(0, 2);
+    const ConstTensor<T> scores = io.Input<T>(1, 1);
+    Check(boxes.dim(1) == 4, "input 'boxes' must have shape [N, 4], got ", ShapeText{boxes.shape});
+    Check(scores.dim(0) == boxes.dim(0), "input 'scores' must have shape [N] with N = ", boxes.dim(0),
+          " (the number of boxes), got ", ShapeText{scores.shape});
+    const int64_t count = boxes.dim(0);
+    for (int64_t i = 0; i < count * 4; ++i) Check(!std::isnan(boxes.data[i]), "input 'boxes' contains NaN");
+    for (int64_t i = 0; i < count; ++i) Check(!std::isnan(scores.data[i]), "input 'scores' contains NaN");
+
+    std::vector<int64_t> order(count);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return scores.data[a] > scores.data[b]; });
+
+    const T offset = static_cast<T>(offset_);
+    const T threshold = static_cast<T>(iou_threshold_);
+    std::vector<T> areas(count);
+    for (int64_t i = 0; i < count; ++i) areas[i] = BoxArea(boxes.data + 4 * i, offset);
+
+    std::vector<char> suppressed(count, 0);
+    std::vector<int64_t> kept;
+    for (int64_t rank = 0; rank < count; ++rank) {
+      const int64_t i = order[rank];
+      if (suppressed[rank]) continue;
+      kept.push_back(i);
+      const T* box_i = boxes.data + 4 * i;
+      for (int64_t other = rank + 1; other < count; ++other) {
+        if (suppressed[other]) continue;
+        const int64_t j = order[other];
+        if (BoxIoU(box_i, areas[i], boxes.data + 4 * j, areas[j], offset) > threshold) suppressed[other] = 1;
+      }
+    }
+    int64_t* out = io.Output<int64_t>(0, {static_cast<int64_t>(kept.size())});
+    std::copy(kept.begin(), kept.end(), out);
+  }
+
+ private:
+  float iou_threshold_;
+  int64_t offset_;
+};
+
+}  // namespace
+
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<NmsKernel, float, double>(def); }
+
+}  // namespace ortops::nms

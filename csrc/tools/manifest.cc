@@ -1,0 +1,105 @@
+// Writes the op manifest: every row of the op table with its schema and the element types
+// of the kernels it registers, as JSON. The build runs it; the Python package ships its
+// output (ortops.ops()), and docs/ops.md is generated from it.
+#include <cstdio>
+#include <iostream>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "op_table.h"
+
+namespace {
+
+using ortops::AttrSpec;
+using ortops::IoSpec;
+
+std::string Quote(std::string_view text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      default: out += c;
+    }
+  }
+  return out + "\"";
+}
+
+const char* TypeName(ONNXTensorElementDataType type) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return "float32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "float64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return "int64";
+    default: return "other";
+  }
+}
+
+const char* AttrTypeName(ortops::AttrType type) {
+  switch (type) {
+    case ortops::AttrType::kInt: return "int";
+    case ortops::AttrType::kFloat: return "float";
+    case ortops::AttrType::kString: return "string";
+    case ortops::AttrType::kInts: return "ints";
+  }
+  return "?";
+}
+
+// The element types each input (or output) accepts over all kernels of the op, in kernel order.
+std::string Types(const std::vector<ortops::OpPtr>& ops, size_t index, bool input) {
+  std::vector<std::string> names;
+  for (const auto& op : ops) {
+    std::string name = TypeName(input ? op->GetInputType(op.get(), index) : op->GetOutputType(op.get(), index));
+    bool seen = false;
+    for (const auto& n : names) seen |= n == name;
+    if (!seen) names.push_back(name);
+  }
+  std::string out = "[";
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + Quote(names[i]);
+  return out + "]";
+}
+
+void WriteIo(std::string_view key, std::span<const IoSpec> specs, const std::vector<ortops::OpPtr>& ops,
+             bool input) {
+  std::cout << "      " << Quote(key) << ": [";
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::cout << (i ? "," : "") << "\n        {\"name\": " << Quote(specs[i].name)
+              << ", \"types\": " << Types(ops, i, input) << ", \"optional\": " << (specs[i].optional ? "true" : "false")
+              << ", \"doc\": " << Quote(specs[i].doc) << "}";
+  }
+  std::cout << "\n      ]";
+}
+
+}  // namespace
+
+int main() {
+  std::cout << "{\n  \"ops\": [";
+  bool first = true;
+  for (const ortops::OpDef& def : ortops::OpTable()) {
+    const std::vector<ortops::OpPtr> ops = def.make(def);
+    std::cout << (first ? "" : ",") << "\n    {\n";
+    first = false;
+    std::cout << "      \"domain\": " << Quote(def.domain) << ",\n";
+    std::cout << "      \"name\": " << Quote(def.name) << ",\n";
+    std::cout << "      \"since_version\": " << def.since_version << ",\n";
+    std::cout << "      \"execution_provider\": \"CPUExecutionProvider\",\n";
+    std::cout << "      \"compat\": " << (def.compat ? "true" : "false") << ",\n";
+    std::cout << "      \"doc\": " << Quote(def.schema->doc) << ",\n";
+    WriteIo("inputs", def.schema->inputs, ops, true);
+    std::cout << ",\n";
+    WriteIo("outputs", def.schema->outputs, ops, false);
+    std::cout << ",\n      \"attributes\": [";
+    for (size_t i = 0; i < def.schema->attributes.size(); ++i) {
+      const AttrSpec& a = def.schema->attributes[i];
+      std::cout << (i ? "," : "") << "\n        {\"name\": " << Quote(a.name) << ", \"type\": \""
+                << AttrTypeName(a.type) << "\", \"default\": "
+                << (a.default_value.empty() ? std::string("null") : Quote(a.default_value))
+                << ", \"doc\": " << Quote(a.doc) << "}";
+    }
+    std::cout << "\n      ]\n    }";
+  }
+  std::cout << "\n  ]\n}\n";
+  return 0;
+}

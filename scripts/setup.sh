@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Brings everything ortops needs from the package registries, at the versions pinned in
+# deps/versions.env, then builds the library and installs the Python package.
+# Idempotent: whatever is already in place at the pinned version is reused, so a second run
+# only rebuilds what changed. Set ORTOPS_ORT_ROOT to an ONNX Runtime release folder
+# (include/, lib/) to build against it instead of the downloaded headers.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=../deps/versions.env
+source "$ROOT/deps/versions.env"
+DEPS="$ROOT/.deps"
+mkdir -p "$DEPS"
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+fetch_ort_headers() {
+  local dest="$DEPS/onnxruntime/include"
+  local stamp="$dest/.from-$ORT_HEADERS_NPM_PACKAGE-$ORT_HEADERS_NPM_VERSION"
+  [[ -f "$stamp" ]] && return
+  log "ONNX Runtime headers from npm $ORT_HEADERS_NPM_PACKAGE@$ORT_HEADERS_NPM_VERSION"
+  local tmp
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "$ORT_HEADERS_NPM_PACKAGE@$ORT_HEADERS_NPM_VERSION" >/dev/null)
+  tar -xzf "$tmp"/*.tgz -C "$tmp" "$ORT_HEADERS_AAR_PATH"
+  rm -rf "$dest" && mkdir -p "$dest"
+  unzip -q -j -o "$tmp/$ORT_HEADERS_AAR_PATH" 'headers/*' -d "$dest"
+  rm -rf "$tmp"
+  touch "$stamp"
+}
+
+fetch_ort_runtime() {
+  local dest="$DEPS/onnxruntime/lib"
+  local stamp="$dest/.from-jar-$ORT_JAR_VERSION"
+  [[ -f "$stamp" ]] && return
+  log "libonnxruntime.so from Maven Central com.microsoft.onnxruntime:onnxruntime:$ORT_JAR_VERSION"
+  local tmp
+  tmp=$(mktemp -d)
+  mvn -q -B dependency:copy \
+    "-Dartifact=com.microsoft.onnxruntime:onnxruntime:$ORT_JAR_VERSION:jar" \
+    "-DoutputDirectory=$tmp" >&2
+  rm -rf "$dest" && mkdir -p "$dest"
+  unzip -q -j -o "$tmp/onnxruntime-$ORT_JAR_VERSION.jar" \
+    'ai/onnxruntime/native/linux-x64/libonnxruntime.so' -d "$dest"
+  rm -rf "$tmp"
+  touch "$stamp"
+}
+
+# make_venv DIR PACKAGE==VERSION...: creates DIR if needed and installs the pins, skipping
+# pip entirely when the same pins were installed before.
+make_venv() {
+  local dir="$1"
+  shift
+  local pins="$*"
+  if [[ -f "$dir/.ortops-pins" && "$(cat "$dir/.ortops-pins")" == "$pins" ]]; then
+    return
+  fi
+  log "Python environment $dir: $pins"
+  [[ -x "$dir/bin/python" ]] || python3 -m venv "$dir"
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+  echo "$pins" >"$dir/.ortops-pins"
+}
+
+build_library() {
+  local ort_include="$DEPS/onnxruntime/include"
+  [[ -n "${ORTOPS_ORT_ROOT:-}" ]] && ort_include="$ORTOPS_ORT_ROOT/include"
+  cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    "-DORTOPS_ORT_INCLUDE_DIR=$ort_include" \
+    "-DORTOPS_ORT_LIBRARY_DIR=${ORTOPS_ORT_ROOT:+$ORTOPS_ORT_ROOT/lib}" \
+    "-DORTOPS_MIN_ORT_API=$ORTOPS_MIN_ORT_API" >/dev/null
+  cmake --build "$ROOT/build" >&2
+}
+
+install_package() {
+  # The wheel carries the library built above; ORTOPS_PREBUILT_DIR stops setup.py from
+  # compiling it a second time.
+  local venv="$1"
+  ORTOPS_PREBUILT_DIR="$ROOT/build" "$venv/bin/python" -m pip install --quiet \
+    --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall "$ROOT" >&2
+}
+
+fetch_ort_headers
+fetch_ort_runtime
+make_venv "$ROOT/.venv" setuptools wheel \
+  "onnxruntime==$PY_ONNXRUNTIME" "onnx==$PY_ONNX" "onnxscript==$PY_ONNXSCRIPT" \
+  "torch==$PY_TORCH" "torchvision==$PY_TORCHVISION" "numpy==$PY_NUMPY" "pytest==$PY_PYTEST"
+make_venv "$ROOT/.venv-ort-min" setuptools wheel \
+  "onnxruntime==$MIN_ONNXRUNTIME" "onnx==$MIN_ONNX" "numpy==$MIN_NUMPY" "pytest==$PY_PYTEST"
+if [[ "${1:-}" != "--deps-only" ]]; then
+  build_library
+  install_package "$ROOT/.venv"
+  install_package "$ROOT/.venv-ort-min"
+fi
+log "ready"
