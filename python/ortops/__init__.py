@@ -1,0 +1,143 @@
+"""ortops: custom operators for ONNX Runtime.
+
+The package ships ``libortops.so``, a custom-op library that any ONNX Runtime from 1.17 on
+can load, and the manifest of the ops it registers. PyTorch integration (torch ops, eager
+implementations and export rules for both exporters) lives in :mod:`ortops.torch`, which is
+the only part that imports torch.
+
+Example::
+
+    import onnxruntime as ort
+    import ortops
+
+    session = ort.InferenceSession("model.onnx", ortops.session_options())
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ortops._schemas import register_onnx_schemas
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttributeInfo",
+    "InputInfo",
+    "OpInfo",
+    "__version__",
+    "domains",
+    "get_library_path",
+    "ops",
+    "register_onnx_schemas",
+    "session_options",
+]
+
+_LIBRARY_NAME = "libortops.so"
+_MANIFEST_NAME = "ortops_ops.json"
+
+#: The custom domains the library registers, each at opset version 1.
+DOMAINS: tuple[str, ...] = ("ortops", "mmcv", "mmdeploy")
+
+
+def get_library_path() -> str:
+    """Returns the path of ``libortops.so`` for ``register_custom_ops_library``.
+
+    The environment variable ``ORTOPS_LIBRARY`` overrides the copy shipped in the package
+    (useful while developing: point it at ``build/libortops.so``).
+    """
+    override = os.environ.get("ORTOPS_LIBRARY")
+    path = Path(override) if override else Path(__file__).with_name(_LIBRARY_NAME)
+    if not path.is_file():
+        raise FileNotFoundError(f"ortops library not found at {path}")
+    return str(path)
+
+
+def session_options(options: onnxruntime.SessionOptions | None = None) -> onnxruntime.SessionOptions:
+    """Returns ``options`` (or new ``SessionOptions``) with the ortops library registered.
+
+    ``ort.InferenceSession(path, ortops.session_options())`` is all a model needs.
+    """
+    import onnxruntime
+
+    options = options if options is not None else onnxruntime.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    return options
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """An input or output of an op: its name, accepted element types and meaning."""
+
+    name: str
+    types: tuple[str, ...]
+    optional: bool
+    doc: str
+
+
+@dataclass(frozen=True)
+class AttributeInfo:
+    """An attribute: name, ONNX type (int, float, string, ints), default (None: required)."""
+
+    name: str
+    type: str
+    default: str | None
+    doc: str
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """One registered op, as listed in the library's op table."""
+
+    domain: str
+    name: str
+    since_version: int
+    execution_provider: str
+    compat: bool
+    doc: str
+    inputs: tuple[InputInfo, ...]
+    outputs: tuple[InputInfo, ...]
+    attributes: tuple[AttributeInfo, ...]
+
+    @property
+    def qualified_name(self) -> str:
+        """``domain::Name``, as in error messages and docs."""
+        return f"{self.domain}::{self.name}"
+
+
+def _io(entry: dict[str, Any]) -> InputInfo:
+    return InputInfo(entry["name"], tuple(entry["types"]), entry["optional"], entry["doc"])
+
+
+@functools.cache
+def ops() -> tuple[OpInfo, ...]:
+    """Every op the library registers, in op-table order (read from the shipped manifest)."""
+    manifest = Path(get_library_path()).with_name(_MANIFEST_NAME)
+    data = json.loads(manifest.read_text())
+    return tuple(
+        OpInfo(
+            domain=op["domain"],
+            name=op["name"],
+            since_version=op["since_version"],
+            execution_provider=op["execution_provider"],
+            compat=op["compat"],
+            doc=op["doc"],
+            inputs=tuple(_io(i) for i in op["inputs"]),
+            outputs=tuple(_io(o) for o in op["outputs"]),
+            attributes=tuple(AttributeInfo(a["name"], a["type"], a["default"], a["doc"]) for a in op["attributes"]),
+        )
+        for op in data["ops"]
+    )
+
+
+def domains() -> tuple[str, ...]:
+    """The custom domains the library registers."""
+    return DOMAINS

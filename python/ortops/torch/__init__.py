@@ -1,0 +1,12 @@
+"""PyTorch side of ortops: torch ops with eager implementations and ONNX export rules.
+
+Importing this module registers every op under ``torch.ops.ortops`` together with its
+export rules for both exporters. Export a model that uses them with :func:`export`, or
+pass :func:`custom_translation_table` (``dynamo=True``) or ``custom_opsets={"ortops": 1}``
+(``dynamo=False``) to ``torch.onnx.export`` yourself.
+"""
+
+from ortops.torch._export import DOMAIN, OPSET_VERSION, custom_translation_table, export
+from ortops.torch.nms import nms
+
+__all__ = ["DOMAIN", "OPSET_VERSION", "custom_translation_table", "export", "nms"]

@@ -1,0 +1,66 @@
+"""Export plumbing shared by every torch op: one call registers both exporters' rules."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import onnxscript
+import torch
+
+import ortops
+
+#: The custom domain and opset version that exported nodes use.
+DOMAIN = "ortops"
+OPSET_VERSION = 1
+
+# onnxscript resolves ops through onnx.defs, so the ortops schemas must be known first.
+ortops.register_onnx_schemas()
+
+#: onnxscript opset for the ``torch.export``-based exporter's translation functions.
+onnx_opset = onnxscript.values.Opset(DOMAIN, OPSET_VERSION)
+
+# The TorchScript exporter applies a registered symbolic from this ONNX opset on.
+_MIN_DEFAULT_OPSET = 11
+
+_translation_table: dict[torch._ops.OpOverload, Callable[..., Any]] = {}
+
+
+def register_export(
+    op: torch._ops.OpOverload,
+    *,
+    symbolic: Callable[..., Any],
+    translation: Callable[..., Any],
+) -> None:
+    """Registers the export rules of a ``torch.library.custom_op`` for both exporters.
+
+    ``symbolic(g, *args)`` serves the TorchScript exporter (``dynamo=False``);
+    ``translation(*args)`` is an onnxscript function for ``dynamo=True``.
+    """
+    name = op._schema.name  # "ortops::nms"
+    torch.onnx.register_custom_op_symbolic(name, symbolic, _MIN_DEFAULT_OPSET)
+    _translation_table[op] = translation
+
+
+def custom_translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
+    """The ``custom_translation_table`` for ``torch.onnx.export(..., dynamo=True)``."""
+    return dict(_translation_table)
+
+
+def export(model: torch.nn.Module, args: tuple[Any, ...], f: Any = None, *, dynamo: bool = True, **kwargs: Any) -> Any:
+    """``torch.onnx.export`` with the ortops rules filled in, for either exporter.
+
+    With ``dynamo=True`` (the default) the ortops translation table is merged into
+    ``custom_translation_table``; with ``dynamo=False`` the ``ortops`` domain is added to
+    ``custom_opsets``. Every other keyword goes to ``torch.onnx.export`` unchanged.
+    Returns what ``torch.onnx.export`` returns (an ``ONNXProgram`` when ``dynamo=True``).
+    """
+    if dynamo:
+        table = custom_translation_table()
+        table.update(kwargs.pop("custom_translation_table", None) or {})
+        kwargs["custom_translation_table"] = table
+    else:
+        opsets = {DOMAIN: OPSET_VERSION}
+        opsets.update(kwargs.pop("custom_opsets", None) or {})
+        kwargs["custom_opsets"] = opsets
+    return torch.onnx.export(model, args, f, dynamo=dynamo, **kwargs)

@@ -1,0 +1,120 @@
+"""NMS in both domains against a slow loop written here from the spec."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ortest import run
+
+DOMAINS = [("mmcv", "NonMaxSuppression"), ("ortops", "NMS")]
+
+
+def reference_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, offset: int) -> np.ndarray:
+    """Greedy NMS one pair at a time, in the boxes' own dtype."""
+    dt = boxes.dtype.type
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    kept: list[int] = []
+    for i in order:
+        ok = True
+        for k in kept:
+            a, b = boxes[i], boxes[k]
+            w = max(dt(0), min(a[2], b[2]) - max(a[0], b[0]) + dt(offset))
+            h = max(dt(0), min(a[3], b[3]) - max(a[1], b[1]) + dt(offset))
+            inter = w * h
+            area_a = (a[2] - a[0] + dt(offset)) * (a[3] - a[1] + dt(offset))
+            area_b = (b[2] - b[0] + dt(offset)) * (b[3] - b[1] + dt(offset))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                if inter / (area_a + area_b - inter) > dt(iou_threshold):
+                    ok = False
+                    break
+        if ok:
+            kept.append(i)
+    return np.array(kept, dtype=np.int64)
+
+
+def random_boxes(rng: np.random.Generator, n: int, dtype: type) -> tuple[np.ndarray, np.ndarray]:
+    """Clustered boxes (so suppression happens) with a few exact score ties."""
+    centers = rng.uniform(0, 100, (max(1, n // 5), 2))[rng.integers(0, max(1, n // 5), n)]
+    xy = centers + rng.normal(0, 3, (n, 2))
+    wh = rng.uniform(1, 20, (n, 2))
+    boxes = np.concatenate([xy, xy + wh], axis=1).astype(dtype)
+    scores = rng.choice(np.linspace(0, 1, max(2, n // 2)), n).astype(dtype)
+    return boxes, scores
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 2, 17, 300])
+@pytest.mark.parametrize("iou_threshold", [0.0, 0.3, 0.7, 1.0])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_matches_reference(domain: str, op: str, dtype: type, n: int, iou_threshold: float, offset: int) -> None:
+    rng = np.random.default_rng(n * 7 + offset)
+    boxes, scores = random_boxes(rng, n, dtype)
+    (got,) = run(op, domain, {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=iou_threshold, offset=offset)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, reference_nms(boxes, scores, iou_threshold, offset))
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_ties_keep_lower_index_first(domain: str, op: str) -> None:
+    boxes = np.array([[0, 0, 1, 1], [10, 10, 11, 11], [0, 0, 1, 1], [20, 20, 21, 21]], np.float32)
+    scores = np.array([0.5, 0.5, 0.5, 0.5], np.float32)
+    (got,) = run(op, domain, {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=0.5, offset=0)
+    np.testing.assert_array_equal(got, [0, 1, 3])
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_degenerate_boxes_are_kept(domain: str, op: str) -> None:
+    # Zero-area boxes have IoU 0/0 = NaN with each other, which suppresses nothing.
+    boxes = np.array([[5, 5, 5, 5], [5, 5, 5, 5], [3, 3, 2, 2]], np.float32)
+    scores = np.array([0.9, 0.8, 0.7], np.float32)
+    (got,) = run(op, domain, {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=0.1, offset=0)
+    np.testing.assert_array_equal(got, [0, 1, 2])
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_infinite_scores_order_first(domain: str, op: str) -> None:
+    boxes = np.array([[0, 0, 1, 1], [10, 10, 11, 11], [20, 20, 21, 21]], np.float32)
+    scores = np.array([0.5, np.inf, -np.inf], np.float32)
+    (got,) = run(op, domain, {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=0.5, offset=0)
+    np.testing.assert_array_equal(got, [1, 0, 2])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_thread_counts_agree(threads: int) -> None:
+    boxes, scores = random_boxes(np.random.default_rng(0), 500, np.float32)
+    (got,) = run("NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"], threads=threads, iou_threshold=0.5)
+    np.testing.assert_array_equal(got, reference_nms(boxes, scores, 0.5, 0))
+
+
+BAD_INPUTS = [
+    ("scores length", np.zeros((3, 4), np.float32), np.zeros(2, np.float32), "input 'scores' must have shape [N] with N = 3"),
+    ("boxes columns", np.zeros((3, 5), np.float32), np.zeros(3, np.float32), "input 'boxes' must have shape [N, 4], got [3, 5]"),
+    ("NaN box", np.array([[0, 0, np.nan, 1]], np.float32), np.ones(1, np.float32), "input 'boxes' contains NaN"),
+    ("NaN score", np.array([[0, 0, 1, 1]], np.float32), np.array([np.nan], np.float32), "input 'scores' contains NaN"),
+]
+
+
+@pytest.mark.parametrize("case,boxes,scores,message", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_bad_input_is_an_error(case: str, boxes: np.ndarray, scores: np.ndarray, message: str, domain: str, op: str) -> None:
+    with pytest.raises(Exception, match=rf"{domain}\.{op}: .*{message}".replace("[", r"\[").replace("]", r"\]")):
+        run(op, domain, {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=0.5, offset=0)
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_wrong_rank_is_an_error(domain: str, op: str) -> None:
+    with pytest.raises(Exception, match="must have rank 2, got shape \\[12\\]"):
+        run(op, domain, {"boxes": np.zeros(12, np.float32), "scores": np.zeros(3, np.float32)}, ["indices"])
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_wrong_dtype_is_an_error(domain: str, op: str) -> None:
+    with pytest.raises(Exception, match=op):
+        run(op, domain, {"boxes": np.zeros((2, 4), np.int32), "scores": np.zeros(2, np.int32)}, ["indices"])
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_bad_offset_attribute_is_an_error(domain: str, op: str) -> None:
+    with pytest.raises(Exception, match="attribute 'offset' must be 0 or 1, got 7"):
+        run(op, domain, {"boxes": np.zeros((2, 4), np.float32), "scores": np.zeros(2, np.float32)}, ["indices"], offset=7)

@@ -1,0 +1,81 @@
+"""Running single ortops nodes in ONNX Runtime from numpy, for tests (no torch needed).
+
+Models are built with onnx.helper at IR version 8 and default opset 17, which every
+supported runtime (1.17 on) reads, so the same tests run in the oldest-runtime environment.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+import ortops
+
+IR_VERSION = 8
+DEFAULT_OPSET = 17
+
+_ELEM = {
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.float64): TensorProto.DOUBLE,
+    np.dtype(np.int64): TensorProto.INT64,
+    np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.float16): TensorProto.FLOAT16,
+}
+
+
+def make_model(
+    op_type: str,
+    domain: str,
+    inputs: Sequence[tuple[str, np.dtype, int]],
+    outputs: Sequence[str],
+    **attributes: Any,
+) -> onnx.ModelProto:
+    """A model of one node ``domain::op_type``; inputs are (name, dtype, rank), shapes dynamic.
+
+    An input named "" is left out (an omitted optional input).
+    """
+    graph_inputs = [
+        helper.make_tensor_value_info(name, _ELEM[np.dtype(dtype)], [None] * rank) for name, dtype, rank in inputs if name
+    ]
+    graph_outputs = [helper.make_value_info(name, onnx.TypeProto()) for name in outputs]
+    node = helper.make_node(op_type, [name for name, _, _ in inputs], list(outputs), domain=domain, **attributes)
+    graph = helper.make_graph([node], f"{domain}_{op_type}", graph_inputs, graph_outputs)
+    return helper.make_model(
+        graph,
+        ir_version=IR_VERSION,
+        opset_imports=[helper.make_opsetid("", DEFAULT_OPSET), helper.make_opsetid(domain, 1)],
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _session(model_bytes: bytes, threads: int) -> ort.InferenceSession:
+    options = ortops.session_options()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 4  # errors are asserted on; do not also print them
+    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
+def session(model: onnx.ModelProto, threads: int = 0) -> ort.InferenceSession:
+    """A cached CPU session with ortops registered (threads=0: ORT's default)."""
+    return _session(model.SerializeToString(), threads)
+
+
+def run(
+    op_type: str,
+    domain: str,
+    inputs: dict[str, np.ndarray | None],
+    outputs: Sequence[str] = ("Y",),
+    threads: int = 0,
+    **attributes: Any,
+) -> list[np.ndarray]:
+    """Runs ``domain::op_type`` on ``inputs`` (in input order; None omits an optional input)."""
+    spec = [(name, value.dtype, value.ndim) if value is not None else ("", np.float32, 0) for name, value in inputs.items()]
+    model = make_model(op_type, domain, spec, outputs, **attributes)
+    feeds = {name: value for name, value in inputs.items() if value is not None}
+    return session(model, threads).run(None, feeds)
