@@ -25,7 +25,15 @@ def _build_library() -> Path:
     if prebuilt:
         return Path(prebuilt)
     build_dir = Path(tempfile.mkdtemp(prefix="ortops-build-"))
-    configure = ["cmake", "-S", str(ROOT), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release", "-DORTOPS_BUILD_TESTS=OFF"]
+    configure = [
+        "cmake",
+        "-S",
+        str(ROOT),
+        "-B",
+        str(build_dir),
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DORTOPS_BUILD_TESTS=OFF",
+    ]
     if "ORTOPS_ORT_INCLUDE_DIR" in os.environ:
         configure.append(f"-DORTOPS_ORT_INCLUDE_DIR={os.environ['ORTOPS_ORT_INCLUDE_DIR']}")
     subprocess.check_call(configure)
@@ -50,4 +58,9 @@ class BinaryDistribution(Distribution):
         return True
 
 
-setup(cmdclass={"build_py": BuildWithLibrary}, distclass=BinaryDistribution)
+setup(
+    cmdclass={"build_py": BuildWithLibrary},
+    distclass=BinaryDistribution,
+    # Keep setuptools' scratch out of the CMake build folder.
+    options={"build": {"build_base": "build/setuptools"}},
+)

@@ -37,27 +37,27 @@ fetch_ort_runtime() {
   tmp=$(mktemp -d)
   mvn -q -B dependency:copy \
     "-Dartifact=com.microsoft.onnxruntime:onnxruntime:$ORT_JAR_VERSION:jar" \
-    "-DoutputDirectory=$tmp" >&2
+    "-DoutputDirectory=$tmp" >/dev/null
   rm -rf "$dest" && mkdir -p "$dest"
   unzip -q -j -o "$tmp/onnxruntime-$ORT_JAR_VERSION.jar" \
     'ai/onnxruntime/native/linux-x64/libonnxruntime.so' -d "$dest"
+  ln -sf libonnxruntime.so "$dest/libonnxruntime.so.1"  # its SONAME
   rm -rf "$tmp"
   touch "$stamp"
 }
 
-# make_venv DIR PACKAGE==VERSION...: creates DIR if needed and installs the pins, skipping
-# pip entirely when the same pins were installed before.
+# make_venv DIR REQUIREMENTS: creates DIR if needed and installs the pinned requirements,
+# skipping pip entirely when the same file was installed before.
 make_venv() {
-  local dir="$1"
-  shift
-  local pins="$*"
-  if [[ -f "$dir/.ortops-pins" && "$(cat "$dir/.ortops-pins")" == "$pins" ]]; then
+  local dir="$1" requirements="$2"
+  local stamp="$dir/.ortops-requirements"
+  if [[ -f "$stamp" ]] && cmp -s "$stamp" "$requirements"; then
     return
   fi
-  log "Python environment $dir: $pins"
+  log "Python environment $dir from $requirements"
   [[ -x "$dir/bin/python" ]] || python3 -m venv "$dir"
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
-  echo "$pins" >"$dir/.ortops-pins"
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$stamp"
 }
 
 build_library() {
@@ -80,11 +80,8 @@ install_package() {
 
 fetch_ort_headers
 fetch_ort_runtime
-make_venv "$ROOT/.venv" setuptools wheel \
-  "onnxruntime==$PY_ONNXRUNTIME" "onnx==$PY_ONNX" "onnxscript==$PY_ONNXSCRIPT" \
-  "torch==$PY_TORCH" "torchvision==$PY_TORCHVISION" "numpy==$PY_NUMPY" "pytest==$PY_PYTEST"
-make_venv "$ROOT/.venv-ort-min" setuptools wheel \
-  "onnxruntime==$MIN_ONNXRUNTIME" "onnx==$MIN_ONNX" "numpy==$MIN_NUMPY" "pytest==$PY_PYTEST"
+make_venv "$ROOT/.venv" "$ROOT/deps/python-main.txt"
+make_venv "$ROOT/.venv-ort-min" "$ROOT/deps/python-ort-min.txt"
 if [[ "${1:-}" != "--deps-only" ]]; then
   build_library
   install_package "$ROOT/.venv"

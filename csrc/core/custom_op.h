@@ -73,8 +73,7 @@ class CustomOp : public OrtCustomOp {
     GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
     GetStartVersion = [](const OrtCustomOp* op) { return Self(op).def_.since_version; };
     GetEndVersion = [](const OrtCustomOp*) { return 2147483647; };
-    CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info,
-                        void** kernel) -> OrtStatus* {
+    CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) -> OrtStatus* {
       const CustomOp& self = Self(op);
       try {
         *kernel = new Kernel(Attributes(info, kSchema.attributes), self.def_);

@@ -119,8 +119,7 @@ bool KernelIO::Has(size_t index) const {
   return value != nullptr;
 }
 
-const OrtValue* KernelIO::RawInput(size_t index, ONNXTensorElementDataType type, int rank,
-                                   Shape& shape) const {
+const OrtValue* KernelIO::RawInput(size_t index, ONNXTensorElementDataType type, int rank, Shape& shape) const {
   const OrtValue* value = nullptr;
   ThrowOnError(Api().KernelContext_GetInput(context_, index, &value));
   Check(value != nullptr, "input '", InputName(index), "' is missing");
@@ -136,10 +135,9 @@ const OrtValue* KernelIO::RawInput(size_t index, ONNXTensorElementDataType type,
   }
   Api().ReleaseTensorTypeAndShapeInfo(info);
   ThrowOnError(status);
-  Check(actual == type, "input '", InputName(index), "' must be ", TypeName(type), ", got ",
-        TypeName(actual));
-  Check(rank < 0 || dims == static_cast<size_t>(rank), "input '", InputName(index), "' must have rank ",
-        rank, ", got shape ", ShapeText{shape});
+  Check(actual == type, "input '", InputName(index), "' must be ", TypeName(type), ", got ", TypeName(actual));
+  Check(rank < 0 || dims == static_cast<size_t>(rank), "input '", InputName(index), "' must have rank ", rank,
+        ", got shape ", ShapeText{shape});
   return value;
 }
 

@@ -60,8 +60,7 @@ struct ConstTensor {
 
 class KernelIO {
  public:
-  KernelIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
-      : context_(context), input_specs_(inputs) {}
+  KernelIO(OrtKernelContext* context, std::span<const IoSpec> inputs) : context_(context), input_specs_(inputs) {}
 
   // False for an optional input the node leaves out.
   bool Has(size_t index) const;

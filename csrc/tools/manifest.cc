@@ -61,8 +61,7 @@ std::string Types(const std::vector<ortops::OpPtr>& ops, size_t index, bool inpu
   return out + "]";
 }
 
-void WriteIo(std::string_view key, std::span<const IoSpec> specs, const std::vector<ortops::OpPtr>& ops,
-             bool input) {
+void WriteIo(std::string_view key, std::span<const IoSpec> specs, const std::vector<ortops::OpPtr>& ops, bool input) {
   std::cout << "      " << Quote(key) << ": [";
   for (size_t i = 0; i < specs.size(); ++i) {
     std::cout << (i ? "," : "") << "\n        {\"name\": " << Quote(specs[i].name)
@@ -94,8 +93,8 @@ int main() {
     for (size_t i = 0; i < def.schema->attributes.size(); ++i) {
       const AttrSpec& a = def.schema->attributes[i];
       std::cout << (i ? "," : "") << "\n        {\"name\": " << Quote(a.name) << ", \"type\": \""
-                << AttrTypeName(a.type) << "\", \"default\": "
-                << (a.default_value.empty() ? std::string("null") : Quote(a.default_value))
+                << AttrTypeName(a.type)
+                << "\", \"default\": " << (a.default_value.empty() ? std::string("null") : Quote(a.default_value))
                 << ", \"doc\": " << Quote(a.doc) << "}";
     }
     std::cout << "\n      ]\n    }";

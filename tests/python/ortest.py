@@ -41,7 +41,9 @@ def make_model(
     An input named "" is left out (an omitted optional input).
     """
     graph_inputs = [
-        helper.make_tensor_value_info(name, _ELEM[np.dtype(dtype)], [None] * rank) for name, dtype, rank in inputs if name
+        helper.make_tensor_value_info(name, _ELEM[np.dtype(dtype)], [None] * rank)
+        for name, dtype, rank in inputs
+        if name
     ]
     graph_outputs = [helper.make_value_info(name, onnx.TypeProto()) for name in outputs]
     node = helper.make_node(op_type, [name for name, _, _ in inputs], list(outputs), domain=domain, **attributes)
@@ -75,7 +77,9 @@ def run(
     **attributes: Any,
 ) -> list[np.ndarray]:
     """Runs ``domain::op_type`` on ``inputs`` (in input order; None omits an optional input)."""
-    spec = [(name, value.dtype, value.ndim) if value is not None else ("", np.float32, 0) for name, value in inputs.items()]
+    spec = [
+        (name, value.dtype, value.ndim) if value is not None else ("", np.float32, 0) for name, value in inputs.items()
+    ]
     model = make_model(op_type, domain, spec, outputs, **attributes)
     feeds = {name: value for name, value in inputs.items() if value is not None}
     return session(model, threads).run(None, feeds)

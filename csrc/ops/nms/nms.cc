@@ -21,19 +21,19 @@ constexpr IoSpec kOutputs[] = {
 constexpr AttrSpec kAttributes[] = {
     {"iou_threshold", AttrType::kFloat, "0.5",
      "a box is dropped when its IoU with a kept box is strictly greater than this"},
-    {"offset", AttrType::kInt, "0",
-     "0 or 1; 1 is the legacy convention where a box's width is x2 - x1 + 1"},
+    {"offset", AttrType::kInt, "0", "0 or 1; 1 is the legacy convention where a box's width is x2 - x1 + 1"},
 };
 
 }  // namespace
 
 constexpr OpSchema kSchema{
-    .doc = "Greedy non-maximum suppression. Boxes are visited in descending score order "
-           "(ties: lower index first, so the result is deterministic); a box is kept unless "
-           "its IoU with an already kept box is strictly greater than `iou_threshold`. "
-           "IoU uses areas `(x2 - x1 + offset) * (y2 - y1 + offset)`. "
-           "Equal to `torchvision.ops.nms` when `offset` is 0. "
-           "NaN in `boxes` or `scores` is an error.",
+    .doc =
+        "Greedy non-maximum suppression. Boxes are visited in descending score order "
+        "(ties: lower index first, so the result is deterministic); a box is kept unless "
+        "its IoU with an already kept box is strictly greater than `iou_threshold`. "
+        "IoU uses areas `(x2 - x1 + offset) * (y2 - y1 + offset)`. "
+        "Equal to `torchvision.ops.nms` when `offset` is 0. "
+        "NaN in `boxes` or `scores` is an error.",
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
@@ -65,8 +65,7 @@ class NmsKernel : public KernelBase {
 
     std::vector<int64_t> order(count);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return scores.data[a] > scores.data[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores.data[a] > scores.data[b]; });
 
     const T offset = static_cast<T>(offset_);
     const T threshold = static_cast<T>(iou_threshold_);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from ortest import run
 
 DOMAINS = [("mmcv", "NonMaxSuppression"), ("ortops", "NMS")]
@@ -50,7 +51,9 @@ def random_boxes(rng: np.random.Generator, n: int, dtype: type) -> tuple[np.ndar
 def test_matches_reference(domain: str, op: str, dtype: type, n: int, iou_threshold: float, offset: int) -> None:
     rng = np.random.default_rng(n * 7 + offset)
     boxes, scores = random_boxes(rng, n, dtype)
-    (got,) = run(op, domain, {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=iou_threshold, offset=offset)
+    (got,) = run(
+        op, domain, {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=iou_threshold, offset=offset
+    )
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, reference_nms(boxes, scores, iou_threshold, offset))
 
@@ -88,8 +91,18 @@ def test_thread_counts_agree(threads: int) -> None:
 
 
 BAD_INPUTS = [
-    ("scores length", np.zeros((3, 4), np.float32), np.zeros(2, np.float32), "input 'scores' must have shape [N] with N = 3"),
-    ("boxes columns", np.zeros((3, 5), np.float32), np.zeros(3, np.float32), "input 'boxes' must have shape [N, 4], got [3, 5]"),
+    (
+        "scores length",
+        np.zeros((3, 4), np.float32),
+        np.zeros(2, np.float32),
+        "input 'scores' must have shape [N] with N = 3",
+    ),
+    (
+        "boxes columns",
+        np.zeros((3, 5), np.float32),
+        np.zeros(3, np.float32),
+        "input 'boxes' must have shape [N, 4], got [3, 5]",
+    ),
     ("NaN box", np.array([[0, 0, np.nan, 1]], np.float32), np.ones(1, np.float32), "input 'boxes' contains NaN"),
     ("NaN score", np.array([[0, 0, 1, 1]], np.float32), np.array([np.nan], np.float32), "input 'scores' contains NaN"),
 ]
@@ -97,7 +110,9 @@ BAD_INPUTS = [
 
 @pytest.mark.parametrize("case,boxes,scores,message", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
 @pytest.mark.parametrize("domain,op", DOMAINS)
-def test_bad_input_is_an_error(case: str, boxes: np.ndarray, scores: np.ndarray, message: str, domain: str, op: str) -> None:
+def test_bad_input_is_an_error(
+    case: str, boxes: np.ndarray, scores: np.ndarray, message: str, domain: str, op: str
+) -> None:
     with pytest.raises(Exception, match=rf"{domain}\.{op}: .*{message}".replace("[", r"\[").replace("]", r"\]")):
         run(op, domain, {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=0.5, offset=0)
 
@@ -117,4 +132,10 @@ def test_wrong_dtype_is_an_error(domain: str, op: str) -> None:
 @pytest.mark.parametrize("domain,op", DOMAINS)
 def test_bad_offset_attribute_is_an_error(domain: str, op: str) -> None:
     with pytest.raises(Exception, match="attribute 'offset' must be 0 or 1, got 7"):
-        run(op, domain, {"boxes": np.zeros((2, 4), np.float32), "scores": np.zeros(2, np.float32)}, ["indices"], offset=7)
+        run(
+            op,
+            domain,
+            {"boxes": np.zeros((2, 4), np.float32), "scores": np.zeros(2, np.float32)},
+            ["indices"],
+            offset=7,
+        )

@@ -17,7 +17,12 @@ import ortops.torch
 EXPORTERS = ["torchscript", "dynamo"]
 
 
-def export(module: torch.nn.Module, args: tuple[torch.Tensor, ...], exporter: str, dynamic_dims: Sequence[dict[int, str]] | None = None) -> onnx.ModelProto:
+def export(
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    exporter: str,
+    dynamic_dims: Sequence[dict[int, str]] | None = None,
+) -> onnx.ModelProto:
     """Exports ``module`` with ``exporter`` ("torchscript" or "dynamo") to an in-memory model.
 
     ``dynamic_dims[i]`` maps dimensions of input i to names; those stay symbolic.
@@ -28,18 +33,24 @@ def export(module: torch.nn.Module, args: tuple[torch.Tensor, ...], exporter: st
         if exporter == "torchscript":
             buffer = io.BytesIO()
             axes = {names[i]: dims for i, dims in enumerate(dynamic_dims or []) if dims}
-            ortops.torch.export(module, args, buffer, dynamo=False, input_names=names, dynamic_axes=axes or None, opset_version=17)
+            ortops.torch.export(
+                module, args, buffer, dynamo=False, input_names=names, dynamic_axes=axes or None, opset_version=17
+            )
             return onnx.load_from_string(buffer.getvalue())
         shapes = None
         if dynamic_dims:
             shapes = tuple({d: torch.export.Dim.DYNAMIC for d in dims} if dims else None for dims in dynamic_dims)
-        program = ortops.torch.export(module, args, dynamo=True, input_names=names, dynamic_shapes=shapes, verbose=False)
+        program = ortops.torch.export(
+            module, args, dynamo=True, input_names=names, dynamic_shapes=shapes, verbose=False
+        )
         return program.model_proto
 
 
 def run_onnx(model: onnx.ModelProto, args: Sequence[torch.Tensor]) -> list[np.ndarray]:
     """Runs ``model`` in ONNX Runtime with ortops on ``args`` (positional graph inputs)."""
-    session = ort.InferenceSession(model.SerializeToString(), ortops.session_options(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString(), ortops.session_options(), providers=["CPUExecutionProvider"]
+    )
     feeds = {i.name: a.detach().cpu().numpy() for i, a in zip(session.get_inputs(), args)}
     return session.run(None, feeds)
 

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 import torchvision
-from roundtrip import EXPORTERS, custom_nodes, export, run_onnx
 
 import ortops.torch
+
+from roundtrip import EXPORTERS, custom_nodes, export, run_onnx
 
 
 def clustered_boxes(n: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -24,7 +25,9 @@ def clustered_boxes(n: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Te
 @pytest.mark.parametrize("iou_threshold", [0.3, 0.5, 0.9])
 def test_eager_matches_torchvision(dtype: torch.dtype, n: int, iou_threshold: float) -> None:
     boxes, scores = clustered_boxes(n, dtype, seed=n)
-    torch.testing.assert_close(ortops.torch.nms(boxes, scores, iou_threshold), torchvision.ops.nms(boxes, scores, iou_threshold))
+    torch.testing.assert_close(
+        ortops.torch.nms(boxes, scores, iou_threshold), torchvision.ops.nms(boxes, scores, iou_threshold)
+    )
 
 
 class NmsModel(torch.nn.Module):

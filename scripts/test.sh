@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs every test of ortops on a fresh or prepared machine: set-up (scripts/setup.sh),
+# format and lint checks, the C++ tests in a real ONNX Runtime, the Python tests in the main
+# environment, and the ONNX-Runtime-level Python tests again with the oldest supported
+# runtime. Ends with one line that totals every suite.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+bash scripts/setup.sh
+
+REPORTS="$ROOT/build/test-reports"
+rm -rf "$REPORTS" && mkdir -p "$REPORTS"
+failed=0
+step() { printf '\n==== %s\n' "$*"; }
+
+step "format and lint"
+cpp_files=$(git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h')
+# shellcheck disable=SC2086
+.venv/bin/clang-format --dry-run --Werror $cpp_files || failed=1
+.venv/bin/ruff format --check python tests examples setup.py || failed=1
+.venv/bin/ruff check python tests examples setup.py || failed=1
+
+step "C++ tests (ONNX Runtime from .deps)"
+(cd build && ctest --output-on-failure --output-junit "$REPORTS/ctest.xml" -j2) || failed=1
+
+step "Python tests (onnxruntime $(.venv/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)'))"
+.venv/bin/python -m pytest -q -p no:cacheprovider tests/python --junitxml "$REPORTS/pytest-main.xml" || failed=1
+
+step "ONNX-Runtime-level tests with the oldest supported runtime ($(.venv-ort-min/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)'))"
+.venv-ort-min/bin/python -m pytest -q -p no:cacheprovider tests/python/ort --junitxml "$REPORTS/pytest-ort-min.xml" \
+  || failed=1
+
+step "summary"
+.venv/bin/python scripts/summarize_tests.py "$REPORTS"/*.xml
+exit "$failed"

@@ -1,0 +1,28 @@
+// Writes small ONNX models (one custom node) as protobuf bytes, so the C++ tests need
+// neither onnx nor protobuf. Only the fields ONNX Runtime needs are written.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace ortops::testing {
+
+using AttributeValue = std::variant<int64_t, float, std::string, std::vector<int64_t>>;
+
+struct NodeSpec {
+  std::string domain;
+  std::string op_type;
+  // (name, ONNX element type); an empty name is an omitted optional input.
+  std::vector<std::pair<std::string, int>> inputs;
+  std::vector<std::string> outputs;
+  std::vector<std::pair<std::string, AttributeValue>> attributes;
+};
+
+// A model with one node, IR version 8, default opset 17 and node.domain at version 1.
+// Inputs have unknown shape; outputs have no declared type.
+std::string MakeModel(const NodeSpec& node);
+
+}  // namespace ortops::testing
