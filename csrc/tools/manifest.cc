@@ -85,6 +85,15 @@ int main() {
     std::cout << "      \"since_version\": " << def.since_version << ",\n";
     std::cout << "      \"execution_provider\": \"CPUExecutionProvider\",\n";
     std::cout << "      \"compat\": " << (def.compat ? "true" : "false") << ",\n";
+    // Rows that share a schema share a kernel; name the group after its first row.
+    std::string_view kernel = def.name;
+    for (const ortops::OpDef& other : ortops::OpTable()) {
+      if (other.schema == def.schema) {
+        kernel = other.name;
+        break;
+      }
+    }
+    std::cout << "      \"kernel\": " << Quote(kernel) << ",\n";
     std::cout << "      \"doc\": " << Quote(def.schema->doc) << ",\n";
     WriteIo("inputs", def.schema->inputs, ops, true);
     std::cout << ",\n";

@@ -102,6 +102,7 @@ class OpInfo:
     since_version: int
     execution_provider: str
     compat: bool
+    kernel: str  # rows with the same kernel are one op under several names
     doc: str
     inputs: tuple[InputInfo, ...]
     outputs: tuple[InputInfo, ...]
@@ -129,6 +130,7 @@ def ops() -> tuple[OpInfo, ...]:
             since_version=op["since_version"],
             execution_provider=op["execution_provider"],
             compat=op["compat"],
+            kernel=op["kernel"],
             doc=op["doc"],
             inputs=tuple(_io(i) for i in op["inputs"]),
             outputs=tuple(_io(o) for o in op["outputs"]),

@@ -6,7 +6,7 @@ pass :func:`custom_translation_table` (``dynamo=True``) or ``custom_opsets={"ort
 (``dynamo=False``) to ``torch.onnx.export`` yourself.
 """
 
-from ortops.torch._export import DOMAIN, OPSET_VERSION, custom_translation_table, export
+from ortops.torch._export import DOMAIN, OPSET_VERSION, ExportedOp, custom_translation_table, export, exported_ops
 from ortops.torch.nms import nms
 
-__all__ = ["DOMAIN", "OPSET_VERSION", "custom_translation_table", "export", "nms"]
+__all__ = ["DOMAIN", "OPSET_VERSION", "ExportedOp", "custom_translation_table", "export", "exported_ops", "nms"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import onnxscript
@@ -23,28 +24,46 @@ onnx_opset = onnxscript.values.Opset(DOMAIN, OPSET_VERSION)
 # The TorchScript exporter applies a registered symbolic from this ONNX opset on.
 _MIN_DEFAULT_OPSET = 11
 
-_translation_table: dict[torch._ops.OpOverload, Callable[..., Any]] = {}
+
+@dataclass(frozen=True)
+class ExportedOp:
+    """A torch op of ortops and the ONNX node it exports to."""
+
+    torch_op: torch._ops.OpOverload
+    onnx_op: str  # name in the ortops domain
+    function: Callable[..., Any]  # the public wrapper users call
+    translation: Callable[..., Any]
+
+
+_exported: dict[str, ExportedOp] = {}
 
 
 def register_export(
     op: torch._ops.OpOverload,
     *,
+    onnx_op: str,
+    function: Callable[..., Any],
     symbolic: Callable[..., Any],
     translation: Callable[..., Any],
 ) -> None:
     """Registers the export rules of a ``torch.library.custom_op`` for both exporters.
 
     ``symbolic(g, *args)`` serves the TorchScript exporter (``dynamo=False``);
-    ``translation(*args)`` is an onnxscript function for ``dynamo=True``.
+    ``translation(*args)`` is an onnxscript function for ``dynamo=True``. Both emit the node
+    ``ortops::<onnx_op>``; ``function`` is the public Python wrapper (for the docs).
     """
-    name = op._schema.name  # "ortops::nms"
-    torch.onnx.register_custom_op_symbolic(name, symbolic, _MIN_DEFAULT_OPSET)
-    _translation_table[op] = translation
+    torch.onnx.register_custom_op_symbolic(op._schema.name, symbolic, _MIN_DEFAULT_OPSET)
+    _exported[onnx_op] = ExportedOp(op, onnx_op, function, translation)
+
+
+def exported_ops() -> tuple[ExportedOp, ...]:
+    """Every registered torch op with its ONNX op, in registration order."""
+    return tuple(_exported.values())
 
 
 def custom_translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
     """The ``custom_translation_table`` for ``torch.onnx.export(..., dynamo=True)``."""
-    return dict(_translation_table)
+    return {e.torch_op: e.translation for e in _exported.values()}
 
 
 def export(model: torch.nn.Module, args: tuple[Any, ...], f: Any = None, *, dynamo: bool = True, **kwargs: Any) -> Any:

@@ -62,4 +62,4 @@ def _translation(boxes, scores, iou_threshold: float, offset: int):  # noqa: ANN
     return onnx_opset.NMS(boxes, scores, iou_threshold=iou_threshold, offset=offset)
 
 
-register_export(torch.ops.ortops.nms.default, symbolic=_symbolic, translation=_translation)
+register_export(torch.ops.ortops.nms.default, onnx_op="NMS", function=nms, symbolic=_symbolic, translation=_translation)

@@ -1,0 +1,75 @@
+"""The shipped library and package: exports, dependencies, op list, registration."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import ortops
+
+from ortest import make_model, run
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm")
+def test_only_register_custom_ops_is_exported() -> None:
+    out = subprocess.run(["nm", "-D", "--defined-only", ortops.get_library_path()], capture_output=True, text=True)
+    symbols = {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
+    assert symbols == {"RegisterCustomOps"}
+
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf")
+def test_library_links_nothing_from_onnxruntime_or_libstdcxx() -> None:
+    out = subprocess.run(["readelf", "-d", ortops.get_library_path()], capture_output=True, text=True).stdout
+    needed = [line for line in out.splitlines() if "(NEEDED)" in line]
+    assert needed, out
+    assert not any("onnxruntime" in line or "libstdc++" in line for line in needed), needed
+
+
+def test_op_list_comes_from_the_table() -> None:
+    ops = ortops.ops()
+    assert {op.domain for op in ops} <= set(ortops.domains())
+    names = [op.qualified_name for op in ops]
+    assert len(names) == len(set(names))
+    assert "mmcv::NonMaxSuppression" in names and "ortops::NMS" in names
+
+
+def test_version_is_a_string() -> None:
+    assert isinstance(ortops.__version__, str) and ortops.__version__.count(".") == 2
+
+
+def test_registering_into_many_session_options_from_threads() -> None:
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30]], np.float32)
+    scores = np.array([0.9, 0.8, 0.7], np.float32)
+    model = make_model(
+        "NMS", "ortops", [("boxes", np.float32, 2), ("scores", np.float32, 1)], ["indices"]
+    ).SerializeToString()
+    ort.InferenceSession(model, ortops.session_options())  # see tests/cpp: ORT races on a new domain's first sessions
+
+    def one_session(_: int) -> list[int]:
+        session = ort.InferenceSession(model, ortops.session_options())
+        return session.run(None, {"boxes": boxes, "scores": scores})[0].tolist()
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one_session, range(32)))
+    assert all(r == [0, 2] for r in results)
+
+
+def test_onnx_schemas_make_the_checker_accept_the_ops() -> None:
+    ortops.register_onnx_schemas()
+    ortops.register_onnx_schemas()  # a second call is harmless
+    for op in ortops.ops():
+        assert onnx.defs.has(op.name, op.since_version, op.domain), op.qualified_name
+    model = make_model("NonMaxSuppression", "mmcv", [("boxes", np.float32, 2), ("scores", np.float32, 1)], ["indices"])
+    model.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("indices", onnx.TensorProto.INT64, [None]))
+    onnx.checker.check_model(model, full_check=True)
+
+
+def test_an_unknown_op_name_fails_clearly() -> None:
+    with pytest.raises(Exception, match="NoSuchOp"):
+        run("NoSuchOp", "ortops", {"X": np.zeros(1, np.float32)})
