@@ -20,9 +20,8 @@ def main(paths: list[str]) -> None:
             counts["failed"] += failed
             counts["skipped"] += skipped
             counts["passed"] += tests - failed - skipped
-        print(
-            f"  {path.rsplit('/', 1)[-1]}: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
-        )
+        name = path.rsplit("/", 1)[-1]
+        print(f"  {name}: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
         for key in total:
             total[key] += counts[key]
     print(f"ortops: {total['passed']} passed, {total['failed']} failed, {total['skipped']} skipped")
