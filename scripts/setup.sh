@@ -78,8 +78,10 @@ install_package() {
     --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall "$ROOT" >&2
 }
 
-fetch_ort_headers
-fetch_ort_runtime
+if [[ -z "${ORTOPS_ORT_ROOT:-}" ]]; then
+  fetch_ort_headers
+  fetch_ort_runtime
+fi
 make_venv "$ROOT/.venv" "$ROOT/deps/python-main.txt"
 make_venv "$ROOT/.venv-ort-min" "$ROOT/deps/python-ort-min.txt"
 if [[ "${1:-}" != "--deps-only" ]]; then
