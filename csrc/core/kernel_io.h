@@ -42,6 +42,9 @@ class Attributes {
   std::string String(std::string_view name) const;
   std::vector<int64_t> Ints(std::string_view name) const;
 
+  // For kernels that create ONNX Runtime ops of their own (OrtApi::CreateOp).
+  const OrtKernelInfo* info() const { return info_; }
+
  private:
   const AttrSpec& Spec(std::string_view name, AttrType type) const;
   const OrtKernelInfo* info_;
@@ -78,6 +81,9 @@ class KernelIO {
   T* Output(size_t index, const Shape& shape) const {
     return static_cast<T*>(RawOutput(index, shape));
   }
+
+  // For kernels that invoke ONNX Runtime ops of their own (OrtApi::InvokeOp).
+  OrtKernelContext* context() const { return context_; }
 
   // Runs body(i) for i in [0, total) on the session's intra-op thread pool. body must be
   // cheap to call: give it a chunk of work (a roi, a row of channels), not one element.
