@@ -1,7 +1,6 @@
 #include "core/kernel_io.h"
 
 #include <charconv>
-#include <cstdlib>
 #include <limits>
 
 namespace ortops {
@@ -78,7 +77,10 @@ float Attributes::Float(std::string_view name) const {
   float value = 0;
   if (TryStatus(Api().KernelInfoGetAttribute_float(info_, spec.name.data(), &value))) return value;
   Check(!spec.default_value.empty(), "attribute '", name, "' (float) is required");
-  return std::strtof(std::string(spec.default_value).c_str(), nullptr);
+  // from_chars, unlike strtof, ignores the process locale (a host app may use "0,5").
+  const std::string_view text = spec.default_value;
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
 }
 
 std::string Attributes::String(std::string_view name) const {
