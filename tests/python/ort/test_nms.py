@@ -139,3 +139,9 @@ def test_bad_offset_attribute_is_an_error(domain: str, op: str) -> None:
             ["indices"],
             offset=7,
         )
+
+
+def test_omitted_attributes_take_the_documented_defaults() -> None:
+    boxes, scores = random_boxes(np.random.default_rng(3), 200, np.float32)
+    (got,) = run("NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"])
+    np.testing.assert_array_equal(got, reference_nms(boxes, scores, 0.5, 0))
