@@ -18,8 +18,8 @@ step "format and lint"
 cpp_files=$(git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h')
 # shellcheck disable=SC2086
 .venv/bin/clang-format --dry-run --Werror $cpp_files || failed=1
-.venv/bin/ruff format --check python tests examples scripts setup.py || failed=1
-.venv/bin/ruff check python tests examples scripts setup.py || failed=1
+.venv/bin/ruff format --check python tests examples scripts benchmarks setup.py || failed=1
+.venv/bin/ruff check python tests examples scripts benchmarks setup.py || failed=1
 
 step "C++ tests (ONNX Runtime from .deps)"
 (cd build && ctest --output-on-failure --output-junit "$REPORTS/ctest.xml" -j2) || failed=1

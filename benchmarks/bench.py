@@ -1,0 +1,210 @@
+"""ortops benchmark: each op through an ONNX Runtime session with ortops, next to anchors
+measured in the same run, on the same inputs and thread count.
+
+For every case the outputs of ortops and of each anchor are first checked to agree; then
+each is timed (median of repeated runs) at 1 thread and at all cores. Ratios are
+anchor time / ortops time (bigger is better). Prints a Markdown table and writes JSON.
+
+Run: .venv/bin/python benchmarks/bench.py [--json results.json] [--repeats N] [--only NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import torchvision
+from onnx import TensorProto, helper
+
+import ortops
+
+
+@dataclass
+class Case:
+    """One benchmark: how to run ortops and each anchor, and how to compare outputs."""
+
+    name: str
+    ortops: Callable[[int], Callable[[], Any]]  # threads -> run function
+    anchors: dict[str, Callable[[int], Callable[[], Any]]]
+    agree: Callable[[Any, Any], None]  # raises if the two outputs disagree
+    targets: dict[str, float] = field(default_factory=dict)  # anchor -> minimum ratio
+
+
+def onnx_session(model: onnx.ModelProto, threads: int, with_ortops: bool) -> ort.InferenceSession:
+    options = ortops.session_options() if with_ortops else ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def one_node_model(
+    op_type: str, domain: str, inputs: dict[str, np.ndarray], outputs: list[str], **attributes: Any
+) -> onnx.ModelProto:
+    elem = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
+    graph_inputs = [helper.make_tensor_value_info(n, elem[a.dtype], list(a.shape)) for n, a in inputs.items()]
+    graph_outputs = [helper.make_value_info(n, onnx.TypeProto()) for n in outputs]
+    node = helper.make_node(op_type, list(inputs), outputs, domain=domain, **attributes)
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    graph = helper.make_graph([node], op_type, graph_inputs, graph_outputs)
+    return helper.make_model(graph, ir_version=8, opset_imports=opsets)
+
+
+def session_runner(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], with_ortops: bool
+) -> Callable[[int], Callable[[], Any]]:
+    def make(threads: int) -> Callable[[], Any]:
+        session = onnx_session(model, threads, with_ortops)
+        return lambda: session.run(None, feeds)
+
+    return make
+
+
+def torch_runner(fn: Callable[[], Any]) -> Callable[[int], Callable[[], Any]]:
+    def make(threads: int) -> Callable[[], Any]:
+        def run() -> Any:
+            torch.set_num_threads(threads)
+            with torch.no_grad():
+                return fn()
+
+        return run
+
+    return make
+
+
+def median_seconds(run: Callable[[], Any], repeats: int, min_time: float = 0.2) -> float:
+    run()  # warm-up
+    times: list[float] = []
+    start_all = time.perf_counter()
+    while len(times) < repeats or (time.perf_counter() - start_all < min_time and len(times) < 10 * repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# ---- cases ---------------------------------------------------------------------------
+
+
+def clustered_boxes(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes in realistic clusters (detector output before NMS): many overlaps per object."""
+    rng = np.random.default_rng(seed)
+    objects = max(1, n // 50)
+    centers = rng.uniform(0, 1000, (objects, 2))[rng.integers(0, objects, n)]
+    sizes = rng.uniform(20, 200, (objects, 2))[rng.integers(0, objects, n)]
+    xy = centers + rng.normal(0, 8, (n, 2))
+    wh = sizes * rng.uniform(0.8, 1.2, (n, 2))
+    boxes = np.concatenate([xy - wh / 2, xy + wh / 2], axis=1).astype(np.float32)
+    return boxes, rng.random(n).astype(np.float32)
+
+
+def nms_case() -> Case:
+    boxes, scores = clustered_boxes(10_000)
+    threshold = 0.5
+    model = one_node_model("NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=threshold)
+    builtin = one_node_model(
+        "NonMaxSuppression",
+        "",
+        {"boxes": boxes[None], "scores": scores[None, None]},
+        ["selected"],
+    )
+    builtin.graph.node[0].input.extend(["max_boxes", "iou"])
+    builtin.graph.initializer.extend(
+        [
+            helper.make_tensor("max_boxes", TensorProto.INT64, [1], [len(boxes)]),
+            helper.make_tensor("iou", TensorProto.FLOAT, [1], [threshold]),
+        ]
+    )
+    tb, ts = torch.from_numpy(boxes), torch.from_numpy(scores)
+
+    def agree(ours: Any, anchor: Any) -> None:
+        ours_idx = np.asarray(ours[0])
+        anchor_idx = anchor.numpy() if isinstance(anchor, torch.Tensor) else np.asarray(anchor[0])[:, 2]
+        np.testing.assert_array_equal(np.sort(ours_idx), np.sort(anchor_idx))
+
+    return Case(
+        name="NMS 10k clustered boxes, IoU 0.5",
+        ortops=session_runner(model, {"boxes": boxes, "scores": scores}, True),
+        anchors={
+            "torchvision.ops.nms": torch_runner(lambda: torchvision.ops.nms(tb, ts, threshold)),
+            "ORT NonMaxSuppression": session_runner(
+                builtin, {"boxes": boxes[None], "scores": scores[None, None]}, False
+            ),
+        },
+        agree=agree,
+        targets={"torchvision.ops.nms": 3.0, "ORT NonMaxSuppression": 3.0},
+    )
+
+
+CASES: list[Callable[[], Case]] = [nms_case]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", default="benchmark-results.json", help="where to write the JSON results")
+    parser.add_argument("--repeats", type=int, default=10, help="timed runs per measurement (median reported)")
+    parser.add_argument("--only", default="", help="run only cases whose name contains this")
+    args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    thread_counts = sorted({1, cores})
+    results: list[dict[str, Any]] = []
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {cores} cores; onnxruntime {ort.__version__}, "
+        f"torch {torch.__version__}, torchvision {torchvision.__version__}, ortops {ortops.__version__}\n"
+    )
+    print("| case | threads | ortops ms | anchor | anchor ms | ratio | target |")
+    print("|---|---|---|---|---|---|---|")
+    all_met = True
+    for make_case in CASES:
+        case = make_case()
+        if args.only and args.only not in case.name:
+            continue
+        ours_out = case.ortops(1)()
+        for anchor in case.anchors.values():
+            case.agree(ours_out, anchor(1)())
+        for threads in thread_counts:
+            ours_s = median_seconds(case.ortops(threads), args.repeats)
+            for anchor_name, anchor in case.anchors.items():
+                anchor_s = median_seconds(anchor(threads), args.repeats)
+                ratio = anchor_s / ours_s
+                target = case.targets.get(anchor_name)
+                met = target is None or ratio >= target
+                all_met &= met
+                results.append(
+                    {
+                        "case": case.name,
+                        "threads": threads,
+                        "ortops_ms": ours_s * 1e3,
+                        "anchor": anchor_name,
+                        "anchor_ms": anchor_s * 1e3,
+                        "ratio": ratio,
+                        "target": target,
+                        "met": met,
+                    }
+                )
+                target_text = "" if target is None else f">= {target:g} {'ok' if met else 'MISSED'}"
+                print(
+                    f"| {case.name} | {threads} | {ours_s * 1e3:.2f} | {anchor_name} | {anchor_s * 1e3:.2f} | "
+                    f"{ratio:.2f} | {target_text} |"
+                )
+    with open(args.json, "w") as f:
+        json.dump(
+            {"cores": cores, "onnxruntime": ort.__version__, "torch": torch.__version__, "results": results},
+            f,
+            indent=2,
+        )
+    print(f"\nJSON written to {args.json}; targets {'all met' if all_met else 'NOT all met'}")
+
+
+if __name__ == "__main__":
+    main()
