@@ -145,3 +145,40 @@ def test_omitted_attributes_take_the_documented_defaults() -> None:
     boxes, scores = random_boxes(np.random.default_rng(3), 200, np.float32)
     (got,) = run("NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"])
     np.testing.assert_array_equal(got, reference_nms(boxes, scores, 0.5, 0))
+
+
+def mixed_boxes(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tiny, typical, huge (covering many grid cells), inverted and zero-size boxes together."""
+    xy = rng.uniform(-50, 500, (n, 2))
+    kind = rng.integers(0, 5, n)[:, None]
+    wh = np.select(
+        [kind == 0, kind == 1, kind == 2, kind == 3],
+        [
+            rng.uniform(0.01, 1, (n, 2)),
+            rng.uniform(5, 40, (n, 2)),
+            rng.uniform(200, 800, (n, 2)),
+            -rng.uniform(1, 5, (n, 2)),
+        ],
+        np.zeros((n, 2)),
+    )
+    boxes = np.concatenate([xy, xy + wh], axis=1).astype(np.float32)
+    return boxes, rng.random(n).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("iou_threshold", [-0.5, 0.0, 0.1, 0.5, 0.95])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_mixed_sizes_match_reference(seed: int, iou_threshold: float, offset: int) -> None:
+    boxes, scores = mixed_boxes(np.random.default_rng(seed), 250)
+    (got,) = run(
+        "NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=iou_threshold, offset=offset
+    )
+    np.testing.assert_array_equal(got, reference_nms(boxes, scores, iou_threshold, offset))
+
+
+def test_infinite_coordinates_match_reference() -> None:
+    boxes, scores = random_boxes(np.random.default_rng(9), 60, np.float32)
+    boxes[3] = [-np.inf, -np.inf, np.inf, np.inf]
+    boxes[7, 2] = np.inf
+    (got,) = run("NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=0.3)
+    np.testing.assert_array_equal(got, reference_nms(boxes, scores, 0.3, 0))
