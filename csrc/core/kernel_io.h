@@ -4,6 +4,7 @@
 
 #include <onnxruntime_c_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -82,6 +83,20 @@ class KernelIO {
     return static_cast<T*>(RawOutput(index, shape));
   }
 
+  // Splits [0, total) into at most `max_chunks` contiguous ranges and runs body(begin, end)
+  // for each in parallel: for many small items, so per-chunk set-up (a scratch buffer) is
+  // paid once per range rather than per item.
+  template <typename Body>
+  void ParallelForRanges(size_t total, size_t max_chunks, Body&& body) const {
+    const size_t chunks = std::min(total, std::max<size_t>(max_chunks, 1));
+    if (chunks == 0) return;
+    const size_t base = total / chunks, extra = total % chunks;
+    ParallelFor(chunks, [&](size_t c) {
+      const size_t begin = c * base + std::min(c, extra);
+      body(begin, begin + base + (c < extra ? 1 : 0));
+    });
+  }
+
   // For kernels that invoke ONNX Runtime ops of their own (OrtApi::InvokeOp).
   OrtKernelContext* context() const { return context_; }
 
@@ -96,11 +111,12 @@ class KernelIO {
       return;
     }
     struct Task {
+      explicit Task(std::remove_reference_t<Body>* b) : body(b) {}
       std::remove_reference_t<Body>* body;
       std::atomic<bool> failed{false};
       std::exception_ptr error;
       std::mutex error_mutex;
-    } task{&body};
+    } task(&body);
     auto run = [](void* data, size_t i) {
       auto* t = static_cast<Task*>(data);
       if (t->failed.load(std::memory_order_relaxed)) return;

@@ -7,6 +7,16 @@ pass :func:`custom_translation_table` (``dynamo=True``) or ``custom_opsets={"ort
 """
 
 from ortops.torch._export import DOMAIN, OPSET_VERSION, ExportedOp, custom_translation_table, export, exported_ops
+from ortops.torch.matrix_inverse import matrix_inverse
 from ortops.torch.nms import nms
 
-__all__ = ["DOMAIN", "OPSET_VERSION", "ExportedOp", "custom_translation_table", "export", "exported_ops", "nms"]
+__all__ = [
+    "DOMAIN",
+    "OPSET_VERSION",
+    "ExportedOp",
+    "custom_translation_table",
+    "export",
+    "exported_ops",
+    "matrix_inverse",
+    "nms",
+]

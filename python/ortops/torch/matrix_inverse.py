@@ -1,0 +1,49 @@
+"""Batched matrix inverse: ``torch.ops.ortops.matrix_inverse``, exported to ``ortops::MatrixInverse``."""
+
+from __future__ import annotations
+
+import torch
+
+from ortops.torch._export import onnx_opset, register_export
+
+
+@torch.library.custom_op("ortops::matrix_inverse", mutates_args=())
+def _matrix_inverse(input: torch.Tensor) -> torch.Tensor:
+    if input.dim() < 2 or input.shape[-1] != input.shape[-2]:
+        raise ValueError(f"ortops.matrix_inverse: input must be [..., M, M], got {list(input.shape)}")
+    return torch.linalg.inv(input)
+
+
+@_matrix_inverse.register_fake
+def _(input: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(input)
+
+
+def matrix_inverse(input: torch.Tensor) -> torch.Tensor:
+    """Inverse of each square matrix in a batch (exports to ``ortops::MatrixInverse``).
+
+    Args:
+        input: ``Tensor[*, M, M]``, float32 or float64, any number of batch dimensions.
+
+    Returns:
+        ``Tensor[*, M, M]``, the inverses. Singular matrices raise, as ``torch.linalg.inv``
+        does (and as the ONNX Runtime kernel does, naming the matrix).
+    """
+    return torch.ops.ortops.matrix_inverse(input)
+
+
+def _symbolic(g, input):  # noqa: ANN001, ANN202 (TorchScript graph values)
+    return g.op("ortops::MatrixInverse", input)
+
+
+def _translation(input):  # noqa: ANN001, ANN202 (onnxscript values)
+    return onnx_opset.MatrixInverse(input)
+
+
+register_export(
+    torch.ops.ortops.matrix_inverse.default,
+    onnx_op="MatrixInverse",
+    function=matrix_inverse,
+    symbolic=_symbolic,
+    translation=_translation,
+)
