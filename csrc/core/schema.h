@@ -45,6 +45,8 @@ struct IoSpec {
   std::string_view name;
   ElemType type;
   std::string_view doc;  // shape and meaning, e.g. "[N, 4] boxes as (x1, y1, x2, y2)"
+  // Only for ops with a single element type: ONNX Runtime 1.17 cannot type a node that
+  // leaves out an optional input of an op registered for several (tests/cpp checks this).
   bool optional = false;
 };
 
