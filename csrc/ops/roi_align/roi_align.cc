@@ -1,7 +1,201 @@
-// PLACEHOLDER: to be written.
+// RoIAlign over [N, C, H, W] features and [R, 5] rois, Detectron style (mmcv's MMCVRoiAlign).
 #include "ops/roi_align/roi_align.h"
 
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "math/bilinear.h"
+
 namespace ortops::roi_align {
-constexpr OpSchema kSchema{.doc = "TODO", .inputs = {}, .outputs = {}, .attributes = {}};
-std::vector<OpPtr> Make(const OpDef&) { return {}; }
+namespace {
+
+constexpr IoSpec kInputs[] = {
+    {"input", ElemType::kTypeParam, "`[N, C, H, W]` feature maps"},
+    {"rois", ElemType::kTypeParam, "`[R, 5]` rois as (batch_index, x1, y1, x2, y2) in input-image coordinates"},
+};
+constexpr IoSpec kOutputs[] = {
+    {"output", ElemType::kTypeParam, "`[R, C, output_height, output_width]` pooled features"},
+};
+constexpr AttrSpec kAttributes[] = {
+    {"output_height", AttrType::kInt, "1", "height of each pooled output"},
+    {"output_width", AttrType::kInt, "1", "width of each pooled output"},
+    {"spatial_scale", AttrType::kFloat, "1.0", "multiplies roi coordinates to give feature-map coordinates"},
+    {"sampling_ratio", AttrType::kInt, "0",
+     "samples per bin along each axis; 0 or less: adaptive, ceil(roi size / output size)"},
+    {"mode", AttrType::kString, "avg", "`avg` (mean of the samples) or `max` (largest sample)"},
+    {"aligned", AttrType::kInt, "1",
+     "1: shift the scaled roi by -0.5 pixel (true alignment); 0: legacy, no shift and roi sides of at least 1"},
+};
+
+}  // namespace
+
+constexpr OpSchema kSchema{
+    .doc =
+        "RoIAlign as in Detectron/Caffe2 and mmcv: each roi is scaled by `spatial_scale` (and "
+        "shifted by -0.5 when `aligned` is 1; with `aligned` 0 its sides are clamped to at least 1), "
+        "divided into `output_height x output_width` bins, and each bin samples a regular grid of "
+        "`sampling_ratio` (or adaptively ceil(roi size / output size)) points per axis, each read "
+        "bilinearly (a point more than one pixel outside the map reads 0; points just outside are "
+        "clamped to the edge). `avg` averages the samples (equal to `torchvision.ops.roi_align`); "
+        "`max` takes the largest interpolated sample, which is not what ONNX's RoiAlign max mode "
+        "does. In the `mmcv` domain `max` starts from -10000 as the original kernel did, so a bin "
+        "with no samples (an empty adaptive grid) or with all samples below -10000 gives -10000; in "
+        "the `ortops` domain it starts from -infinity and a bin with no samples gives 0. A roi's "
+        "batch index is truncated toward zero and must name an image of `input`; non-finite roi "
+        "coordinates are an error. A map with H or W = 0 reads 0 everywhere.",
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = kAttributes,
+};
+
+namespace {
+
+// Bounds on the bilinear taps precomputed per roi: beyond them a roi (or sampling_ratio) is
+// so large that the op would run for minutes; that is reported instead of attempted.
+constexpr int64_t kMaxSamplesPerAxis = 1 << 16;
+constexpr int64_t kMaxTapsPerRoi = 1 << 24;
+
+template <typename T>
+class RoiAlignKernel : public KernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = roi_align::kSchema;
+
+  RoiAlignKernel(const Attributes& attrs, const OpDef& def)
+      : KernelBase(def),
+        output_height_(attrs.Int("output_height")),
+        output_width_(attrs.Int("output_width")),
+        spatial_scale_(attrs.Float("spatial_scale")),
+        sampling_ratio_(attrs.Int("sampling_ratio")),
+        aligned_(attrs.Int("aligned")) {
+    const std::string mode = attrs.String("mode");
+    Check(mode == "avg" || mode == "max", "attribute 'mode' must be \"avg\" or \"max\", got \"", mode, "\"");
+    max_mode_ = mode == "max";
+    Check(output_height_ >= 1 && output_width_ >= 1,
+          "attributes 'output_height' and 'output_width' must be at least 1, got ", output_height_, " and ",
+          output_width_);
+    Check(output_height_ * output_width_ <= kMaxTapsPerRoi, "output size ", output_height_, " x ", output_width_,
+          " is too large");
+    Check(std::isfinite(spatial_scale_), "attribute 'spatial_scale' must be finite, got ", spatial_scale_);
+    Check(aligned_ == 0 || aligned_ == 1, "attribute 'aligned' must be 0 or 1, got ", aligned_);
+    Check(sampling_ratio_ <= kMaxSamplesPerAxis, "attribute 'sampling_ratio' must be at most ", kMaxSamplesPerAxis,
+          ", got ", sampling_ratio_);
+    // mmcv's kernel started its running max at -10000; ortops' own op starts at -infinity.
+    max_start_ = def.compat ? T(-10000) : -std::numeric_limits<T>::infinity();
+    empty_bin_max_ = def.compat ? T(-10000) : T(0);
+  }
+
+  void Compute(const KernelIO& io) const {
+    const ConstTensor<T> input = io.Input<T>(0, 4);
+    const ConstTensor<T> rois = io.Input<T>(1, 2);
+    Check(rois.dim(1) == 5, "input 'rois' must have shape [R, 5] (batch_index, x1, y1, x2, y2), got ",
+          ShapeText{rois.shape});
+    const int64_t batch = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
+    const int64_t roi_count = rois.dim(0);
+    for (int64_t r = 0; r < roi_count; ++r) {
+      const T* roi = rois.data + 5 * r;
+      for (int k = 0; k < 5; ++k) Check(std::isfinite(roi[k]), "roi ", r, " in input 'rois' is not finite");
+      const auto index = static_cast<int64_t>(roi[0]);  // truncation toward zero, as mmcv
+      Check(index >= 0 && index < batch, "roi ", r, " has batch index ", roi[0], ", but input 'input' has ", batch,
+            " images (shape ", ShapeText{input.shape}, ")");
+    }
+
+    const int64_t bins = output_height_ * output_width_;
+    T* output = io.Output<T>(0, {roi_count, channels, output_height_, output_width_});
+    if (roi_count == 0 || channels == 0) return;
+    const int64_t plane = height * width;
+    io.ParallelFor(static_cast<size_t>(roi_count), [&](size_t task) {
+      const auto r = static_cast<int64_t>(task);
+      const T* roi = rois.data + 5 * r;
+      Geometry g = RoiGeometry(roi);
+      std::vector<BilinearTap<T>> taps(static_cast<size_t>(bins * g.grid_h * g.grid_w));
+      size_t t = 0;
+      for (int64_t ph = 0; ph < output_height_; ++ph) {
+        for (int64_t pw = 0; pw < output_width_; ++pw) {
+          for (int64_t iy = 0; iy < g.grid_h; ++iy) {
+            const T y = g.start_h + static_cast<T>(ph) * g.bin_h +
+                        static_cast<T>(static_cast<T>(iy) + T(0.5)) * g.bin_h / static_cast<T>(g.grid_h);
+            for (int64_t ix = 0; ix < g.grid_w; ++ix) {
+              const T x = g.start_w + static_cast<T>(pw) * g.bin_w +
+                          static_cast<T>(static_cast<T>(ix) + T(0.5)) * g.bin_w / static_cast<T>(g.grid_w);
+              taps[t++] = RoiAlignTap(y, x, height, width);
+            }
+          }
+        }
+      }
+      const int64_t per_bin = g.grid_h * g.grid_w;
+      const T count = static_cast<T>(std::max<int64_t>(per_bin, 1));
+      const auto image = static_cast<int64_t>(roi[0]);
+      for (int64_t c = 0; c < channels; ++c) {
+        const T* map = plane == 0 ? nullptr : input.data + (image * channels + c) * plane;
+        T* out = output + (r * channels + c) * bins;
+        const BilinearTap<T>* tap = taps.data();
+        for (int64_t bin = 0; bin < bins; ++bin) {
+          if (max_mode_) {
+            T best = max_start_;
+            for (int64_t s = 0; s < per_bin; ++s, ++tap) {
+              const T value = map ? tap->Read(map) : T(0);
+              if (value > best) best = value;
+            }
+            out[bin] = per_bin == 0 ? empty_bin_max_ : best;
+          } else {
+            T sum = 0;
+            for (int64_t s = 0; s < per_bin; ++s, ++tap) sum += map ? tap->Read(map) : T(0);
+            out[bin] = sum / count;
+          }
+        }
+      }
+    });
+  }
+
+ private:
+  struct Geometry {
+    T start_h, start_w, bin_h, bin_w;
+    int64_t grid_h, grid_w;
+  };
+
+  Geometry RoiGeometry(const T* roi) const {
+    const T scale = static_cast<T>(spatial_scale_);
+    const T shift = aligned_ ? T(0.5) : T(0);
+    Geometry g;
+    g.start_w = roi[1] * scale - shift;
+    g.start_h = roi[2] * scale - shift;
+    T roi_width = roi[3] * scale - shift - g.start_w;
+    T roi_height = roi[4] * scale - shift - g.start_h;
+    if (!aligned_) {
+      roi_width = std::max(roi_width, T(1));
+      roi_height = std::max(roi_height, T(1));
+    }
+    g.bin_h = roi_height / static_cast<T>(output_height_);
+    g.bin_w = roi_width / static_cast<T>(output_width_);
+    g.grid_h = sampling_ratio_ > 0 ? sampling_ratio_ : AdaptiveGrid(roi_height / static_cast<T>(output_height_));
+    g.grid_w = sampling_ratio_ > 0 ? sampling_ratio_ : AdaptiveGrid(roi_width / static_cast<T>(output_width_));
+    Check(g.grid_h * g.grid_w <= kMaxTapsPerRoi / (output_height_ * output_width_), "a roi of ", roi_width, " x ",
+          roi_height, " feature pixels needs ", g.grid_h, " x ", g.grid_w,
+          " samples per bin, more than this op allows; lower 'sampling_ratio' or check the rois");
+    return g;
+  }
+
+  // ceil(size / bins), 0 for an empty or negative size, as an integer.
+  static int64_t AdaptiveGrid(T bin_size) {
+    const T grid = std::ceil(bin_size);
+    if (!(grid > 0)) return 0;
+    Check(grid <= static_cast<T>(kMaxSamplesPerAxis), "a roi needs ", grid,
+          " samples per bin along one axis (adaptive sampling), more than this op allows; check the rois");
+    return static_cast<int64_t>(grid);
+  }
+
+  int64_t output_height_, output_width_;
+  float spatial_scale_;
+  int64_t sampling_ratio_, aligned_;
+  bool max_mode_ = false;
+  T max_start_, empty_bin_max_;
+};
+
+}  // namespace
+
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<RoiAlignKernel, float, double>(def); }
+
 }  // namespace ortops::roi_align

@@ -10,6 +10,7 @@ from ortops.torch._export import DOMAIN, OPSET_VERSION, ExportedOp, custom_trans
 from ortops.torch.group_norm import group_norm
 from ortops.torch.matrix_inverse import matrix_inverse
 from ortops.torch.nms import nms
+from ortops.torch.roi_align import roi_align
 
 __all__ = [
     "DOMAIN",
@@ -21,4 +22,5 @@ __all__ = [
     "group_norm",
     "matrix_inverse",
     "nms",
+    "roi_align",
 ]

@@ -1,0 +1,59 @@
+// Bilinear sampling of one H x W plane by the RoIAlign rule (Caffe2/Detectron, as in mmcv
+// and torchvision): the arithmetic is kept operation for operation, so float results
+// agree with theirs to the last bit.
+#pragma once
+
+#include <cstdint>
+
+namespace ortops {
+
+// Where one sample reads: four offsets into the plane and their weights. A sample outside
+// the plane has all weights 0 (and offsets 0, so reading through it is always in bounds).
+template <typename T>
+struct BilinearTap {
+  int64_t offset[4] = {0, 0, 0, 0};
+  T weight[4] = {0, 0, 0, 0};
+
+  T Read(const T* plane) const {
+    return weight[0] * plane[offset[0]] + weight[1] * plane[offset[1]] + weight[2] * plane[offset[2]] +
+           weight[3] * plane[offset[3]];
+  }
+};
+
+// The RoIAlign rule: a point with y < -1, y > H, x < -1 or x > W reads 0; otherwise
+// coordinates below 0 are clamped to 0 and the last row/column is repeated past the edge.
+template <typename T>
+BilinearTap<T> RoiAlignTap(T y, T x, int64_t height, int64_t width) {
+  BilinearTap<T> tap;
+  if (height <= 0 || width <= 0) return tap;
+  if (y < T(-1) || y > static_cast<T>(height) || x < T(-1) || x > static_cast<T>(width)) return tap;
+  if (y <= 0) y = 0;
+  if (x <= 0) x = 0;
+  auto y_low = static_cast<int64_t>(y), x_low = static_cast<int64_t>(x);
+  int64_t y_high, x_high;
+  if (y_low >= height - 1) {
+    y_high = y_low = height - 1;
+    y = static_cast<T>(y_low);
+  } else {
+    y_high = y_low + 1;
+  }
+  if (x_low >= width - 1) {
+    x_high = x_low = width - 1;
+    x = static_cast<T>(x_low);
+  } else {
+    x_high = x_low + 1;
+  }
+  const T ly = y - static_cast<T>(y_low), lx = x - static_cast<T>(x_low);
+  const T hy = T(1) - ly, hx = T(1) - lx;
+  tap.offset[0] = y_low * width + x_low;
+  tap.offset[1] = y_low * width + x_high;
+  tap.offset[2] = y_high * width + x_low;
+  tap.offset[3] = y_high * width + x_high;
+  tap.weight[0] = hy * hx;
+  tap.weight[1] = hy * lx;
+  tap.weight[2] = ly * hx;
+  tap.weight[3] = ly * lx;
+  return tap;
+}
+
+}  // namespace ortops

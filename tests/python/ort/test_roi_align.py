@@ -1,0 +1,179 @@
+"""RoIAlign in both domains against the slow loop in references.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import references
+
+from ortest import run
+
+DOMAINS = [("mmcv", "MMCVRoiAlign", True), ("ortops", "RoIAlign", False)]
+# Same arithmetic as the reference, sample by sample; only the summation may round differently.
+TOLERANCE = {np.float32: {"rtol": 1e-5, "atol": 1e-6}, np.float64: {"rtol": 1e-12, "atol": 1e-14}}
+
+
+def make_case(rng: np.random.Generator, n: int, c: int, h: int, w: int, r: int, dtype: type, scale: float):
+    features = rng.normal(size=(n, c, h, w)).astype(dtype)
+    image_w, image_h = w / scale, h / scale
+    xy = rng.uniform(-0.2, 1.0, (r, 2)) * [image_w, image_h]
+    wh = rng.uniform(0, 0.6, (r, 2)) * [image_w, image_h]
+    rois = np.concatenate([rng.integers(0, n, (r, 1)), xy, xy + wh], axis=1).astype(dtype)
+    return features, rois
+
+
+def attrs(out: int, scale: float, sampling: int, mode: str, aligned: int) -> dict:
+    return dict(
+        output_height=out,
+        output_width=out + 1,
+        spatial_scale=scale,
+        sampling_ratio=sampling,
+        mode=mode,
+        aligned=aligned,
+    )
+
+
+@pytest.mark.parametrize("domain,op,compat", DOMAINS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("aligned", [0, 1])
+@pytest.mark.parametrize("sampling", [0, 2])
+def test_matches_reference(domain, op, compat, dtype, mode, aligned, sampling) -> None:
+    rng = np.random.default_rng(aligned * 2 + sampling)
+    features, rois = make_case(rng, 2, 3, 9, 11, 6, dtype, 0.5)
+    a = attrs(3, 0.5, sampling, mode, aligned)
+    (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **a)
+    expected = references.roi_align(features, rois, 3, 4, 0.5, sampling, mode, bool(aligned), compat)
+    assert got.dtype == dtype and got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("domain,op,compat", DOMAINS)
+def test_rois_on_and_beyond_the_edges(domain, op, compat) -> None:
+    features = np.arange(2 * 5 * 6, dtype=np.float32).reshape(1, 2, 5, 6)
+    rois = np.array(
+        [[0, -3, -3, 2, 2], [0, 4, 3, 9, 8], [0, -10, -10, -5, -5], [0, 0, 0, 6, 5], [0, 5.5, 4.5, 5.5, 4.5]],
+        np.float32,
+    )
+    for mode in ("avg", "max"):
+        for aligned in (0, 1):
+            (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(2, 1.0, 2, mode, aligned))
+            expected = references.roi_align(features, rois, 2, 3, 1.0, 2, mode, bool(aligned), compat)
+            np.testing.assert_allclose(got, expected, **TOLERANCE[np.float32])
+
+
+@pytest.mark.parametrize("domain,op,compat", DOMAINS)
+def test_empty_adaptive_grid_in_max_mode(domain, op, compat) -> None:
+    # aligned=1 allows a zero-size roi; adaptive sampling then has no samples per bin.
+    features = np.ones((1, 1, 4, 4), np.float32)
+    rois = np.array([[0, 1, 1, 1, 1]], np.float32)
+    (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(2, 1.0, 0, "max", 1))
+    np.testing.assert_array_equal(got, np.full((1, 1, 2, 3), -10000.0 if compat else 0.0, np.float32))
+    (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(2, 1.0, 0, "avg", 1))
+    np.testing.assert_array_equal(got, np.zeros((1, 1, 2, 3), np.float32))
+
+
+def test_max_mode_below_minus_10000_shows_the_mmcv_quirk() -> None:
+    features = np.full((1, 1, 4, 4), -20000.0, np.float32)
+    rois = np.array([[0, 0, 0, 3, 3]], np.float32)
+    feeds = {"input": features, "rois": rois}
+    (mmcv,) = run("MMCVRoiAlign", "mmcv", feeds, ["output"], **attrs(1, 1.0, 2, "max", 1))
+    (ortops,) = run("RoIAlign", "ortops", feeds, ["output"], **attrs(1, 1.0, 2, "max", 1))
+    np.testing.assert_array_equal(mmcv, np.full((1, 1, 1, 2), -10000.0, np.float32))
+    np.testing.assert_array_equal(ortops, np.full((1, 1, 1, 2), -20000.0, np.float32))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_thread_counts_agree(threads: int) -> None:
+    features, rois = make_case(np.random.default_rng(5), 2, 4, 12, 10, 40, np.float32, 0.25)
+    a = attrs(2, 0.25, 0, "avg", 1)
+    (got,) = run("RoIAlign", "ortops", {"input": features, "rois": rois}, ["output"], threads=threads, **a)
+    expected = references.roi_align(features, rois, 2, 3, 0.25, 0, "avg", True, False)
+    np.testing.assert_allclose(got, expected, **TOLERANCE[np.float32])
+
+
+def test_mmcv_style_node() -> None:
+    """The node as mmcv 1.x's symbolic wrote it: every attribute, mode as a string."""
+    features, rois = make_case(np.random.default_rng(1), 1, 2, 8, 8, 3, np.float32, 0.125)
+    (got,) = run(
+        "MMCVRoiAlign",
+        "mmcv",
+        {"input": features, "rois": rois},
+        ["output"],
+        output_height=7,
+        output_width=7,
+        spatial_scale=0.125,
+        sampling_ratio=0,
+        mode="avg",
+        aligned=1,
+    )
+    np.testing.assert_allclose(
+        got, references.roi_align(features, rois, 7, 7, 0.125, 0, "avg", True, True), rtol=1e-5, atol=1e-6
+    )
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 5)])
+def test_empty_rois_or_channels(shape) -> None:
+    features = np.zeros((1, 0 if shape[0] else 3, 4, 4), np.float32)
+    rois = np.zeros(shape, np.float32)
+    (got,) = run("RoIAlign", "ortops", {"input": features, "rois": rois}, ["output"], **attrs(2, 1.0, 2, "avg", 1))
+    assert got.shape == (shape[0], features.shape[1], 2, 3)
+
+
+def test_empty_feature_map_reads_zero() -> None:
+    rois = np.array([[0, 0, 0, 3, 3]], np.float32)
+    (got,) = run(
+        "RoIAlign",
+        "ortops",
+        {"input": np.zeros((1, 2, 0, 5), np.float32), "rois": rois},
+        ["output"],
+        **attrs(2, 1.0, 2, "max", 1),
+    )
+    np.testing.assert_array_equal(got, np.zeros((1, 2, 2, 3), np.float32))
+
+
+BAD = [
+    (
+        "batch index",
+        np.array([[2, 0, 0, 1, 1]], np.float32),
+        {},
+        r"roi 0 has batch index 2, but input 'input' has 2 images",
+    ),
+    ("negative index", np.array([[-1, 0, 0, 1, 1]], np.float32), {}, r"roi 0 has batch index -1"),
+    ("NaN roi", np.array([[0, 0, np.nan, 1, 1]], np.float32), {}, r"roi 0 in input 'rois' is not finite"),
+    ("inf roi", np.array([[0, 0, 0, np.inf, 1]], np.float32), {}, r"roi 0 in input 'rois' is not finite"),
+    ("rois [R, 4]", np.zeros((2, 4), np.float32), {}, r"input 'rois' must have shape \[R, 5\]"),
+    (
+        "mode",
+        np.zeros((1, 5), np.float32),
+        {"mode": "sum"},
+        r"attribute 'mode' must be \"avg\" or \"max\", got \"sum\"",
+    ),
+    ("output size", np.zeros((1, 5), np.float32), {"output_height": 0}, r"must be at least 1, got 0"),
+    ("huge roi", np.array([[0, 0, 0, 1e9, 1e9]], np.float32), {"sampling_ratio": 0}, r"samples per bin"),
+    (
+        "huge sampling",
+        np.zeros((1, 5), np.float32),
+        {"sampling_ratio": 1 << 20},
+        r"'sampling_ratio' must be at most 65536",
+    ),
+]
+
+
+@pytest.mark.parametrize("case,rois,overrides,message", BAD, ids=[b[0] for b in BAD])
+@pytest.mark.parametrize("domain,op,compat", DOMAINS)
+def test_bad_input_is_an_error(case, rois, overrides, message, domain, op, compat) -> None:
+    features = np.zeros((2, 1, 4, 4), np.float32)
+    a = {**attrs(2, 1.0, 2, "avg", 1), **overrides}
+    with pytest.raises(Exception, match=rf"{domain}\.{op}: .*{message}"):
+        run(op, domain, {"input": features, "rois": rois}, ["output"], **a)
+
+
+def test_wrong_rank_is_an_error() -> None:
+    with pytest.raises(Exception, match=r"input 'input' must have rank 4, got shape \[4, 4\]"):
+        run(
+            "RoIAlign",
+            "ortops",
+            {"input": np.zeros((4, 4), np.float32), "rois": np.zeros((1, 5), np.float32)},
+            ["output"],
+        )

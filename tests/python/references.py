@@ -1,0 +1,89 @@
+"""Slow, obviously correct references written from the op specs, shared by the test folders.
+
+Plain Python loops over numpy arrays, one sample at a time, in the input's dtype where the
+original kernels compute in it. No torch here: the ONNX-Runtime-level tests run without it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def roi_align_sample(plane: np.ndarray, y: float, x: float) -> float:
+    """One bilinear sample of a [H, W] plane by the RoIAlign rule, in the plane's dtype."""
+    t = plane.dtype.type
+    h, w = plane.shape
+    if h == 0 or w == 0 or y < -1.0 or y > h or x < -1.0 or x > w:
+        return t(0)
+    y, x = max(y, t(0)), max(x, t(0))
+    y_low, x_low = int(y), int(x)
+    if y_low >= h - 1:
+        y_low = y_high = h - 1
+        y = t(y_low)
+    else:
+        y_high = y_low + 1
+    if x_low >= w - 1:
+        x_low = x_high = w - 1
+        x = t(x_low)
+    else:
+        x_high = x_low + 1
+    ly, lx = y - t(y_low), x - t(x_low)
+    hy, hx = t(1) - ly, t(1) - lx
+    return (
+        hy * hx * plane[y_low, x_low]
+        + hy * lx * plane[y_low, x_high]
+        + ly * hx * plane[y_high, x_low]
+        + ly * lx * plane[y_high, x_high]
+    )
+
+
+def roi_align(
+    features: np.ndarray,
+    rois: np.ndarray,
+    out_h: int,
+    out_w: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    mode: str,
+    aligned: bool,
+    compat: bool,
+) -> np.ndarray:
+    """RoIAlign as the spec describes it; compat=True keeps mmcv's max-mode start of -10000."""
+    t = features.dtype.type
+    n, c, h, w = features.shape
+    out = np.zeros((len(rois), c, out_h, out_w), features.dtype)
+    scale, shift = t(spatial_scale), t(0.5 if aligned else 0.0)
+    for r, roi in enumerate(rois):
+        image = int(roi[0])
+        start_w, start_h = roi[1] * scale - shift, roi[2] * scale - shift
+        roi_w, roi_h = roi[3] * scale - shift - start_w, roi[4] * scale - shift - start_h
+        if not aligned:
+            roi_w, roi_h = max(roi_w, t(1)), max(roi_h, t(1))
+        bin_h, bin_w = roi_h / t(out_h), roi_w / t(out_w)
+        grid_h = sampling_ratio if sampling_ratio > 0 else max(math.ceil(roi_h / t(out_h)), 0)
+        grid_w = sampling_ratio if sampling_ratio > 0 else max(math.ceil(roi_w / t(out_w)), 0)
+        for ch in range(c):
+            plane = features[image, ch]
+            for ph in range(out_h):
+                for pw in range(out_w):
+                    samples = [
+                        roi_align_sample(
+                            plane,
+                            start_h + t(ph) * bin_h + t(iy + 0.5) * bin_h / t(grid_h),
+                            start_w + t(pw) * bin_w + t(ix + 0.5) * bin_w / t(grid_w),
+                        )
+                        for iy in range(grid_h)
+                        for ix in range(grid_w)
+                    ]
+                    if mode == "avg":
+                        total = t(0)
+                        for s in samples:
+                            total += s
+                        out[r, ch, ph, pw] = total / t(max(len(samples), 1))
+                    elif compat:
+                        out[r, ch, ph, pw] = max([t(-10000), *samples])
+                    else:
+                        out[r, ch, ph, pw] = max(samples) if samples else t(0)
+    return out
