@@ -56,6 +56,21 @@ def register_export(
     _exported[onnx_op] = ExportedOp(op, onnx_op, function, translation)
 
 
+def typed(value: Any, like: Any, *, sizes: list[int | None] | None = None, dtype: torch.dtype | None = None) -> Any:
+    """Gives a custom node's output in a TorchScript export graph the type of ``like``.
+
+    With ``sizes`` and ``dtype`` the shape and element type are replaced. Without a type the
+    exporter warns that shape inference is missing and cannot propagate shapes past the node.
+    """
+    node_type = like.type()
+    if dtype is not None:
+        node_type = node_type.with_dtype(dtype)
+    if sizes is not None:
+        node_type = node_type.with_sizes(sizes)
+    value.setType(node_type)
+    return value
+
+
 def exported_ops() -> tuple[ExportedOp, ...]:
     """Every registered torch op with its ONNX op, in registration order."""
     return tuple(_exported.values())

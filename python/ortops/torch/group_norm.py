@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.onnx import symbolic_helper
 
-from ortops.torch._export import onnx_opset, register_export
+from ortops.torch._export import onnx_opset, register_export, typed
 
 
 @torch.library.custom_op("ortops::group_norm", mutates_args=())
@@ -52,7 +52,7 @@ def group_norm(
 
 @symbolic_helper.parse_args("v", "i", "v", "v", "f")
 def _symbolic(g, input, num_groups, weight, bias, eps):  # noqa: ANN001, ANN202 (TorchScript graph values)
-    return g.op("ortops::GroupNorm", input, weight, bias, num_groups_i=num_groups, epsilon_f=eps)
+    return typed(g.op("ortops::GroupNorm", input, weight, bias, num_groups_i=num_groups, epsilon_f=eps), input)
 
 
 def _translation(input, num_groups: int, weight, bias, eps: float):  # noqa: ANN001, ANN202 (onnxscript values)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ortops.torch._export import onnx_opset, register_export
+from ortops.torch._export import onnx_opset, register_export, typed
 
 
 @torch.library.custom_op("ortops::matrix_inverse", mutates_args=())
@@ -33,7 +33,7 @@ def matrix_inverse(input: torch.Tensor) -> torch.Tensor:
 
 
 def _symbolic(g, input):  # noqa: ANN001, ANN202 (TorchScript graph values)
-    return g.op("ortops::MatrixInverse", input)
+    return typed(g.op("ortops::MatrixInverse", input), input)
 
 
 def _translation(input):  # noqa: ANN001, ANN202 (onnxscript values)

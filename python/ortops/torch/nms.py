@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch.onnx import symbolic_helper
 
-from ortops.torch._export import onnx_opset, register_export
+from ortops.torch._export import onnx_opset, register_export, typed
 
 
 @torch.library.custom_op("ortops::nms", mutates_args=())
@@ -55,7 +55,8 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, offset:
 
 @symbolic_helper.parse_args("v", "v", "f", "i")
 def _symbolic(g, boxes, scores, iou_threshold, offset):  # noqa: ANN001, ANN202 (TorchScript graph values)
-    return g.op("ortops::NMS", boxes, scores, iou_threshold_f=iou_threshold, offset_i=offset)
+    indices = g.op("ortops::NMS", boxes, scores, iou_threshold_f=iou_threshold, offset_i=offset)
+    return typed(indices, boxes, sizes=[None], dtype=torch.int64)
 
 
 def _translation(boxes, scores, iou_threshold: float, offset: int):  # noqa: ANN001, ANN202 (onnxscript values)

@@ -7,7 +7,7 @@ import math
 import torch
 from torch.onnx import symbolic_helper
 
-from ortops.torch._export import onnx_opset, register_export
+from ortops.torch._export import onnx_opset, register_export, typed
 
 
 def _axis_taps(coord: torch.Tensor, size: int) -> tuple[torch.Tensor, ...]:
@@ -183,7 +183,7 @@ def roi_align(
 
 @symbolic_helper.parse_args("v", "v", "i", "i", "f", "i", "s", "i")
 def _symbolic(g, input, rois, output_height, output_width, spatial_scale, sampling_ratio, mode, aligned):  # noqa: ANN001, ANN202
-    return g.op(
+    pooled = g.op(
         "ortops::RoIAlign",
         input,
         rois,
@@ -194,6 +194,8 @@ def _symbolic(g, input, rois, output_height, output_width, spatial_scale, sampli
         mode_s=mode,
         aligned_i=aligned,
     )
+    channels = symbolic_helper._get_tensor_dim_size(input, 1)
+    return typed(pooled, input, sizes=[None, channels, output_height, output_width])
 
 
 def _translation(  # noqa: ANN202 (onnxscript values)
