@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "math/bilinear.h"
+#include "ops/roi_align/roi_pooling.h"
 
 namespace ortops::roi_align {
 namespace {
@@ -52,10 +53,8 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-// Bounds on the bilinear taps precomputed per roi: beyond them a roi (or sampling_ratio) is
-// so large that the op would run for minutes; that is reported instead of attempted.
-constexpr int64_t kMaxSamplesPerAxis = 1 << 16;
-constexpr int64_t kMaxTapsPerRoi = 1 << 24;
+using roi_pooling::kMaxSamplesPerAxis;
+using roi_pooling::kMaxTapsPerRoi;
 
 template <typename T>
 class RoiAlignKernel : public KernelBase {
@@ -90,17 +89,9 @@ class RoiAlignKernel : public KernelBase {
   void Compute(const KernelIO& io) const {
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> rois = io.Input<T>(1, 2);
-    Check(rois.dim(1) == 5, "input 'rois' must have shape [R, 5] (batch_index, x1, y1, x2, y2), got ",
-          ShapeText{rois.shape});
-    const int64_t batch = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
+    roi_pooling::CheckRois(rois, 5, "(batch_index, x1, y1, x2, y2)", input.shape);
+    const int64_t channels = input.dim(1), height = input.dim(2), width = input.dim(3);
     const int64_t roi_count = rois.dim(0);
-    for (int64_t r = 0; r < roi_count; ++r) {
-      const T* roi = rois.data + 5 * r;
-      for (int k = 0; k < 5; ++k) Check(std::isfinite(roi[k]), "roi ", r, " in input 'rois' is not finite");
-      const auto index = static_cast<int64_t>(roi[0]);  // truncation toward zero, as mmcv
-      Check(index >= 0 && index < batch, "roi ", r, " has batch index ", roi[0], ", but input 'input' has ", batch,
-            " images (shape ", ShapeText{input.shape}, ")");
-    }
 
     const int64_t bins = output_height_ * output_width_;
     T* output = io.Output<T>(0, {roi_count, channels, output_height_, output_width_});
@@ -126,25 +117,22 @@ class RoiAlignKernel : public KernelBase {
         }
       }
       const int64_t per_bin = g.grid_h * g.grid_w;
-      const T count = static_cast<T>(std::max<int64_t>(per_bin, 1));
       const auto image = static_cast<int64_t>(roi[0]);
       for (int64_t c = 0; c < channels; ++c) {
         const T* map = plane == 0 ? nullptr : input.data + (image * channels + c) * plane;
         T* out = output + (r * channels + c) * bins;
+        if (!max_mode_) {
+          roi_pooling::AveragePool(map, taps.data(), bins, per_bin, out);
+          continue;
+        }
         const BilinearTap<T>* tap = taps.data();
         for (int64_t bin = 0; bin < bins; ++bin) {
-          if (max_mode_) {
-            T best = max_start_;
-            for (int64_t s = 0; s < per_bin; ++s, ++tap) {
-              const T value = map ? tap->Read(map) : T(0);
-              if (value > best) best = value;
-            }
-            out[bin] = per_bin == 0 ? empty_bin_max_ : best;
-          } else {
-            T sum = 0;
-            for (int64_t s = 0; s < per_bin; ++s, ++tap) sum += map ? tap->Read(map) : T(0);
-            out[bin] = sum / count;
+          T best = max_start_;
+          for (int64_t s = 0; s < per_bin; ++s, ++tap) {
+            const T value = map ? tap->Read(map) : T(0);
+            if (value > best) best = value;
           }
+          out[bin] = per_bin == 0 ? empty_bin_max_ : best;
         }
       }
     });
@@ -170,21 +158,10 @@ class RoiAlignKernel : public KernelBase {
     }
     g.bin_h = roi_height / static_cast<T>(output_height_);
     g.bin_w = roi_width / static_cast<T>(output_width_);
-    g.grid_h = sampling_ratio_ > 0 ? sampling_ratio_ : AdaptiveGrid(roi_height / static_cast<T>(output_height_));
-    g.grid_w = sampling_ratio_ > 0 ? sampling_ratio_ : AdaptiveGrid(roi_width / static_cast<T>(output_width_));
-    Check(g.grid_h * g.grid_w <= kMaxTapsPerRoi / (output_height_ * output_width_), "a roi of ", roi_width, " x ",
-          roi_height, " feature pixels needs ", g.grid_h, " x ", g.grid_w,
-          " samples per bin, more than this op allows; lower 'sampling_ratio' or check the rois");
+    g.grid_h = roi_pooling::GridSize(sampling_ratio_, roi_height, output_height_);
+    g.grid_w = roi_pooling::GridSize(sampling_ratio_, roi_width, output_width_);
+    roi_pooling::CheckTapCount(g.grid_h, g.grid_w, output_height_ * output_width_);
     return g;
-  }
-
-  // ceil(size / bins), 0 for an empty or negative size, as an integer.
-  static int64_t AdaptiveGrid(T bin_size) {
-    const T grid = std::ceil(bin_size);
-    if (!(grid > 0)) return 0;
-    Check(grid <= static_cast<T>(kMaxSamplesPerAxis), "a roi needs ", grid,
-          " samples per bin along one axis (adaptive sampling), more than this op allows; check the rois");
-    return static_cast<int64_t>(grid);
   }
 
   int64_t output_height_, output_width_;
