@@ -4,6 +4,7 @@
 #include "ops/matrix_inverse/matrix_inverse.h"
 #include "ops/nms/nms.h"
 #include "ops/roi_align/roi_align.h"
+#include "ops/roi_align_rotated/roi_align_rotated.h"
 
 namespace ortops {
 namespace {
@@ -18,6 +19,9 @@ constexpr OpDef kOpTable[] = {
   {kMmcvDomain,     "NonMaxSuppression",   1,     kCpu,     &nms::kSchema,               &nms::Make,               kCompat},
   {kOrtopsDomain,   "RoIAlign",            1,     kCpu,     &roi_align::kSchema,         &roi_align::Make},
   {kMmcvDomain,     "MMCVRoiAlign",        1,     kCpu,     &roi_align::kSchema,         &roi_align::Make,         kCompat},
+  {kOrtopsDomain,   "RoIAlignRotated",     1,     kCpu,     &roi_align_rotated::kSchema, &roi_align_rotated::Make},
+  {kMmcvDomain,     "MMCVRoIAlignRotated", 1,     kCpu,     &roi_align_rotated::kSchema, &roi_align_rotated::Make, kCompat},
+  {kMmdeployDomain, "MMCVRoIAlignRotated", 1,     kCpu,     &roi_align_rotated::kSchema, &roi_align_rotated::Make, kCompat},
   {kOrtopsDomain,   "GroupNorm",           1,     kCpu,     &group_norm::kSchema,        &group_norm::Make},
   {kOrtopsDomain,   "MatrixInverse",       1,     kCpu,     &matrix_inverse::kSchema,    &matrix_inverse::Make},
 };

@@ -87,3 +87,42 @@ def roi_align(
                     else:
                         out[r, ch, ph, pw] = max(samples) if samples else t(0)
     return out
+
+
+def roi_align_rotated(
+    features: np.ndarray,
+    rois: np.ndarray,
+    out_h: int,
+    out_w: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    aligned: bool,
+    clockwise: bool,
+) -> np.ndarray:
+    """Rotated RoIAlign (average) as the spec describes it, one sample at a time."""
+    t = features.dtype.type
+    n, c, h, w = features.shape
+    out = np.zeros((len(rois), c, out_h, out_w), features.dtype)
+    scale, shift = t(spatial_scale), t(0.5 if aligned else 0.0)
+    for r, roi in enumerate(rois):
+        cx, cy = roi[1] * scale - shift, roi[2] * scale - shift
+        roi_w, roi_h = roi[3] * scale, roi[4] * scale
+        theta = -roi[5] if clockwise else roi[5]
+        cos_t, sin_t = t(np.cos(theta)), t(np.sin(theta))
+        if not aligned:
+            roi_w, roi_h = max(roi_w, t(1)), max(roi_h, t(1))
+        bin_h, bin_w = roi_h / t(out_h), roi_w / t(out_w)
+        grid_h = sampling_ratio if sampling_ratio > 0 else max(math.ceil(roi_h / t(out_h)), 0)
+        grid_w = sampling_ratio if sampling_ratio > 0 else max(math.ceil(roi_w / t(out_w)), 0)
+        for ch in range(c):
+            plane = features[int(roi[0]), ch]
+            for ph in range(out_h):
+                for pw in range(out_w):
+                    total = t(0)
+                    for iy in range(grid_h):
+                        yy = -roi_h / t(2) + t(ph) * bin_h + t(iy + 0.5) * bin_h / t(grid_h)
+                        for ix in range(grid_w):
+                            xx = -roi_w / t(2) + t(pw) * bin_w + t(ix + 0.5) * bin_w / t(grid_w)
+                            total += roi_align_sample(plane, yy * cos_t - xx * sin_t + cy, yy * sin_t + xx * cos_t + cx)
+                    out[r, ch, ph, pw] = total / t(max(grid_h * grid_w, 1))
+    return out

@@ -11,6 +11,7 @@ from ortops.torch.group_norm import group_norm
 from ortops.torch.matrix_inverse import matrix_inverse
 from ortops.torch.nms import nms
 from ortops.torch.roi_align import roi_align
+from ortops.torch.roi_align_rotated import roi_align_rotated
 
 __all__ = [
     "DOMAIN",
@@ -23,4 +24,5 @@ __all__ = [
     "matrix_inverse",
     "nms",
     "roi_align",
+    "roi_align_rotated",
 ]

@@ -1,0 +1,188 @@
+"""Rotated RoIAlign: ``torch.ops.ortops.roi_align_rotated``, exported to ``ortops::RoIAlignRotated``."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.onnx import symbolic_helper
+
+from ortops.torch._export import onnx_opset, register_export, typed
+
+
+def bilinear_points(planes: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Samples ``planes`` (Tensor[R, C, H, W]) at points y, x (Tensor[R, *]) by RoIAlign's rule.
+
+    Returns Tensor[R, C, *]. A point with y < -1, y > H, x < -1 or x > W reads 0; otherwise
+    coordinates below 0 clamp to 0 and the last row/column repeats past the edge.
+    """
+    r, c, h, w = planes.shape
+    points_shape = y.shape[1:]
+    y, x = y.reshape(r, -1), x.reshape(r, -1)
+    if h == 0 or w == 0:
+        return planes.new_zeros((r, c, *points_shape))
+    valid = (y >= -1) & (y <= h) & (x >= -1) & (x <= w)
+    y, x = y.clamp(min=0), x.clamp(min=0)
+    y_low, x_low = y.floor().long(), x.floor().long()
+    y_edge, x_edge = y_low >= h - 1, x_low >= w - 1
+    y_low, x_low = torch.where(y_edge, h - 1, y_low), torch.where(x_edge, w - 1, x_low)
+    y_high, x_high = torch.where(y_edge, y_low, y_low + 1), torch.where(x_edge, x_low, x_low + 1)
+    y, x = torch.where(y_edge, y_low.to(y.dtype), y), torch.where(x_edge, x_low.to(x.dtype), x)
+    ly, lx = y - y_low.to(y.dtype), x - x_low.to(x.dtype)
+    hy, hx = 1 - ly, 1 - lx
+    flat = planes.reshape(r, c, h * w)
+
+    def read(yi: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
+        index = (yi * w + xi)[:, None, :].expand(r, c, yi.shape[1])
+        return flat.gather(2, index)
+
+    value = (
+        (hy * hx)[:, None] * read(y_low, x_low)
+        + (hy * lx)[:, None] * read(y_low, x_high)
+        + (ly * hx)[:, None] * read(y_high, x_low)
+        + (ly * lx)[:, None] * read(y_high, x_high)
+    )
+    return (value * valid[:, None]).reshape(r, c, *points_shape)
+
+
+@torch.library.custom_op("ortops::roi_align_rotated", mutates_args=())
+def _roi_align_rotated(
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    output_height: int,
+    output_width: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    aligned: int,
+    clockwise: int,
+) -> torch.Tensor:
+    if input.dim() != 4 or rois.dim() != 2 or rois.shape[1] != 6:
+        raise ValueError(
+            f"ortops.roi_align_rotated: need input [N, C, H, W] and rois [R, 6], "
+            f"got {list(input.shape)} and {list(rois.shape)}"
+        )
+    r, c = rois.shape[0], input.shape[1]
+    out = input.new_zeros((r, c, output_height, output_width))
+    shift = 0.5 if aligned else 0.0
+    for i in range(r):  # each roi has its own rotation (and, adaptively, its own grid)
+        roi = rois[i]
+        center_w, center_h = roi[1] * spatial_scale - shift, roi[2] * spatial_scale - shift
+        roi_w, roi_h = roi[3] * spatial_scale, roi[4] * spatial_scale
+        theta = -roi[5] if clockwise else roi[5]
+        if not aligned:
+            roi_w, roi_h = roi_w.clamp(min=1), roi_h.clamp(min=1)
+        grid_h = sampling_ratio if sampling_ratio > 0 else max(math.ceil(float(roi_h) / output_height), 0)
+        grid_w = sampling_ratio if sampling_ratio > 0 else max(math.ceil(float(roi_w) / output_width), 0)
+        if grid_h * grid_w == 0:
+            continue
+        bin_h, bin_w = roi_h / output_height, roi_w / output_width
+        dtype = input.dtype
+        ph = torch.arange(output_height, dtype=dtype)[:, None, None, None]
+        iy = (torch.arange(grid_h, dtype=dtype) + 0.5)[None, :, None, None]
+        pw = torch.arange(output_width, dtype=dtype)[None, None, :, None]
+        ix = (torch.arange(grid_w, dtype=dtype) + 0.5)[None, None, None, :]
+        yy = -roi_h / 2 + ph * bin_h + iy * bin_h / grid_h
+        xx = -roi_w / 2 + pw * bin_w + ix * bin_w / grid_w
+        y = yy * torch.cos(theta) - xx * torch.sin(theta) + center_h
+        x = yy * torch.sin(theta) + xx * torch.cos(theta) + center_w
+        samples = bilinear_points(input[int(roi[0])][None], y[None], x[None])[0]  # [C, oh, gh, ow, gw]
+        out[i] = samples.sum(dim=(2, 4)) / (grid_h * grid_w)
+    return out
+
+
+@_roi_align_rotated.register_fake
+def _(
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    output_height: int,
+    output_width: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    aligned: int,
+    clockwise: int,
+) -> torch.Tensor:
+    return input.new_empty((rois.shape[0], input.shape[1], output_height, output_width))
+
+
+def roi_align_rotated(
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    output_size: int | tuple[int, int],
+    spatial_scale: float = 1.0,
+    sampling_ratio: int = 0,
+    aligned: bool = True,
+    clockwise: bool = False,
+) -> torch.Tensor:
+    """RoIAlign over rotated rois, average pooling (exports to ``ortops::RoIAlignRotated``).
+
+    Args:
+        input: ``Tensor[N, C, H, W]`` feature maps, float32 or float64.
+        rois: ``Tensor[R, 6]`` rois as (batch_index, cx, cy, w, h, theta), theta in radians.
+        output_size: pooled size, ``int`` or ``(height, width)``.
+        spatial_scale: multiplies roi centres and sizes to give feature-map coordinates.
+        sampling_ratio: samples per bin along each axis; 0: adaptive, ceil(roi size / output size).
+        aligned: shift the scaled centre by -0.5 pixel (True), or the legacy behaviour (False).
+        clockwise: theta turns clockwise.
+
+    Returns:
+        ``Tensor[R, C, output_height, output_width]``.
+    """
+    height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
+    return torch.ops.ortops.roi_align_rotated(
+        input,
+        rois,
+        int(height),
+        int(width),
+        float(spatial_scale),
+        int(sampling_ratio),
+        int(bool(aligned)),
+        int(bool(clockwise)),
+    )
+
+
+@symbolic_helper.parse_args("v", "v", "i", "i", "f", "i", "i", "i")
+def _symbolic(g, input, rois, output_height, output_width, spatial_scale, sampling_ratio, aligned, clockwise):  # noqa: ANN001, ANN202
+    pooled = g.op(
+        "ortops::RoIAlignRotated",
+        input,
+        rois,
+        output_height_i=output_height,
+        output_width_i=output_width,
+        spatial_scale_f=spatial_scale,
+        sampling_ratio_i=sampling_ratio,
+        aligned_i=aligned,
+        clockwise_i=clockwise,
+    )
+    channels = symbolic_helper._get_tensor_dim_size(input, 1)
+    return typed(pooled, input, sizes=[None, channels, output_height, output_width])
+
+
+def _translation(  # noqa: ANN202 (onnxscript values)
+    input,  # noqa: ANN001
+    rois,  # noqa: ANN001
+    output_height: int,
+    output_width: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    aligned: int,
+    clockwise: int,
+):
+    return onnx_opset.RoIAlignRotated(
+        input,
+        rois,
+        output_height=output_height,
+        output_width=output_width,
+        spatial_scale=spatial_scale,
+        sampling_ratio=sampling_ratio,
+        aligned=aligned,
+        clockwise=clockwise,
+    )
+
+
+register_export(
+    torch.ops.ortops.roi_align_rotated.default,
+    onnx_op="RoIAlignRotated",
+    function=roi_align_rotated,
+    symbolic=_symbolic,
+    translation=_translation,
+)
