@@ -5,6 +5,7 @@
 #include "ops/nms/nms.h"
 #include "ops/roi_align/roi_align.h"
 #include "ops/roi_align_rotated/roi_align_rotated.h"
+#include "ops/rotated_feature_align/rotated_feature_align.h"
 
 namespace ortops {
 namespace {
@@ -22,6 +23,8 @@ constexpr OpDef kOpTable[] = {
   {kOrtopsDomain,   "RoIAlignRotated",     1,     kCpu,     &roi_align_rotated::kSchema, &roi_align_rotated::Make},
   {kMmcvDomain,     "MMCVRoIAlignRotated", 1,     kCpu,     &roi_align_rotated::kSchema, &roi_align_rotated::Make, kCompat},
   {kMmdeployDomain, "MMCVRoIAlignRotated", 1,     kCpu,     &roi_align_rotated::kSchema, &roi_align_rotated::Make, kCompat},
+  {kOrtopsDomain,   "RotatedFeatureAlign",     1, kCpu,  &rotated_feature_align::kSchema, &rotated_feature_align::Make},
+  {kMmcvDomain,     "MMCVRotatedFeatureAlign", 1, kCpu,  &rotated_feature_align::kSchema, &rotated_feature_align::Make, kCompat},
   {kOrtopsDomain,   "GroupNorm",           1,     kCpu,     &group_norm::kSchema,        &group_norm::Make},
   {kOrtopsDomain,   "MatrixInverse",       1,     kCpu,     &matrix_inverse::kSchema,    &matrix_inverse::Make},
 };

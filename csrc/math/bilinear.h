@@ -22,11 +22,13 @@ struct BilinearTap {
 
 // The RoIAlign rule: a point with y < -1, y > H, x < -1 or x > W reads 0; otherwise
 // coordinates below 0 are clamped to 0 and the last row/column is repeated past the edge.
+// A NaN coordinate also reads 0 (written as a negated test, so NaN never reaches the
+// integer conversion below).
 template <typename T>
 BilinearTap<T> RoiAlignTap(T y, T x, int64_t height, int64_t width) {
   BilinearTap<T> tap;
   if (height <= 0 || width <= 0) return tap;
-  if (y < T(-1) || y > static_cast<T>(height) || x < T(-1) || x > static_cast<T>(width)) return tap;
+  if (!(y >= T(-1) && y <= static_cast<T>(height) && x >= T(-1) && x <= static_cast<T>(width))) return tap;
   if (y <= 0) y = 0;
   if (x <= 0) x = 0;
   auto y_low = static_cast<int64_t>(y), x_low = static_cast<int64_t>(x);

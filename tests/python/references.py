@@ -126,3 +126,36 @@ def roi_align_rotated(
                             total += roi_align_sample(plane, yy * cos_t - xx * sin_t + cy, yy * sin_t + xx * cos_t + cx)
                     out[r, ch, ph, pw] = total / t(max(grid_h * grid_w, 1))
     return out
+
+
+def rotated_feature_align(
+    features: np.ndarray, boxes: np.ndarray, spatial_scale: float, points: int, y_first: bool
+) -> np.ndarray:
+    """Rotated feature alignment as the spec describes it; y_first reads boxes as (y, x, w, h, a)."""
+    t = features.dtype.type
+    n, c, h, w = features.shape
+    out = features.copy()
+    scale = t(spatial_scale)
+    for i in range(n):
+        for row in range(h):
+            for col in range(w):
+                box = boxes[i, row, col]
+                y, x = (box[0], box[1]) if y_first else (box[1], box[0])
+                y, x = y * scale, x * scale
+                pts = [(y, x)]
+                if points == 5:
+                    half_w, half_h, a = box[2] * scale / t(2), box[3] * scale / t(2), box[4]
+                    wx, wy = t(np.cos(a)) * half_w, t(np.sin(a)) * half_w
+                    hx, hy = -t(np.sin(a)) * half_h, t(np.cos(a)) * half_h
+                    pts += [
+                        (y + wy + hy, x + wx + hx),
+                        (y - wy + hy, x - wx + hx),
+                        (y - wy - hy, x - wx - hx),
+                        (y + wy - hy, x + wx - hx),
+                    ]
+                for ch in range(c):
+                    value = features[i, ch, row, col]
+                    for py, px in pts:
+                        value += roi_align_sample(features[i, ch], py, px)
+                    out[i, ch, row, col] = value
+    return out

@@ -12,6 +12,7 @@ from ortops.torch.matrix_inverse import matrix_inverse
 from ortops.torch.nms import nms
 from ortops.torch.roi_align import roi_align
 from ortops.torch.roi_align_rotated import roi_align_rotated
+from ortops.torch.rotated_feature_align import rotated_feature_align
 
 __all__ = [
     "DOMAIN",
@@ -25,4 +26,5 @@ __all__ = [
     "nms",
     "roi_align",
     "roi_align_rotated",
+    "rotated_feature_align",
 ]
