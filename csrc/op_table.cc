@@ -1,5 +1,6 @@
 #include "op_table.h"
 
+#include "ops/grid_sample/grid_sample.h"
 #include "ops/group_norm/group_norm.h"
 #include "ops/matrix_inverse/matrix_inverse.h"
 #include "ops/nms/nms.h"
@@ -25,6 +26,9 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "MMCVRoIAlignRotated", 1,     kCpu,     &roi_align_rotated::kSchema, &roi_align_rotated::Make, kCompat},
   {kOrtopsDomain,   "RotatedFeatureAlign",     1, kCpu,  &rotated_feature_align::kSchema, &rotated_feature_align::Make},
   {kMmcvDomain,     "MMCVRotatedFeatureAlign", 1, kCpu,  &rotated_feature_align::kSchema, &rotated_feature_align::Make, kCompat},
+  {kOrtopsDomain,   "GridSample",          1,     kCpu,     &grid_sample::kSchema,       &grid_sample::Make},
+  {kMmcvDomain,     "grid_sampler",        1,     kCpu,     &grid_sample::kSchema,       &grid_sample::Make,       kCompat},
+  {kMmdeployDomain, "grid_sampler",        1,     kCpu,     &grid_sample::kSchema,       &grid_sample::Make,       kCompat},
   {kOrtopsDomain,   "GroupNorm",           1,     kCpu,     &group_norm::kSchema,        &group_norm::Make},
   {kOrtopsDomain,   "MatrixInverse",       1,     kCpu,     &matrix_inverse::kSchema,    &matrix_inverse::Make},
 };

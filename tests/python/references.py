@@ -159,3 +159,92 @@ def rotated_feature_align(
                         value += roi_align_sample(features[i, ch], py, px)
                     out[i, ch, row, col] = value
     return out
+
+
+def _unnormalize(coord: float, size: int, align: bool) -> float:
+    t = type(coord)  # every operand in the coordinate's own type, whatever numpy's casting rules
+    one, two = t(1), t(2)
+    return ((coord + one) / two) * t(size - 1) if align else ((coord + one) * t(size) - one) / two
+
+
+def _reflect(coord: float, twice_low: int, twice_high: int) -> float:
+    t = type(coord)
+    if twice_low == twice_high:
+        return t(0)
+    low, span = t(twice_low / 2), t((twice_high - twice_low) / 2)
+    coord = abs(coord - low)
+    extra = t(np.fmod(coord, span))
+    flips = math.floor(coord / span)
+    return extra + low if flips % 2 == 0 else span - extra + low
+
+
+def _pad(coord: float, size: int, padding: str, align: bool) -> float:
+    t = type(coord)
+    if padding == "border":
+        return min(t(size - 1), max(coord, t(0)))
+    if padding == "reflection":
+        coord = t(_reflect(coord, 0, 2 * (size - 1)) if align else _reflect(coord, -1, 2 * size - 1))
+        return min(t(size - 1), max(coord, t(0)))
+    return coord
+
+
+def _cubic_weights(t: float) -> list[float]:
+    a = -0.75
+
+    def near(x: float) -> float:
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x: float) -> float:
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
+
+
+def grid_sample(features: np.ndarray, grid: np.ndarray, mode: str, padding: str, align: bool) -> np.ndarray:
+    """PyTorch's 2-D grid_sample written point by point: coordinates in the input dtype (so
+    nearest rounding at exact half-way points agrees), sums in float64, result in the dtype."""
+    n, c, h, w = features.shape
+    _, out_h, out_w, _ = grid.shape
+    out = np.zeros((n, c, out_h, out_w), np.float64)
+    f = features.astype(np.float64)
+
+    def inside(y: int, x: int) -> bool:
+        return 0 <= y < h and 0 <= x < w
+
+    for b in range(n):
+        for i in range(out_h):
+            for j in range(out_w):
+                gx, gy = grid[b, i, j, 0], grid[b, i, j, 1]
+                x, y = _unnormalize(gx, w, align), _unnormalize(gy, h, align)
+                if mode == "bicubic":
+                    x0, y0 = math.floor(x), math.floor(y)
+                    wx, wy = _cubic_weights(float(x - x0)), _cubic_weights(float(y - y0))
+                    for ch in range(c):
+                        rows = []
+                        for r in range(4):
+                            values = []
+                            for k in range(4):
+                                t = type(x)
+                                xx, yy = _pad(t(x0 - 1 + k), w, padding, align), _pad(t(y0 - 1 + r), h, padding, align)
+                                xi, yi = int(xx), int(yy)
+                                values.append(f[b, ch, yi, xi] if inside(yi, xi) else 0.0)
+                            rows.append(sum(v * q for v, q in zip(values, wx)))
+                        out[b, ch, i, j] = sum(v * q for v, q in zip(rows, wy))
+                    continue
+                x, y = _pad(x, w, padding, align), _pad(y, h, padding, align)
+                if mode == "nearest":
+                    xi, yi = int(np.rint(x)), int(np.rint(y))  # half to even, as nearbyint
+                    if inside(yi, xi):
+                        out[b, :, i, j] = f[b, :, yi, xi]
+                    continue
+                x0, y0 = math.floor(x), math.floor(y)
+                x, y = float(x), float(y)
+                for yi, xi, weight in (
+                    (y0, x0, (x0 + 1 - x) * (y0 + 1 - y)),
+                    (y0, x0 + 1, (x - x0) * (y0 + 1 - y)),
+                    (y0 + 1, x0, (x0 + 1 - x) * (y - y0)),
+                    (y0 + 1, x0 + 1, (x - x0) * (y - y0)),
+                ):
+                    if inside(yi, xi):
+                        out[b, :, i, j] += f[b, :, yi, xi] * weight
+    return out.astype(features.dtype)

@@ -7,6 +7,7 @@ pass :func:`custom_translation_table` (``dynamo=True``) or ``custom_opsets={"ort
 """
 
 from ortops.torch._export import DOMAIN, OPSET_VERSION, ExportedOp, custom_translation_table, export, exported_ops
+from ortops.torch.grid_sample import grid_sample
 from ortops.torch.group_norm import group_norm
 from ortops.torch.matrix_inverse import matrix_inverse
 from ortops.torch.nms import nms
@@ -21,6 +22,7 @@ __all__ = [
     "custom_translation_table",
     "export",
     "exported_ops",
+    "grid_sample",
     "group_norm",
     "matrix_inverse",
     "nms",

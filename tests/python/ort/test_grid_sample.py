@@ -1,0 +1,111 @@
+"""grid_sampler (mmcv, mmdeploy) and GridSample (ortops) against the float64 loop in references.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import references
+
+from ortest import run
+
+DOMAINS = [("mmcv", "grid_sampler"), ("mmdeploy", "grid_sampler"), ("ortops", "GridSample")]
+MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
+PADDINGS = {"zeros": 0, "border": 1, "reflection": 2}
+# The reference is float64; float32 results carry float32 rounding of coordinates and sums.
+TOLERANCE = {np.float32: {"rtol": 1e-4, "atol": 1e-4}, np.float64: {"rtol": 1e-10, "atol": 1e-10}}
+
+
+def make_case(
+    rng: np.random.Generator, dtype: type, n: int = 2, c: int = 3, h: int = 5, w: int = 7, out: tuple = (4, 6)
+):
+    features = rng.normal(size=(n, c, h, w)).astype(dtype)
+    grid = rng.uniform(-1.6, 1.6, (n, *out, 2))
+    # Exact edges, pixel centres and half-way points, where rounding and padding rules matter.
+    grid[0, 0, :3] = [[-1, -1], [1, 1], [0, 0]]
+    grid[0, 1, :2] = [[1 / w, -1 / h], [-1 + 1 / w, 1 - 1 / h]]
+    return features, grid.astype(dtype)
+
+
+def attrs(mode: str, padding: str, align: int) -> dict:
+    return dict(interpolation_mode=MODES[mode], padding_mode=PADDINGS[padding], align_corners=align)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("padding", list(PADDINGS))
+@pytest.mark.parametrize("align", [0, 1])
+def test_matches_reference(dtype, mode, padding, align) -> None:
+    features, grid = make_case(np.random.default_rng(MODES[mode] * 6 + PADDINGS[padding] * 2 + align), dtype)
+    (got,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **attrs(mode, padding, align))
+    expected = references.grid_sample(features, grid, mode, padding, bool(align))
+    assert got.dtype == dtype
+    np.testing.assert_allclose(got, expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_compat_nodes_as_exported(domain, op) -> None:
+    """mmcv's and mmdeploy's symbolic wrote the three attributes as ints."""
+    features, grid = make_case(np.random.default_rng(9), np.float32)
+    (got,) = run(
+        op, domain, {"input": features, "grid": grid}, ["output"], interpolation_mode=0, padding_mode=0, align_corners=0
+    )
+    np.testing.assert_allclose(
+        got, references.grid_sample(features, grid, "bilinear", "zeros", False), **TOLERANCE[np.float32]
+    )
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_thread_counts_agree(threads: int) -> None:
+    features, grid = make_case(np.random.default_rng(2), np.float32, n=2, c=4, h=9, w=8, out=(11, 10))
+    (got,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], threads=threads)
+    np.testing.assert_allclose(
+        got, references.grid_sample(features, grid, "bilinear", "zeros", False), **TOLERANCE[np.float32]
+    )
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_non_finite_grid_points(mode: str) -> None:
+    features = np.ones((1, 1, 3, 3), np.float32)
+    grid = np.array([[[[np.nan, 0], [np.inf, 0], [0, -np.inf], [1e30, 1e30]]]], np.float32)
+    (zeros,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **attrs(mode, "zeros", 0))
+    assert np.isnan(zeros[0, 0, 0, 0]) and (zeros[0, 0, 0, 1:] == 0).all()
+    (border,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **attrs(mode, "border", 0))
+    assert np.isnan(border[0, 0, 0, 0]) and np.isfinite(border[0, 0, 0, 1:]).all()
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 3, 3), (1, 0, 3, 3)])
+def test_empty_batch_or_channels(shape) -> None:
+    grid = np.zeros((shape[0], 2, 2, 2), np.float32)
+    (got,) = run("GridSample", "ortops", {"input": np.zeros(shape, np.float32), "grid": grid}, ["output"])
+    assert got.shape == (shape[0], shape[1], 2, 2)
+
+
+def test_empty_output_grid() -> None:
+    (got,) = run(
+        "GridSample",
+        "ortops",
+        {"input": np.ones((1, 2, 3, 3), np.float32), "grid": np.zeros((1, 0, 4, 2), np.float32)},
+        ["output"],
+    )
+    assert got.shape == (1, 2, 0, 4)
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_bad_input_is_an_error(domain, op) -> None:
+    features = np.zeros((2, 1, 3, 3), np.float32)
+    with pytest.raises(
+        Exception,
+        match=rf"{domain}\.{op}: input 'grid' must have shape \[N, H_out, W_out, 2\] with N = 2, got \[1, 2, 2, 2\]",
+    ):
+        run(op, domain, {"input": features, "grid": np.zeros((1, 2, 2, 2), np.float32)}, ["output"])
+    with pytest.raises(
+        Exception, match=r"attribute 'padding_mode' must be 0 \(zeros\), 1 \(border\) or 2 \(reflection\), got 5"
+    ):
+        run(op, domain, {"input": features, "grid": np.zeros((2, 2, 2, 2), np.float32)}, ["output"], padding_mode=5)
+    with pytest.raises(Exception, match=r"empty map"):
+        run(
+            op,
+            domain,
+            {"input": np.zeros((2, 1, 0, 3), np.float32), "grid": np.zeros((2, 2, 2, 2), np.float32)},
+            ["output"],
+        )
