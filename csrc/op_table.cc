@@ -1,5 +1,7 @@
 #include "op_table.h"
 
+#include "ops/corner_pool/corner_pool.h"
+#include "ops/cummax/cummax.h"
 #include "ops/grid_sample/grid_sample.h"
 #include "ops/group_norm/group_norm.h"
 #include "ops/matrix_inverse/matrix_inverse.h"
@@ -29,6 +31,12 @@ constexpr OpDef kOpTable[] = {
   {kOrtopsDomain,   "GridSample",          1,     kCpu,     &grid_sample::kSchema,       &grid_sample::Make},
   {kMmcvDomain,     "grid_sampler",        1,     kCpu,     &grid_sample::kSchema,       &grid_sample::Make,       kCompat},
   {kMmdeployDomain, "grid_sampler",        1,     kCpu,     &grid_sample::kSchema,       &grid_sample::Make,       kCompat},
+  {kOrtopsDomain,   "CornerPool",          1,     kCpu,     &corner_pool::kSchema,       &corner_pool::Make},
+  {kMmcvDomain,     "MMCVCornerPool",      1,     kCpu,     &corner_pool::kSchema,       &corner_pool::Make,       kCompat},
+  {kOrtopsDomain,   "CumMax",              1,     kCpu,     &cummax::kSchema,            &cummax::MakeMax},
+  {kMmcvDomain,     "cummax",              1,     kCpu,     &cummax::kSchema,            &cummax::MakeMax,         kCompat},
+  {kOrtopsDomain,   "CumMin",              1,     kCpu,     &cummax::kSchema,            &cummax::MakeMin},
+  {kMmcvDomain,     "cummin",              1,     kCpu,     &cummax::kSchema,            &cummax::MakeMin,         kCompat},
   {kOrtopsDomain,   "GroupNorm",           1,     kCpu,     &group_norm::kSchema,        &group_norm::Make},
   {kOrtopsDomain,   "MatrixInverse",       1,     kCpu,     &matrix_inverse::kSchema,    &matrix_inverse::Make},
 };

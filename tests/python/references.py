@@ -248,3 +248,26 @@ def grid_sample(features: np.ndarray, grid: np.ndarray, mode: str, padding: str,
                     if inside(yi, xi):
                         out[b, :, i, j] += f[b, :, yi, xi] * weight
     return out.astype(features.dtype)
+
+
+def cumulative_extreme(x: np.ndarray, dim: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
+    """torch.cummax/cummin one line at a time: ties take the later position, NaN takes over."""
+    if x.ndim == 0:
+        return x.copy(), np.zeros((), np.int64)
+    moved = np.moveaxis(x, dim, -1)
+    values, indices = np.empty_like(moved), np.empty(moved.shape, np.int64)
+    for line in np.ndindex(moved.shape[:-1]):
+        best, where = None, 0
+        for i, v in enumerate(moved[line]):
+            if best is None or v != v or (best == best and (v >= best if largest else v <= best)):
+                best, where = v, i
+            values[line + (i,)], indices[line + (i,)] = best, where
+    return np.moveaxis(values, -1, dim), np.moveaxis(indices, -1, dim)
+
+
+def corner_pool(x: np.ndarray, mode: int) -> np.ndarray:
+    """Running max from the bottom (0 top), top (1 bottom), right (2 left), left (3 right)."""
+    dim = 2 if mode <= 1 else 3
+    if mode in (0, 2):
+        return np.flip(cumulative_extreme(np.flip(x, dim), dim, True)[0], dim)
+    return cumulative_extreme(x, dim, True)[0]

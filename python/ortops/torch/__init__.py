@@ -7,6 +7,8 @@ pass :func:`custom_translation_table` (``dynamo=True``) or ``custom_opsets={"ort
 """
 
 from ortops.torch._export import DOMAIN, OPSET_VERSION, ExportedOp, custom_translation_table, export, exported_ops
+from ortops.torch.corner_pool import corner_pool
+from ortops.torch.cummax import cummax, cummin
 from ortops.torch.grid_sample import grid_sample
 from ortops.torch.group_norm import group_norm
 from ortops.torch.matrix_inverse import matrix_inverse
@@ -19,6 +21,9 @@ __all__ = [
     "DOMAIN",
     "OPSET_VERSION",
     "ExportedOp",
+    "corner_pool",
+    "cummax",
+    "cummin",
     "custom_translation_table",
     "export",
     "exported_ops",

@@ -1,0 +1,63 @@
+// Corner pooling (CornerNet; mmcv's MMCVCornerPool): a running maximum across the map.
+#include "ops/corner_pool/corner_pool.h"
+
+#include "ops/cummax/scan.h"
+
+namespace ortops::corner_pool {
+namespace {
+
+constexpr IoSpec kInputs[] = {
+    {"input", ElemType::kTypeParam, "`[N, C, H, W]` feature maps"},
+};
+constexpr IoSpec kOutputs[] = {
+    {"output", ElemType::kTypeParam, "`[N, C, H, W]` pooled feature maps"},
+};
+constexpr AttrSpec kAttributes[] = {
+    {"mode", AttrType::kInt, "0", "0 top, 1 bottom, 2 left, 3 right"},
+};
+
+}  // namespace
+
+constexpr OpSchema kSchema{
+    .doc =
+        "Corner pooling: `top` (mode 0) is the running maximum from the bottom row upward, "
+        "`bottom` (1) from the top row downward, `left` (2) from the right edge leftward, `right` "
+        "(3) from the left edge rightward. Equal to `torch.cummax` on the flipped input, so NaN "
+        "propagates in the scan direction.",
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = kAttributes,
+};
+
+namespace {
+
+template <typename T>
+class CornerPoolKernel : public KernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = corner_pool::kSchema;
+
+  CornerPoolKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), mode_(attrs.Int("mode")) {
+    Check(mode_ >= 0 && mode_ <= 3, "attribute 'mode' must be 0 (top), 1 (bottom), 2 (left) or 3 (right), got ", mode_);
+  }
+
+  void Compute(const KernelIO& io) const {
+    const ConstTensor<T> input = io.Input<T>(0, 4);
+    const int64_t planes = input.dim(0) * input.dim(1), height = input.dim(2), width = input.dim(3);
+    const bool vertical = mode_ <= 1;
+    const scan::Layout layout =
+        vertical ? scan::Layout{planes, height, width} : scan::Layout{planes * height, width, 1};
+    const bool reverse = mode_ == 0 || mode_ == 2;  // top and left scan toward the start
+    T* output = io.Output<T>(0, input.shape);
+    scan::CumulativeExtreme<T, true>(io, input.data, output, nullptr, layout, reverse);
+  }
+
+ private:
+  int64_t mode_;
+};
+
+}  // namespace
+
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<CornerPoolKernel, float, double>(def); }
+
+}  // namespace ortops::corner_pool

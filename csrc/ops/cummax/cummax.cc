@@ -1,0 +1,75 @@
+// Cumulative maximum and minimum with indices (mmcv's cummax and cummin, torch.cummax/cummin).
+#include "ops/cummax/cummax.h"
+
+#include "ops/cummax/scan.h"
+
+namespace ortops::cummax {
+namespace {
+
+constexpr IoSpec kInputs[] = {
+    {"input", ElemType::kTypeParam, "a tensor of any rank (rank 0 and empty allowed)"},
+};
+constexpr IoSpec kOutputs[] = {
+    {"values", ElemType::kTypeParam, "same shape: the running maximum (minimum) along `dim`"},
+    {"indices", ElemType::kInt64, "same shape: the position along `dim` each value came from"},
+};
+constexpr AttrSpec kAttributes[] = {
+    {"dim", AttrType::kInt, "0", "the axis to scan; negative counts from the end"},
+};
+
+}  // namespace
+
+constexpr OpSchema kSchema{
+    .doc =
+        "Running maximum (`cummax`, `CumMax`) or minimum (`cummin`, `CumMin`) along `dim`, with the "
+        "position each value came from; identical to `torch.cummax` / `torch.cummin`: on ties the "
+        "later position wins, and NaN propagates (a NaN takes over, and each later NaN takes its own "
+        "position). A rank-0 input is scanned as a single element (`dim` 0 or -1).",
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = kAttributes,
+};
+
+namespace {
+
+template <typename T, bool kMax>
+class CumulativeKernel : public KernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = cummax::kSchema;
+
+  CumulativeKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), dim_(attrs.Int("dim")) {}
+
+  void Compute(const KernelIO& io) const {
+    const ConstTensor<T> input = io.Input<T>(0);
+    const auto rank = static_cast<int64_t>(input.rank());
+    const int64_t axes = rank == 0 ? 1 : rank;
+    Check(dim_ >= -axes && dim_ < axes, "attribute 'dim' = ", dim_, " is out of range for input 'input' of rank ", rank,
+          " (shape ", ShapeText{input.shape}, ")");
+    const int64_t axis = dim_ < 0 ? dim_ + axes : dim_;
+    scan::Layout layout{1, 1, 1};
+    for (int64_t a = 0; a < rank; ++a) {
+      if (a < axis) layout.outer *= input.dim(static_cast<size_t>(a));
+      if (a == axis) layout.length = input.dim(static_cast<size_t>(a));
+      if (a > axis) layout.inner *= input.dim(static_cast<size_t>(a));
+    }
+    T* values = io.Output<T>(0, input.shape);
+    int64_t* indices = io.Output<int64_t>(1, input.shape);
+    scan::CumulativeExtreme<T, kMax>(io, input.data, values, indices, layout, false);
+  }
+
+ private:
+  int64_t dim_;
+};
+
+template <typename T>
+using CumMaxKernel = CumulativeKernel<T, true>;
+template <typename T>
+using CumMinKernel = CumulativeKernel<T, false>;
+
+}  // namespace
+
+std::vector<OpPtr> MakeMax(const OpDef& def) { return MakeOps<CumMaxKernel, float, double, int64_t>(def); }
+std::vector<OpPtr> MakeMin(const OpDef& def) { return MakeOps<CumMinKernel, float, double, int64_t>(def); }
+
+}  // namespace ortops::cummax

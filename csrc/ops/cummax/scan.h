@@ -1,0 +1,68 @@
+// Running maximum or minimum along one axis of a tensor viewed as [outer, length, inner],
+// with torch.cummax/cummin's rules: ties take the later position, and a NaN, once seen,
+// stays (each later NaN takes over its position).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/kernel_io.h"
+
+namespace ortops::scan {
+
+struct Layout {
+  int64_t outer, length, inner;
+};
+
+template <typename T, bool kMax>
+inline bool Takes(T candidate, T current) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(candidate)) return true;
+    if (std::isnan(current)) return false;
+  }
+  return kMax ? candidate >= current : candidate <= current;
+}
+
+// values[i] = extreme of input over positions 0..i (or i..length-1 when `reverse`) along the
+// axis; indices (may be null) receive the position it came from. Parallel over outer slices
+// and chunks of the inner dimension; each step along the axis updates a whole contiguous
+// inner row, so the loops vectorise whatever the axis.
+template <typename T, bool kMax>
+void CumulativeExtreme(const KernelIO& io, const T* input, T* values, int64_t* indices, Layout layout, bool reverse) {
+  if (layout.outer * layout.length * layout.inner == 0) return;
+  constexpr int64_t kChunk = 1024;
+  const int64_t chunks = (layout.inner + kChunk - 1) / kChunk;
+  io.ParallelFor(static_cast<size_t>(layout.outer * chunks), [&](size_t task) {
+    const int64_t o = static_cast<int64_t>(task) / chunks;
+    const int64_t begin = (static_cast<int64_t>(task) % chunks) * kChunk;
+    const int64_t end = std::min(layout.inner, begin + kChunk);
+    const int64_t base = o * layout.length * layout.inner;
+    const T* previous = nullptr;
+    const int64_t* previous_index = nullptr;
+    for (int64_t step = 0; step < layout.length; ++step) {
+      const int64_t position = reverse ? layout.length - 1 - step : step;
+      const int64_t row = base + position * layout.inner;
+      const T* in = input + row;
+      T* out = values + row;
+      int64_t* index = indices ? indices + row : nullptr;
+      if (previous == nullptr) {
+        for (int64_t k = begin; k < end; ++k) out[k] = in[k];
+        if (index) std::fill(index + begin, index + end, position);
+      } else if (index) {
+        for (int64_t k = begin; k < end; ++k) {
+          const bool take = Takes<T, kMax>(in[k], previous[k]);
+          out[k] = take ? in[k] : previous[k];
+          index[k] = take ? position : previous_index[k];
+        }
+      } else {
+        for (int64_t k = begin; k < end; ++k) out[k] = Takes<T, kMax>(in[k], previous[k]) ? in[k] : previous[k];
+      }
+      previous = out;
+      previous_index = index;
+    }
+  });
+}
+
+}  // namespace ortops::scan

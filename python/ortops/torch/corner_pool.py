@@ -1,0 +1,57 @@
+"""Corner pooling: ``torch.ops.ortops.corner_pool``, exported to ``ortops::CornerPool``."""
+
+from __future__ import annotations
+
+import torch
+from torch.onnx import symbolic_helper
+
+from ortops.torch._export import onnx_opset, register_export, typed
+
+_MODES = {"top": 0, "bottom": 1, "left": 2, "right": 3}
+
+
+@torch.library.custom_op("ortops::corner_pool", mutates_args=())
+def _corner_pool(input: torch.Tensor, mode: int) -> torch.Tensor:
+    if input.dim() != 4 or mode not in range(4):
+        raise ValueError(f"ortops.corner_pool: need input [N, C, H, W] and mode 0..3, got {list(input.shape)}, {mode}")
+    dim = 2 if mode <= 1 else 3
+    if mode in (0, 2):  # top and left run toward the start: cummax of the flipped map
+        return torch.cummax(input.flip(dim), dim).values.flip(dim)
+    return torch.cummax(input, dim).values
+
+
+@_corner_pool.register_fake
+def _(input: torch.Tensor, mode: int) -> torch.Tensor:
+    return torch.empty_like(input)
+
+
+def corner_pool(input: torch.Tensor, mode: str | int) -> torch.Tensor:
+    """Corner pooling (exports to ``ortops::CornerPool``).
+
+    Args:
+        input: ``Tensor[N, C, H, W]``, float32 or float64.
+        mode: ``"top"`` (running max from the bottom row up), ``"bottom"``, ``"left"`` (from the
+            right edge leftward) or ``"right"``; or 0..3 in that order.
+
+    Returns:
+        ``Tensor[N, C, H, W]``.
+    """
+    return torch.ops.ortops.corner_pool(input, _MODES[mode] if isinstance(mode, str) else int(mode))
+
+
+@symbolic_helper.parse_args("v", "i")
+def _symbolic(g, input, mode):  # noqa: ANN001, ANN202 (TorchScript graph values)
+    return typed(g.op("ortops::CornerPool", input, mode_i=mode), input)
+
+
+def _translation(input, mode: int):  # noqa: ANN001, ANN202 (onnxscript values)
+    return onnx_opset.CornerPool(input, mode=mode)
+
+
+register_export(
+    torch.ops.ortops.corner_pool.default,
+    onnx_op="CornerPool",
+    function=corner_pool,
+    symbolic=_symbolic,
+    translation=_translation,
+)
