@@ -6,9 +6,11 @@
 #include "ops/group_norm/group_norm.h"
 #include "ops/matrix_inverse/matrix_inverse.h"
 #include "ops/nms/nms.h"
+#include "ops/nms_match/nms_match.h"
 #include "ops/roi_align/roi_align.h"
 #include "ops/roi_align_rotated/roi_align_rotated.h"
 #include "ops/rotated_feature_align/rotated_feature_align.h"
+#include "ops/soft_nms/soft_nms.h"
 
 namespace ortops {
 namespace {
@@ -21,6 +23,10 @@ constexpr OpDef kOpTable[] = {
   // domain          name                  since  provider  schema                       factory                   quirks
   {kOrtopsDomain,   "NMS",                 1,     kCpu,     &nms::kSchema,               &nms::Make},
   {kMmcvDomain,     "NonMaxSuppression",   1,     kCpu,     &nms::kSchema,               &nms::Make,               kCompat},
+  {kOrtopsDomain,   "SoftNMS",             1,     kCpu,     &soft_nms::kSchema,          &soft_nms::Make},
+  {kMmcvDomain,     "SoftNonMaxSuppression", 1,   kCpu,     &soft_nms::kSchema,          &soft_nms::Make,          kCompat},
+  {kOrtopsDomain,   "NMSMatch",            1,     kCpu,     &nms_match::kSchema,         &nms_match::Make},
+  {kMmdeployDomain, "NMSMatch",            1,     kCpu,     &nms_match::kSchema,         &nms_match::Make,         kCompat},
   {kOrtopsDomain,   "RoIAlign",            1,     kCpu,     &roi_align::kSchema,         &roi_align::Make},
   {kMmcvDomain,     "MMCVRoiAlign",        1,     kCpu,     &roi_align::kSchema,         &roi_align::Make,         kCompat},
   {kOrtopsDomain,   "RoIAlignRotated",     1,     kCpu,     &roi_align_rotated::kSchema, &roi_align_rotated::Make},

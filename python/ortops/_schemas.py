@@ -19,7 +19,7 @@ def _formal_parameters(params, type_param: tuple[str, ...] | None):  # noqa: ANN
     for p in params:
         # Every input that accepts the kernel's several element types shares one type
         # parameter "T"; fixed-type ones (int64 indices) name their type directly.
-        type_str = "T" if len(p.types) > 1 and tuple(p.types) == type_param else f"tensor({p.types[0]})"
+        type_str = "T" if len(p.types) > 1 and tuple(p.types) == type_param else _onnx_type(p.types[0])
         option = (
             onnx.defs.OpSchema.FormalParameterOption.Optional
             if p.optional

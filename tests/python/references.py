@@ -271,3 +271,80 @@ def corner_pool(x: np.ndarray, mode: int) -> np.ndarray:
     if mode in (0, 2):
         return np.flip(cumulative_extreme(np.flip(x, dim), dim, True)[0], dim)
     return cumulative_extreme(x, dim, True)[0]
+
+
+def _iou(a: np.ndarray, b: np.ndarray, offset) -> float:
+    t = type(a[0])
+    w = max(t(0), min(a[2], b[2]) - max(a[0], b[0]) + t(offset))
+    h = max(t(0), min(a[3], b[3]) - max(a[1], b[1]) + t(offset))
+    area_a = (a[2] - a[0] + t(offset)) * (a[3] - a[1] + t(offset))
+    area_b = (b[2] - b[0] + t(offset)) * (b[3] - b[1] + t(offset))
+    inter = w * h
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return inter / (area_a + area_b - inter)
+
+
+def soft_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold, sigma, min_score, method: int, offset: int):
+    """Soft-NMS with mmcv's working-list order: returns (dets [K, 5], indices [K])."""
+    t = boxes.dtype.type
+    work = [[boxes[i].copy(), scores[i], i] for i in range(len(scores))]
+    n = len(work)
+    i = 0
+    while i < n:
+        best = i
+        for pos in range(i + 1, n):
+            if work[best][1] < work[pos][1]:
+                best = pos
+        work[i], work[best] = work[best], work[i]
+        pos = i + 1
+        while pos < n:
+            iou = _iou(work[i][0], work[pos][0], offset)
+            if method == 0:
+                weight = t(0) if iou >= t(iou_threshold) else t(1)
+            elif method == 1:
+                weight = t(1) - iou if iou >= t(iou_threshold) else t(1)
+            else:
+                weight = t(np.exp(-(iou * iou) / t(sigma)))
+            work[pos][1] = t(work[pos][1] * weight)
+            if work[pos][1] < t(min_score):
+                work[pos] = work[n - 1]
+                n -= 1
+                continue
+            pos += 1
+        i += 1
+    dets = np.array([[*w[0], w[1]] for w in work[:n]], boxes.dtype).reshape(-1, 5)
+    return dets, np.array([w[2] for w in work[:n]], np.int64)
+
+
+def nms_match(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_threshold: float) -> np.ndarray:
+    """mmdeploy's NMSMatch as the spec says, ties by lower index: rows (batch, class, kept, suppressed).
+
+    The thresholds arrive as float32 tensors, so their float32 values are compared.
+    """
+    iou_threshold, score_threshold = float(np.float32(iou_threshold)), float(np.float32(score_threshold))
+    rows = []
+    b_count, n = boxes.shape[:2]
+    for b in range(b_count):
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            order = sorted(range(n), key=lambda i: (-s[i], i))
+            suppressed = set()
+            for rank, i in enumerate(order):
+                if i in suppressed:
+                    continue
+                matched = []
+                for j in order[rank + 1 :]:
+                    if j in suppressed:
+                        continue
+                    a, o = boxes[b, i], boxes[b, j]
+                    t = type(a[0])  # box arithmetic in the boxes' dtype, the final division in float64
+                    w = max(t(0), min(a[2], o[2]) - max(a[0], o[0]))
+                    h = max(t(0), min(a[3], o[3]) - max(a[1], o[1]))
+                    area_a, area_o = (a[2] - a[0]) * (a[3] - a[1]), (o[2] - o[0]) * (o[3] - o[1])
+                    inter = w * h
+                    if float(inter) / (float(area_a + area_o - inter) + 1e-10) >= iou_threshold:
+                        suppressed.add(j)
+                        matched.append(j)
+                if float(s[i]) > score_threshold and matched:
+                    rows += [[b, c, i, j] for j in matched]
+    return np.array(rows, np.int64).reshape(-1, 4)

@@ -13,9 +13,11 @@ from ortops.torch.grid_sample import grid_sample
 from ortops.torch.group_norm import group_norm
 from ortops.torch.matrix_inverse import matrix_inverse
 from ortops.torch.nms import nms
+from ortops.torch.nms_match import nms_match
 from ortops.torch.roi_align import roi_align
 from ortops.torch.roi_align_rotated import roi_align_rotated
 from ortops.torch.rotated_feature_align import rotated_feature_align
+from ortops.torch.soft_nms import soft_nms
 
 __all__ = [
     "DOMAIN",
@@ -31,7 +33,9 @@ __all__ = [
     "group_norm",
     "matrix_inverse",
     "nms",
+    "nms_match",
     "roi_align",
     "roi_align_rotated",
     "rotated_feature_align",
+    "soft_nms",
 ]

@@ -1,0 +1,106 @@
+// NMS that reports which kept box suppressed which (mmdeploy's NMSMatch).
+#include "ops/nms_match/nms_match.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "math/box_iou.h"
+
+namespace ortops::nms_match {
+namespace {
+
+constexpr IoSpec kInputs[] = {
+    {"boxes", ElemType::kTypeParam, "`[B, N, 4]` boxes as (x1, y1, x2, y2)"},
+    {"scores", ElemType::kTypeParam, "`[B, C, N]` scores per batch, class and box"},
+    {"iou_threshold", ElemType::kFloat, "`[1]` a box is suppressed when its IoU with a kept box is at least this"},
+    {"score_threshold", ElemType::kFloat, "`[1]` only kept boxes scoring above this report their matches"},
+};
+constexpr IoSpec kOutputs[] = {
+    {"matches", ElemType::kInt64, "`[K, 4]` rows (batch, class, kept box, box it suppressed)"},
+};
+
+}  // namespace
+
+constexpr OpSchema kSchema{
+    .doc =
+        "Greedy NMS per batch and class, in descending score order (ties: lower index first), with "
+        "IoU = inter / (area1 + area2 - inter + 1e-10) and no offset; a box is suppressed when its IoU "
+        "with a kept box is at least `iou_threshold`. For each kept box scoring above "
+        "`score_threshold` that suppressed any box, one row (batch, class, kept, suppressed) per "
+        "suppressed box, in suppression order; rows per batch, then class, then kept box. (The "
+        "original sorted with an unstable sort, so its order among equal scores was unspecified.) "
+        "NaN in the inputs is an error.",
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = {},
+};
+
+namespace {
+
+float SingleValue(const KernelIO& io, size_t index, const char* name) {
+  const ConstTensor<float> t = io.Input<float>(index);
+  Check(t.size() == 1, "input '", name, "' must hold one value, got shape ", ShapeText{t.shape});
+  Check(!std::isnan(t.data[0]), "input '", name, "' is NaN");
+  return t.data[0];
+}
+
+template <typename T>
+class NmsMatchKernel : public KernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = nms_match::kSchema;
+
+  NmsMatchKernel(const Attributes&, const OpDef& def) : KernelBase(def) {}
+
+  void Compute(const KernelIO& io) const {
+    const ConstTensor<T> boxes = io.Input<T>(0, 3);
+    const ConstTensor<T> scores = io.Input<T>(1, 3);
+    const double iou_threshold = SingleValue(io, 2, "iou_threshold");
+    const T score_threshold = static_cast<T>(SingleValue(io, 3, "score_threshold"));
+    const int64_t batch = boxes.dim(0), count = boxes.dim(1), classes = scores.dim(1);
+    Check(boxes.dim(2) == 4, "input 'boxes' must have shape [B, N, 4], got ", ShapeText{boxes.shape});
+    Check(scores.dim(0) == batch && scores.dim(2) == count, "input 'scores' must have shape [B, C, N] = [", batch,
+          ", C, ", count, "], got ", ShapeText{scores.shape});
+    for (int64_t i = 0; i < boxes.size(); ++i) Check(!std::isnan(boxes.data[i]), "input 'boxes' contains NaN");
+    for (int64_t i = 0; i < scores.size(); ++i) Check(!std::isnan(scores.data[i]), "input 'scores' contains NaN");
+
+    std::vector<std::vector<std::array<int64_t, 4>>> rows(static_cast<size_t>(batch * classes));
+    io.ParallelFor(rows.size(), [&](size_t task) {
+      const int64_t b = static_cast<int64_t>(task) / classes, c = static_cast<int64_t>(task) % classes;
+      const T* box = boxes.data + b * count * 4;
+      const T* score = scores.data + (b * classes + c) * count;
+      std::vector<int64_t> order(static_cast<size_t>(count));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return score[x] > score[y]; });
+      std::vector<char> suppressed(static_cast<size_t>(count), 0);
+      auto& out = rows[task];
+      for (int64_t rank = 0; rank < count; ++rank) {
+        const int64_t i = order[rank];
+        if (suppressed[i]) continue;
+        const size_t first_row = out.size();
+        for (int64_t later = rank + 1; later < count; ++later) {
+          const int64_t j = order[later];
+          if (suppressed[j] || MatchIoU(box + 4 * i, box + 4 * j) < iou_threshold) continue;
+          suppressed[j] = 1;
+          out.push_back({b, c, i, j});
+        }
+        if (!(score[i] > score_threshold)) out.resize(first_row);  // kept, but does not report
+      }
+    });
+    int64_t total = 0;
+    for (const auto& r : rows) total += static_cast<int64_t>(r.size());
+    int64_t* matches = io.Output<int64_t>(0, {total, 4});
+    for (const auto& r : rows) {
+      for (const auto& row : r) matches = std::copy(row.begin(), row.end(), matches);
+    }
+  }
+};
+
+}  // namespace
+
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<NmsMatchKernel, float, double>(def); }
+
+}  // namespace ortops::nms_match

@@ -1,0 +1,80 @@
+"""NMS with matches: ``torch.ops.ortops.nms_match``, exported to ``ortops::NMSMatch``."""
+
+from __future__ import annotations
+
+import torch
+
+from ortops.torch._export import onnx_opset, register_export, typed
+
+
+@torch.library.custom_op("ortops::nms_match", mutates_args=())
+def _nms_match(
+    boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: torch.Tensor, score_threshold: torch.Tensor
+) -> torch.Tensor:
+    iou_limit, score_limit = float(iou_threshold.reshape(-1)[0]), float(score_threshold.reshape(-1)[0])
+    rows: list[list[int]] = []
+    for b in range(boxes.shape[0]):
+        x1, y1, x2, y2 = boxes[b].unbind(1)
+        areas = (x2 - x1) * (y2 - y1)
+        for c in range(scores.shape[1]):
+            score = scores[b, c]
+            order = torch.sort(score, descending=True, stable=True).indices.tolist()
+            suppressed = torch.zeros(len(order), dtype=torch.bool)
+            for rank, i in enumerate(order):
+                if suppressed[i]:
+                    continue
+                later = torch.tensor(order[rank + 1 :], dtype=torch.long)
+                later = later[~suppressed[later]]
+                width = (torch.minimum(x2[i], x2[later]) - torch.maximum(x1[i], x1[later])).clamp(min=0)
+                height = (torch.minimum(y2[i], y2[later]) - torch.maximum(y1[i], y1[later])).clamp(min=0)
+                inter = width * height
+                iou = inter.double() / ((areas[i] + areas[later] - inter).double() + 1e-10)
+                matched = later[iou >= iou_limit]
+                suppressed[matched] = True
+                if float(score[i]) > score_limit:
+                    rows += [[b, c, i, int(j)] for j in matched]
+    return torch.tensor(rows, dtype=torch.int64).reshape(-1, 4)
+
+
+@_nms_match.register_fake
+def _(boxes, scores, iou_threshold, score_threshold):  # noqa: ANN001, ANN202
+    return boxes.new_empty((torch.library.get_ctx().new_dynamic_size(), 4), dtype=torch.int64)
+
+
+def nms_match(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, score_threshold: float) -> torch.Tensor:
+    """Greedy NMS per batch and class that reports which kept box suppressed which
+    (mmdeploy's NMSMatch; exports to ``ortops::NMSMatch``).
+
+    Args:
+        boxes: ``Tensor[B, N, 4]`` boxes as (x1, y1, x2, y2).
+        scores: ``Tensor[B, C, N]``.
+        iou_threshold: a box is suppressed when its IoU with a kept box is at least this.
+        score_threshold: only kept boxes scoring above this report their matches.
+
+    Returns:
+        ``Tensor[K, 4]`` int64 rows (batch, class, kept box, suppressed box).
+    """
+    as_tensor = lambda v: torch.tensor([v], dtype=torch.float32, device=boxes.device)  # noqa: E731
+    return torch.ops.ortops.nms_match(boxes, scores, as_tensor(float(iou_threshold)), as_tensor(float(score_threshold)))
+
+
+def _symbolic(g, boxes, scores, iou_threshold, score_threshold):  # noqa: ANN001, ANN202 (TorchScript graph values)
+    return typed(
+        g.op("ortops::NMSMatch", boxes, scores, iou_threshold, score_threshold),
+        boxes,
+        sizes=[None, 4],
+        dtype=torch.int64,
+    )
+
+
+def _translation(boxes, scores, iou_threshold, score_threshold):  # noqa: ANN001, ANN202 (onnxscript values)
+    return onnx_opset.NMSMatch(boxes, scores, iou_threshold, score_threshold)
+
+
+register_export(
+    torch.ops.ortops.nms_match.default,
+    onnx_op="NMSMatch",
+    function=nms_match,
+    symbolic=_symbolic,
+    translation=_translation,
+)

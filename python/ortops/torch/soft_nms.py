@@ -1,0 +1,127 @@
+"""Soft-NMS: ``torch.ops.ortops.soft_nms``, exported to ``ortops::SoftNMS``."""
+
+from __future__ import annotations
+
+import torch
+from torch.onnx import symbolic_helper
+
+from ortops.torch._export import onnx_opset, register_export, typed
+
+_METHODS = {"naive": 0, "linear": 1, "gaussian": 2}
+
+
+def _box_iou(box: torch.Tensor, others: torch.Tensor, offset: int) -> torch.Tensor:
+    width = (torch.minimum(box[2], others[:, 2]) - torch.maximum(box[0], others[:, 0]) + offset).clamp(min=0)
+    height = (torch.minimum(box[3], others[:, 3]) - torch.maximum(box[1], others[:, 1]) + offset).clamp(min=0)
+    area = (box[2] - box[0] + offset) * (box[3] - box[1] + offset)
+    areas = (others[:, 2] - others[:, 0] + offset) * (others[:, 3] - others[:, 1] + offset)
+    inter = width * height
+    return inter / (area + areas - inter)
+
+
+@torch.library.custom_op("ortops::soft_nms", mutates_args=())
+def _soft_nms(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    iou_threshold: float,
+    sigma: float,
+    min_score: float,
+    method: int,
+    offset: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    scores = scores.clone()
+    work = list(range(len(scores)))  # mmcv's working order: it decides ties
+    count, i = len(work), 0
+    while i < count:
+        rest = torch.tensor(work[i:count])
+        best = i + int(torch.argmax(scores[rest]))  # first maximum in working order
+        work[i], work[best] = work[best], work[i]
+        others = torch.tensor(work[i + 1 : count], dtype=torch.long)
+        if len(others):
+            iou = _box_iou(boxes[work[i]], boxes[others], offset)
+            if method == 0:
+                weight = torch.where(iou >= iou_threshold, 0.0, 1.0).to(scores.dtype)
+            elif method == 1:
+                weight = torch.where(iou >= iou_threshold, 1 - iou, torch.ones_like(iou))
+            else:
+                weight = torch.exp(-(iou * iou) / sigma)
+            scores[others] = scores[others] * weight
+            dropped = set(others[scores[others] < min_score].tolist())
+            pos = i + 1
+            while pos < count:  # a dropped box is replaced by the last one, visited next
+                if work[pos] in dropped:
+                    work[pos] = work[count - 1]
+                    count -= 1
+                else:
+                    pos += 1
+        i += 1
+    kept = torch.tensor(work[:count], dtype=torch.long)
+    dets = torch.cat([boxes[kept].reshape(-1, 4), scores[kept].reshape(-1, 1)], 1)
+    return dets, kept
+
+
+@_soft_nms.register_fake
+def _(boxes, scores, iou_threshold, sigma, min_score, method, offset):  # noqa: ANN001, ANN202
+    kept = torch.library.get_ctx().new_dynamic_size()
+    return boxes.new_empty((kept, 5)), boxes.new_empty((kept,), dtype=torch.int64)
+
+
+def soft_nms(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    iou_threshold: float = 0.3,
+    sigma: float = 0.5,
+    min_score: float = 1e-3,
+    method: str | int = "linear",
+    offset: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Soft non-maximum suppression, as mmcv's ``soft_nms`` (exports to ``ortops::SoftNMS``).
+
+    Args:
+        boxes: ``Tensor[N, 4]`` boxes as (x1, y1, x2, y2), float32 or float64.
+        scores: ``Tensor[N]``.
+        iou_threshold: naive and linear methods decay boxes whose IoU is at least this.
+        sigma: gaussian method's weight is exp(-IoU^2 / sigma).
+        min_score: boxes decayed below this are dropped.
+        method: ``"naive"``, ``"linear"`` or ``"gaussian"`` (or 0, 1, 2).
+        offset: 0, or 1 for the legacy convention where a box's width is x2 - x1 + 1.
+
+    Returns:
+        ``(dets, indices)``: ``Tensor[K, 5]`` kept boxes with decayed scores in selection order,
+        and their ``Tensor[K]`` int64 indices.
+    """
+    method_id = _METHODS[method] if isinstance(method, str) else int(method)
+    return torch.ops.ortops.soft_nms(
+        boxes, scores, float(iou_threshold), float(sigma), float(min_score), method_id, int(offset)
+    )
+
+
+@symbolic_helper.parse_args("v", "v", "f", "f", "f", "i", "i")
+def _symbolic(g, boxes, scores, iou_threshold, sigma, min_score, method, offset):  # noqa: ANN001, ANN202
+    dets, indices = g.op(
+        "ortops::SoftNMS",
+        boxes,
+        scores,
+        iou_threshold_f=iou_threshold,
+        sigma_f=sigma,
+        min_score_f=min_score,
+        method_i=method,
+        offset_i=offset,
+        outputs=2,
+    )
+    return typed(dets, boxes, sizes=[None, 5]), typed(indices, boxes, sizes=[None], dtype=torch.int64)
+
+
+def _translation(boxes, scores, iou_threshold: float, sigma: float, min_score: float, method: int, offset: int):  # noqa: ANN001, ANN202
+    return onnx_opset.SoftNMS(
+        boxes, scores, iou_threshold=iou_threshold, sigma=sigma, min_score=min_score, method=method, offset=offset
+    )
+
+
+register_export(
+    torch.ops.ortops.soft_nms.default,
+    onnx_op="SoftNMS",
+    function=soft_nms,
+    symbolic=_symbolic,
+    translation=_translation,
+)
