@@ -7,6 +7,7 @@
 #include "ops/matrix_inverse/matrix_inverse.h"
 #include "ops/nms/nms.h"
 #include "ops/nms_match/nms_match.h"
+#include "ops/nms_rotated/nms_rotated.h"
 #include "ops/roi_align/roi_align.h"
 #include "ops/roi_align_rotated/roi_align_rotated.h"
 #include "ops/rotated_feature_align/rotated_feature_align.h"
@@ -27,6 +28,8 @@ constexpr OpDef kOpTable[] = {
   {kMmcvDomain,     "SoftNonMaxSuppression", 1,   kCpu,     &soft_nms::kSchema,          &soft_nms::Make,          kCompat},
   {kOrtopsDomain,   "NMSMatch",            1,     kCpu,     &nms_match::kSchema,         &nms_match::Make},
   {kMmdeployDomain, "NMSMatch",            1,     kCpu,     &nms_match::kSchema,         &nms_match::Make,         kCompat},
+  {kOrtopsDomain,   "NMSRotated",          1,     kCpu,     &nms_rotated::kSchema,       &nms_rotated::Make},
+  {kMmdeployDomain, "NMSRotated",          1,     kCpu,     &nms_rotated::kSchema,       &nms_rotated::Make,       kCompat},
   {kOrtopsDomain,   "RoIAlign",            1,     kCpu,     &roi_align::kSchema,         &roi_align::Make},
   {kMmcvDomain,     "MMCVRoiAlign",        1,     kCpu,     &roi_align::kSchema,         &roi_align::Make,         kCompat},
   {kOrtopsDomain,   "RoIAlignRotated",     1,     kCpu,     &roi_align_rotated::kSchema, &roi_align_rotated::Make},

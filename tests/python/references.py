@@ -348,3 +348,67 @@ def nms_match(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score
                 if float(s[i]) > score_threshold and matched:
                     rows += [[b, c, i, j] for j in matched]
     return np.array(rows, np.int64).reshape(-1, 4)
+
+
+def rotated_corners(box) -> list[tuple[float, float]]:
+    """Corners of (cx, cy, w, h, theta): (cx, cy) + R(theta) (+-w/2, +-h/2)."""
+    cx, cy, w, h, theta = (float(v) for v in box)
+    c, s = math.cos(theta), math.sin(theta)
+    return [
+        (cx + c * dx - s * dy, cy + s * dx + c * dy)
+        for dx, dy in ((-w / 2, -h / 2), (w / 2, -h / 2), (w / 2, h / 2), (-w / 2, h / 2))
+    ]
+
+
+def _inside(point, polygon) -> bool:
+    """Inside or on a convex polygon of either orientation."""
+    signs = []
+    for i in range(len(polygon)):
+        (ax, ay), (bx, by) = polygon[i], polygon[(i + 1) % len(polygon)]
+        signs.append((bx - ax) * (point[1] - ay) - (by - ay) * (point[0] - ax))
+    return all(s >= -1e-9 for s in signs) or all(s <= 1e-9 for s in signs)
+
+
+def rotated_intersection(a, b) -> float:
+    """Intersection area by another method than the kernel's: collect the edge crossings and
+    the corners inside the other box, sort them by angle around their mean, shoelace."""
+    pa, pb = rotated_corners(a), rotated_corners(b)
+    points = [p for p in pa if _inside(p, pb)] + [p for p in pb if _inside(p, pa)]
+    for i in range(4):
+        p1, p2 = pa[i], pa[(i + 1) % 4]
+        for j in range(4):
+            q1, q2 = pb[j], pb[(j + 1) % 4]
+            d = (p2[0] - p1[0]) * (q2[1] - q1[1]) - (p2[1] - p1[1]) * (q2[0] - q1[0])
+            if abs(d) < 1e-15:
+                continue
+            t = ((q1[0] - p1[0]) * (q2[1] - q1[1]) - (q1[1] - p1[1]) * (q2[0] - q1[0])) / d
+            u = ((q1[0] - p1[0]) * (p2[1] - p1[1]) - (q1[1] - p1[1]) * (p2[0] - p1[0])) / d
+            if 0 <= t <= 1 and 0 <= u <= 1:
+                points.append((p1[0] + t * (p2[0] - p1[0]), p1[1] + t * (p2[1] - p1[1])))
+    if len(points) < 3:
+        return 0.0
+    mx, my = sum(p[0] for p in points) / len(points), sum(p[1] for p in points) / len(points)
+    points.sort(key=lambda p: math.atan2(p[1] - my, p[0] - mx))
+    return abs(sum(points[i][0] * points[i - 1][1] - points[i - 1][0] * points[i][1] for i in range(len(points)))) / 2
+
+
+def rotated_iou(a, b) -> float:
+    inter = rotated_intersection(a, b)
+    union = float(a[2]) * float(a[3]) + float(b[2]) * float(b[3]) - inter
+    return inter / union if union != 0 else float("nan")
+
+
+def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_threshold: float) -> np.ndarray:
+    """mmdeploy's NMSRotated as the spec says: rows (batch, class, box)."""
+    iou_threshold, score_threshold = float(np.float32(iou_threshold)), float(np.float32(score_threshold))
+    rows = []
+    for b in range(boxes.shape[0]):
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            order = sorted(range(boxes.shape[1]), key=lambda i: (-s[i], i))
+            kept: list[int] = []
+            for i in order:
+                if all(not (rotated_iou(boxes[b, k], boxes[b, i]) > iou_threshold) for k in kept):
+                    kept.append(i)
+            rows += [[b, c, i] for i in kept if float(s[i]) > score_threshold]
+    return np.array(rows, np.int64).reshape(-1, 3)

@@ -14,6 +14,7 @@ from ortops.torch.group_norm import group_norm
 from ortops.torch.matrix_inverse import matrix_inverse
 from ortops.torch.nms import nms
 from ortops.torch.nms_match import nms_match
+from ortops.torch.nms_rotated import nms_rotated
 from ortops.torch.roi_align import roi_align
 from ortops.torch.roi_align_rotated import roi_align_rotated
 from ortops.torch.rotated_feature_align import rotated_feature_align
@@ -34,6 +35,7 @@ __all__ = [
     "matrix_inverse",
     "nms",
     "nms_match",
+    "nms_rotated",
     "roi_align",
     "roi_align_rotated",
     "rotated_feature_align",

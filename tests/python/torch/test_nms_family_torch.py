@@ -70,3 +70,31 @@ def test_nms_match_export_roundtrip(exporter: str) -> None:
     scores2 = torch.rand(3, 2, 33, generator=torch.Generator().manual_seed(5))
     (got,) = run_onnx(model, (boxes2, scores2))
     np.testing.assert_array_equal(got, MatchModel()(boxes2, scores2).numpy())
+
+
+def rotated_case(b: int, n: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    centers = torch.rand(b, n, 2, generator=g) * 40
+    sizes = torch.rand(b, n, 2, generator=g) * 12 + 3
+    theta = (torch.rand(b, n, 1, generator=g) - 0.5) * 6
+    return torch.cat([centers, sizes, theta], -1), torch.rand(b, 2, n, generator=g)
+
+
+def test_nms_rotated_eager_matches_reference() -> None:
+    boxes, scores = rotated_case(2, 25)
+    got = ortops.torch.nms_rotated(boxes, scores, 0.2, 0.3)
+    np.testing.assert_array_equal(got.numpy(), references.nms_rotated(boxes.numpy(), scores.numpy(), 0.2, 0.3))
+
+
+class RotatedModel(torch.nn.Module):
+    def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return ortops.torch.nms_rotated(boxes, scores, 0.3, 0.1)
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_nms_rotated_export_roundtrip(exporter: str) -> None:
+    model = export(RotatedModel(), rotated_case(1, 10), exporter, dynamic_dims=[{0: "b", 1: "n"}, {0: "b", 2: "n"}])
+    assert custom_nodes(model) == ["ortops::NMSRotated"]
+    boxes, scores = rotated_case(2, 17, seed=4)
+    (got,) = run_onnx(model, (boxes, scores))
+    np.testing.assert_array_equal(got, RotatedModel()(boxes, scores).numpy())
