@@ -2,6 +2,7 @@
 
 #include "ops/corner_pool/corner_pool.h"
 #include "ops/cummax/cummax.h"
+#include "ops/deform_conv/deform_conv.h"
 #include "ops/grid_sample/grid_sample.h"
 #include "ops/group_norm/group_norm.h"
 #include "ops/matrix_inverse/matrix_inverse.h"
@@ -46,6 +47,10 @@ constexpr OpDef kOpTable[] = {
   {kMmcvDomain,     "cummax",              1,     kCpu,     &cummax::kSchema,            &cummax::MakeMax,         kCompat},
   {kOrtopsDomain,   "CumMin",              1,     kCpu,     &cummax::kSchema,            &cummax::MakeMin},
   {kMmcvDomain,     "cummin",              1,     kCpu,     &cummax::kSchema,            &cummax::MakeMin,         kCompat},
+  {kOrtopsDomain,   "DeformConv2d",        1,     kCpu,     &deform_conv::kSchema,       &deform_conv::Make},
+  {kMmcvDomain,     "MMCVModulatedDeformConv2d", 1, kCpu,   &deform_conv::kModulatedSchema, &deform_conv::MakeModulated, kCompat},
+  {kMmdeployDomain, "MMCVModulatedDeformConv2d", 1, kCpu,   &deform_conv::kModulatedSchema, &deform_conv::MakeModulated, kCompat},
+  {kMmcvDomain,     "MMCVDeformConv2d",    1,     kCpu,     &deform_conv::kV1Schema,     &deform_conv::MakeV1,     kCompat},
   {kOrtopsDomain,   "GroupNorm",           1,     kCpu,     &group_norm::kSchema,        &group_norm::Make},
   {kOrtopsDomain,   "MatrixInverse",       1,     kCpu,     &matrix_inverse::kSchema,    &matrix_inverse::Make},
 };

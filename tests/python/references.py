@@ -412,3 +412,57 @@ def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, sco
                     kept.append(i)
             rows += [[b, c, i] for i in kept if float(s[i]) > score_threshold]
     return np.array(rows, np.int64).reshape(-1, 3)
+
+
+def deform_conv2d(x, offset, weight, bias, mask, stride, padding, dilation, groups, deform_groups) -> np.ndarray:
+    """Deformable convolution as a direct loop over outputs, in float64 (torchvision's definition)."""
+    n, c, h, w = x.shape
+    c_out, cg, kh, kw = weight.shape
+    out_h, out_w = offset.shape[2], offset.shape[3]
+    x64, w64 = x.astype(np.float64), weight.astype(np.float64)
+
+    def sample(plane, y, xx):
+        if not (-1 < y < h and -1 < xx < w):
+            return 0.0
+        y0, x0 = math.floor(y), math.floor(xx)
+        total = 0.0
+        for yi, xi, wt in (
+            (y0, x0, (1 - (y - y0)) * (1 - (xx - x0))),
+            (y0, x0 + 1, (1 - (y - y0)) * (xx - x0)),
+            (y0 + 1, x0, (y - y0) * (1 - (xx - x0))),
+            (y0 + 1, x0 + 1, (y - y0) * (xx - x0)),
+        ):
+            if 0 <= yi < h and 0 <= xi < w:
+                total += wt * plane[yi, xi]
+        return total
+
+    out = np.zeros((n, c_out, out_h, out_w))
+    for b in range(n):
+        for ch in range(c):
+            d = ch // (c // deform_groups)
+            g = ch // cg
+            for i in range(kh):
+                for j in range(kw):
+                    k = i * kw + j
+                    for oy in range(out_h):
+                        for ox in range(out_w):
+                            y = (
+                                oy * stride[0]
+                                - padding[0]
+                                + i * dilation[0]
+                                + float(offset[b, d * 2 * kh * kw + 2 * k, oy, ox])
+                            )
+                            xx = (
+                                ox * stride[1]
+                                - padding[1]
+                                + j * dilation[1]
+                                + float(offset[b, d * 2 * kh * kw + 2 * k + 1, oy, ox])
+                            )
+                            value = sample(x64[b, ch], y, xx)
+                            if mask is not None:
+                                value *= float(mask[b, d * kh * kw + k, oy, ox])
+                            for o in range(g * (c_out // groups), (g + 1) * (c_out // groups)):
+                                out[b, o, oy, ox] += w64[o, ch - g * cg, i, j] * value
+    if bias is not None:
+        out += bias.astype(np.float64)[None, :, None, None]
+    return out.astype(x.dtype)

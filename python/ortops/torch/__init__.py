@@ -9,6 +9,7 @@ pass :func:`custom_translation_table` (``dynamo=True``) or ``custom_opsets={"ort
 from ortops.torch._export import DOMAIN, OPSET_VERSION, ExportedOp, custom_translation_table, export, exported_ops
 from ortops.torch.corner_pool import corner_pool
 from ortops.torch.cummax import cummax, cummin
+from ortops.torch.deform_conv import deform_conv2d
 from ortops.torch.grid_sample import grid_sample
 from ortops.torch.group_norm import group_norm
 from ortops.torch.matrix_inverse import matrix_inverse
@@ -28,6 +29,7 @@ __all__ = [
     "cummax",
     "cummin",
     "custom_translation_table",
+    "deform_conv2d",
     "export",
     "exported_ops",
     "grid_sample",

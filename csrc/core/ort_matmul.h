@@ -1,0 +1,29 @@
+// Matrix products through ONNX Runtime's own MatMul kernel (MLAS), invoked from inside a
+// custom kernel with the op-invocation C API: a tuned, threaded GEMM with no dependency of
+// our own. Created once per kernel; Run may be called concurrently.
+#pragma once
+
+#include <onnxruntime_c_api.h>
+
+#include <cstdint>
+
+namespace ortops {
+
+class OrtMatMul {
+ public:
+  OrtMatMul(const OrtKernelInfo* info, ONNXTensorElementDataType type);
+  ~OrtMatMul();
+  OrtMatMul(const OrtMatMul&) = delete;
+  OrtMatMul& operator=(const OrtMatMul&) = delete;
+
+  // c[m, n] = a[m, k] x b[k, n], all row-major and contiguous, of the element type given at
+  // construction.
+  void Run(OrtKernelContext* context, const void* a, const void* b, void* c, int64_t m, int64_t k, int64_t n) const;
+
+ private:
+  OrtOp* op_ = nullptr;
+  OrtMemoryInfo* cpu_ = nullptr;
+  ONNXTensorElementDataType type_;
+};
+
+}  // namespace ortops

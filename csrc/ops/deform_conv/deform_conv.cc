@@ -1,0 +1,274 @@
+// Deformable convolution v1 and v2 (modulated), equal to torchvision.ops.deform_conv2d:
+// deformed im2col, then a GEMM through ONNX Runtime's own MatMul.
+#include "ops/deform_conv/deform_conv.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "core/ort_matmul.h"
+
+namespace ortops::deform_conv {
+namespace {
+
+constexpr AttrSpec kConvAttributes[] = {
+    {"stride", AttrType::kInts, "1,1", "(stride_h, stride_w)"},
+    {"padding", AttrType::kInts, "0,0", "(pad_h, pad_w), applied on both sides"},
+    {"dilation", AttrType::kInts, "1,1", "(dilation_h, dilation_w)"},
+    {"groups", AttrType::kInt, "1", "convolution groups; C and C_out must be divisible by it"},
+    {"deform_groups", AttrType::kInt, "1", "offset (and mask) groups; C must be divisible by it"},
+};
+constexpr AttrSpec kV1Attributes[] = {
+    {"stride", AttrType::kInts, "1,1", "(stride_h, stride_w)"},
+    {"padding", AttrType::kInts, "0,0", "(pad_h, pad_w), applied on both sides"},
+    {"dilation", AttrType::kInts, "1,1", "(dilation_h, dilation_w)"},
+    {"groups", AttrType::kInt, "1", "convolution groups; C and C_out must be divisible by it"},
+    {"deform_groups", AttrType::kInt, "1", "offset groups; C must be divisible by it"},
+    {"bias", AttrType::kInt, "0", "present in mmcv's files; ignored (this op has no bias input)"},
+    {"im2col_step", AttrType::kInt, "32", "present in mmcv's files; ignored"},
+};
+
+constexpr IoSpec kInput = {"input", ElemType::kTypeParam, "`[N, C, H, W]` input feature maps"};
+constexpr IoSpec kOffset = {"offset", ElemType::kTypeParam,
+                            "`[N, 2 * deform_groups * kh * kw, H_out, W_out]`: channel 2k is dy and 2k+1 is dx for "
+                            "kernel tap k = i * kw + j, per deform group"};
+constexpr IoSpec kMask = {"mask", ElemType::kTypeParam,
+                          "`[N, deform_groups * kh * kw, H_out, W_out]` modulation of each sample"};
+constexpr IoSpec kWeight = {"weight", ElemType::kTypeParam, "`[C_out, C / groups, kh, kw]`"};
+constexpr IoSpec kOutputs[] = {{"output", ElemType::kTypeParam, "`[N, C_out, H_out, W_out]`"}};
+
+constexpr IoSpec kModulatedInputs[] = {
+    kInput, kOffset, kMask, kWeight, {"bias", ElemType::kTypeParam, "`[C_out]` (optional)", true}};
+constexpr IoSpec kV1Inputs[] = {kInput, kOffset, kWeight};
+constexpr IoSpec kOrtopsInputs[] = {kInput, kOffset, kMask, kWeight, {"bias", ElemType::kTypeParam, "`[C_out]`"}};
+
+// The semantics shared by the three schemas (a macro so that string literals can be joined).
+#define ORTOPS_DEFORM_CONV_SEMANTICS                                                                  \
+  "Deformable convolution, equal to `torchvision.ops.deform_conv2d`: kernel tap (i, j) of output "    \
+  "(y, x) samples the input at (y * stride_h - pad_h + i * dilation_h + dy, x * stride_w - pad_w + "  \
+  "j * dilation_w + dx) bilinearly, where a point outside (-1, H) x (-1, W) reads 0 and each of its " \
+  "four neighbours outside the map reads 0; the sample is multiplied by the mask (modulated form), "  \
+  "then the samples of a group's channels are multiplied with its weights (a GEMM run by ONNX "       \
+  "Runtime's own MatMul) and the bias is added. Channel c uses deform group c / (C / deform_groups) " \
+  "whatever its convolution group (mmcv 1.7.2 got groups > 1 with deform_groups > 1 wrong; this "     \
+  "follows torchvision). H_out = (H + 2 pad_h - dilation_h (kh - 1) - 1) / stride_h + 1, likewise W_out."
+
+}  // namespace
+
+constexpr OpSchema kModulatedSchema{
+    .doc =
+        "mmcv's modulated deformable convolution (DCNv2), float32. The 5th input, bias, is "
+        "optional. " ORTOPS_DEFORM_CONV_SEMANTICS,
+    .inputs = kModulatedInputs,
+    .outputs = kOutputs,
+    .attributes = kConvAttributes,
+};
+constexpr OpSchema kV1Schema{
+    .doc = "mmcv's deformable convolution (DCNv1, no mask, no bias input), float32. " ORTOPS_DEFORM_CONV_SEMANTICS,
+    .inputs = kV1Inputs,
+    .outputs = kOutputs,
+    .attributes = kV1Attributes,
+};
+constexpr OpSchema kSchema{
+    .doc =
+        "Deformable convolution with mask and bias (pass a mask of ones for DCNv1 and a zero bias "
+        "when there is none; ortops.torch.deform_conv2d does). " ORTOPS_DEFORM_CONV_SEMANTICS,
+    .inputs = kOrtopsInputs,
+    .outputs = kOutputs,
+    .attributes = kConvAttributes,
+};
+
+namespace {
+
+enum class Layout { kModulated, kV1, kOrtops };
+
+// One deformed sample: the four neighbours (offset into the channel plane, -1 when outside
+// the map) and their bilinear weights, the mask already folded in.
+template <typename T>
+struct Sample {
+  int64_t offset[4];
+  T weight[4];
+};
+
+struct Geometry {
+  int64_t batch, channels, height, width, out_channels, kernel_h, kernel_w, out_h, out_w;
+};
+
+template <typename T, Layout kLayout>
+class DeformConvKernel : public KernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = kLayout == Layout::kModulated ? kModulatedSchema
+                                             : kLayout == Layout::kV1      ? kV1Schema
+                                                                           : deform_conv::kSchema;
+
+  DeformConvKernel(const Attributes& attrs, const OpDef& def)
+      : KernelBase(def),
+        stride_(Pair(attrs, "stride")),
+        padding_(Pair(attrs, "padding")),
+        dilation_(Pair(attrs, "dilation")),
+        groups_(attrs.Int("groups")),
+        deform_groups_(attrs.Int("deform_groups")),
+        matmul_(std::make_unique<OrtMatMul>(attrs.info(), OnnxType<T>())) {
+    Check(stride_[0] >= 1 && stride_[1] >= 1, "attribute 'stride' must be positive, got ", stride_[0], ",", stride_[1]);
+    Check(dilation_[0] >= 1 && dilation_[1] >= 1, "attribute 'dilation' must be positive, got ", dilation_[0], ",",
+          dilation_[1]);
+    Check(padding_[0] >= 0 && padding_[1] >= 0, "attribute 'padding' must be non-negative, got ", padding_[0], ",",
+          padding_[1]);
+    Check(groups_ >= 1 && deform_groups_ >= 1, "attributes 'groups' and 'deform_groups' must be at least 1, got ",
+          groups_, " and ", deform_groups_);
+  }
+
+  void Compute(const KernelIO& io) const {
+    constexpr bool kHasMask = kLayout != Layout::kV1;
+    constexpr size_t kWeightIndex = kHasMask ? 3 : 2;
+    const ConstTensor<T> input = io.Input<T>(0, 4);
+    const ConstTensor<T> offset = io.Input<T>(1, 4);
+    const ConstTensor<T> weight = io.Input<T>(kWeightIndex, 4);
+    const Geometry g = CheckShapes(input, offset, weight);
+    const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
+    const T* mask = nullptr;
+    if constexpr (kHasMask) {
+      const ConstTensor<T> m = io.Input<T>(2, 4);
+      const Shape expected{g.batch, deform_groups_ * taps, g.out_h, g.out_w};
+      Check(m.shape == expected, "input 'mask' must have shape ", ShapeText{expected}, ", got ", ShapeText{m.shape});
+      mask = m.data;
+    }
+    const T* bias = nullptr;
+    if (kLayout != Layout::kV1 && io.Has(4)) {
+      const ConstTensor<T> b = io.Input<T>(4, 1);
+      Check(b.dim(0) == g.out_channels, "input 'bias' must have shape [", g.out_channels, "], got ",
+            ShapeText{b.shape});
+      bias = b.data;
+    }
+    T* output = io.Output<T>(0, {g.batch, g.out_channels, g.out_h, g.out_w});
+    if (g.batch * g.out_channels * positions == 0) return;
+
+    const int64_t group_channels = g.channels / groups_, group_out = g.out_channels / groups_;
+    const int64_t rows = group_channels * taps;
+    std::vector<Sample<T>> samples(static_cast<size_t>(deform_groups_ * taps * positions));
+    std::vector<T> columns(static_cast<size_t>(rows * positions));
+    std::vector<T> product(static_cast<size_t>(group_out * positions));
+    for (int64_t n = 0; n < g.batch; ++n) {
+      const T* offset_n = offset.data + n * 2 * deform_groups_ * taps * positions;
+      const T* mask_n = mask ? mask + n * deform_groups_ * taps * positions : nullptr;
+      io.ParallelFor(static_cast<size_t>(deform_groups_ * taps), [&](size_t task) {
+        Locate(g, static_cast<int64_t>(task), offset_n, mask_n, samples.data() + task * positions);
+      });
+      for (int64_t group = 0; group < groups_; ++group) {
+        const int64_t first_channel = group * group_channels;
+        io.ParallelFor(static_cast<size_t>(group_channels), [&](size_t local) {
+          const int64_t c = first_channel + static_cast<int64_t>(local);
+          const T* plane = input.data + (n * g.channels + c) * g.height * g.width;
+          const int64_t d = c / (g.channels / deform_groups_);
+          for (int64_t k = 0; k < taps; ++k) {
+            const Sample<T>* s = samples.data() + (d * taps + k) * positions;
+            T* column = columns.data() + (static_cast<int64_t>(local) * taps + k) * positions;
+            for (int64_t p = 0; p < positions; ++p) column[p] = Read(s[p], plane);
+          }
+        });
+        matmul_->Run(io.context(), weight.data + group * group_out * rows, columns.data(), product.data(), group_out,
+                     rows, positions);
+        T* out = output + (n * g.out_channels + group * group_out) * positions;
+        for (int64_t o = 0; o < group_out; ++o) {
+          const T b = bias ? bias[group * group_out + o] : T(0);
+          const T* src = product.data() + o * positions;
+          for (int64_t p = 0; p < positions; ++p) out[o * positions + p] = src[p] + b;
+        }
+      }
+    }
+  }
+
+ private:
+  static std::array<int64_t, 2> Pair(const Attributes& attrs, const char* name) {
+    const std::vector<int64_t> v = attrs.Ints(name);
+    Check(v.size() == 2, "attribute '", name, "' must have 2 values, got ", v.size());
+    return {v[0], v[1]};
+  }
+
+  Geometry CheckShapes(const ConstTensor<T>& input, const ConstTensor<T>& offset, const ConstTensor<T>& weight) const {
+    Geometry g{
+        input.dim(0), input.dim(1), input.dim(2), input.dim(3), weight.dim(0), weight.dim(2), weight.dim(3), 0, 0};
+    Check(g.channels % groups_ == 0 && g.out_channels % groups_ == 0, "input 'input' has C = ", g.channels,
+          " and 'weight' C_out = ", g.out_channels, "; both must be divisible by groups = ", groups_);
+    Check(g.channels % deform_groups_ == 0, "input 'input' has C = ", g.channels,
+          ", not divisible by deform_groups = ", deform_groups_);
+    Check(weight.dim(1) == g.channels / groups_,
+          "input 'weight' must have shape [C_out, C / groups = ", g.channels / groups_, ", kh, kw], got ",
+          ShapeText{weight.shape});
+    Check(g.kernel_h >= 1 && g.kernel_w >= 1, "input 'weight' has an empty kernel: ", ShapeText{weight.shape});
+    g.out_h = (g.height + 2 * padding_[0] - dilation_[0] * (g.kernel_h - 1) - 1) / stride_[0] + 1;
+    g.out_w = (g.width + 2 * padding_[1] - dilation_[1] * (g.kernel_w - 1) - 1) / stride_[1] + 1;
+    Check(g.out_h >= 1 && g.out_w >= 1, "the kernel (with dilation) is larger than the padded input ",
+          ShapeText{input.shape});
+    const Shape expected{g.batch, 2 * deform_groups_ * g.kernel_h * g.kernel_w, g.out_h, g.out_w};
+    Check(offset.shape == expected, "input 'offset' must have shape ", ShapeText{expected}, ", got ",
+          ShapeText{offset.shape});
+    return g;
+  }
+
+  // The samples of deform group d and kernel tap k (task = d * taps + k) at every position.
+  void Locate(const Geometry& g, int64_t task, const T* offset, const T* mask, Sample<T>* out) const {
+    const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
+    const int64_t d = task / taps, k = task % taps, i = k / g.kernel_w, j = k % g.kernel_w;
+    const T* dy = offset + (d * 2 * taps + 2 * k) * positions;
+    const T* dx = dy + positions;
+    const T* m = mask ? mask + (d * taps + k) * positions : nullptr;
+    for (int64_t oy = 0; oy < g.out_h; ++oy) {
+      for (int64_t ox = 0; ox < g.out_w; ++ox) {
+        const int64_t p = oy * g.out_w + ox;
+        const T y = static_cast<T>(oy * stride_[0] - padding_[0] + i * dilation_[0]) + dy[p];
+        const T x = static_cast<T>(ox * stride_[1] - padding_[1] + j * dilation_[1]) + dx[p];
+        out[p] = Bilinear(y, x, g.height, g.width, m ? m[p] : T(1));
+      }
+    }
+  }
+
+  // torchvision's deform-conv rule: outside (-1, H) x (-1, W) reads 0; each neighbour
+  // outside the map reads 0. A NaN coordinate reads 0 too (the negated test below).
+  static Sample<T> Bilinear(T y, T x, int64_t height, int64_t width, T scale) {
+    Sample<T> s{{-1, -1, -1, -1}, {0, 0, 0, 0}};
+    if (!(y > T(-1) && y < static_cast<T>(height) && x > T(-1) && x < static_cast<T>(width))) return s;
+    const T y0 = std::floor(y), x0 = std::floor(x);
+    const auto yl = static_cast<int64_t>(y0), xl = static_cast<int64_t>(x0);
+    const T ly = y - y0, lx = x - x0, hy = 1 - ly, hx = 1 - lx;
+    const int64_t ys[2] = {yl, yl + 1}, xs[2] = {xl, xl + 1};
+    const T wy[2] = {hy, ly}, wx[2] = {hx, lx};
+    for (int a = 0; a < 2; ++a) {
+      for (int b = 0; b < 2; ++b) {
+        const int v = 2 * a + b;
+        s.weight[v] = wy[a] * wx[b] * scale;
+        if (ys[a] >= 0 && ys[a] < height && xs[b] >= 0 && xs[b] < width) s.offset[v] = ys[a] * width + xs[b];
+      }
+    }
+    return s;
+  }
+
+  static T Read(const Sample<T>& s, const T* plane) {
+    T value = 0;
+    for (int v = 0; v < 4; ++v) value += s.offset[v] >= 0 ? s.weight[v] * plane[s.offset[v]] : T(0);
+    return value;
+  }
+
+  std::array<int64_t, 2> stride_, padding_, dilation_;
+  int64_t groups_, deform_groups_;
+  std::unique_ptr<OrtMatMul> matmul_;
+};
+
+template <typename T>
+using ModulatedKernel = DeformConvKernel<T, Layout::kModulated>;
+template <typename T>
+using V1Kernel = DeformConvKernel<T, Layout::kV1>;
+template <typename T>
+using OrtopsKernel = DeformConvKernel<T, Layout::kOrtops>;
+
+}  // namespace
+
+// The compat ops are float32 only, as the originals: their optional bias input would not
+// type-check in ONNX Runtime 1.17 on an op registered for several element types.
+std::vector<OpPtr> MakeModulated(const OpDef& def) { return MakeOps<ModulatedKernel, float>(def); }
+std::vector<OpPtr> MakeV1(const OpDef& def) { return MakeOps<V1Kernel, float>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<OrtopsKernel, float, double>(def); }
+
+}  // namespace ortops::deform_conv

@@ -1,0 +1,12 @@
+#pragma once
+
+#include "core/custom_op.h"
+
+namespace ortops::deform_conv {
+extern const OpSchema kModulatedSchema;  // mmcv / mmdeploy MMCVModulatedDeformConv2d
+extern const OpSchema kV1Schema;         // mmcv MMCVDeformConv2d
+extern const OpSchema kSchema;           // ortops DeformConv2d
+std::vector<OpPtr> MakeModulated(const OpDef& def);
+std::vector<OpPtr> MakeV1(const OpDef& def);
+std::vector<OpPtr> Make(const OpDef& def);
+}  // namespace ortops::deform_conv
