@@ -16,13 +16,17 @@ struct Layout {
   int64_t outer, length, inner;
 };
 
+// Whether the running extreme moves to `candidate`: it is at least as good, or NaN. Once
+// the current value is NaN every comparison with it is false, so only a NaN takes over.
+// Written without branches so the loops below vectorise.
 template <typename T, bool kMax>
 inline bool Takes(T candidate, T current) {
+  const bool better = kMax ? candidate >= current : candidate <= current;
   if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(candidate)) return true;
-    if (std::isnan(current)) return false;
+    return better | (candidate != candidate);
+  } else {
+    return better;
   }
-  return kMax ? candidate >= current : candidate <= current;
 }
 
 // values[i] = extreme of input over positions 0..i (or i..length-1 when `reverse`) along the
@@ -32,6 +36,30 @@ inline bool Takes(T candidate, T current) {
 template <typename T, bool kMax>
 void CumulativeExtreme(const KernelIO& io, const T* input, T* values, int64_t* indices, Layout layout, bool reverse) {
   if (layout.outer * layout.length * layout.inner == 0) return;
+  if (layout.inner == 1) {
+    // The axis is innermost: each line is contiguous; keep the running state in registers.
+    io.ParallelForRanges(static_cast<size_t>(layout.outer), 256, [&](size_t begin, size_t end) {
+      for (size_t line = begin; line < end; ++line) {
+        const int64_t base = static_cast<int64_t>(line) * layout.length;
+        const T* in = input + base;
+        T* out = values + base;
+        int64_t* index = indices ? indices + base : nullptr;
+        int64_t position = reverse ? layout.length - 1 : 0;
+        const int64_t step = reverse ? -1 : 1;
+        T best = in[position];
+        int64_t best_index = position;
+        for (int64_t s = 0; s < layout.length; ++s, position += step) {
+          const T candidate = in[position];
+          const bool take = Takes<T, kMax>(candidate, best);
+          best = take ? candidate : best;
+          best_index = take ? position : best_index;
+          out[position] = best;
+          if (index) index[position] = best_index;
+        }
+      }
+    });
+    return;
+  }
   constexpr int64_t kChunk = 1024;
   const int64_t chunks = (layout.inner + kChunk - 1) / kChunk;
   io.ParallelFor(static_cast<size_t>(layout.outer * chunks), [&](size_t task) {
