@@ -97,42 +97,59 @@ class RoiAlignKernel : public KernelBase {
     T* output = io.Output<T>(0, {roi_count, channels, output_height_, output_width_});
     if (roi_count == 0 || channels == 0) return;
     const int64_t plane = height * width;
-    io.ParallelFor(static_cast<size_t>(roi_count), [&](size_t task) {
-      const auto r = static_cast<int64_t>(task);
-      const T* roi = rois.data + 5 * r;
-      Geometry g = RoiGeometry(roi);
-      std::vector<BilinearTap<T>> taps(static_cast<size_t>(bins * g.grid_h * g.grid_w));
-      size_t t = 0;
-      for (int64_t ph = 0; ph < output_height_; ++ph) {
-        for (int64_t pw = 0; pw < output_width_; ++pw) {
-          for (int64_t iy = 0; iy < g.grid_h; ++iy) {
-            const T y = g.start_h + static_cast<T>(ph) * g.bin_h +
-                        static_cast<T>(static_cast<T>(iy) + T(0.5)) * g.bin_h / static_cast<T>(g.grid_h);
-            for (int64_t ix = 0; ix < g.grid_w; ++ix) {
-              const T x = g.start_w + static_cast<T>(pw) * g.bin_w +
-                          static_cast<T>(static_cast<T>(ix) + T(0.5)) * g.bin_w / static_cast<T>(g.grid_w);
-              taps[t++] = RoiAlignTap(y, x, height, width);
+    const bool channels_last =
+        plane > 0 && roi_pooling::ChannelsLastPays(roi_count, bins, sampling_ratio_, channels, input.shape);
+    const std::vector<T> nhwc = channels_last ? roi_pooling::ToChannelsLast(io, input) : std::vector<T>();
+    io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
+      std::vector<BilinearTap<T>> taps;
+      std::vector<T> value(channels_last ? static_cast<size_t>(channels) : 0), acc(value.size());
+      for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
+        const T* roi = rois.data + 5 * r;
+        const Geometry g = RoiGeometry(roi);
+        taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
+        size_t t = 0;
+        for (int64_t ph = 0; ph < output_height_; ++ph) {
+          for (int64_t pw = 0; pw < output_width_; ++pw) {
+            for (int64_t iy = 0; iy < g.grid_h; ++iy) {
+              const T y = g.start_h + static_cast<T>(ph) * g.bin_h +
+                          static_cast<T>(static_cast<T>(iy) + T(0.5)) * g.bin_h / static_cast<T>(g.grid_h);
+              for (int64_t ix = 0; ix < g.grid_w; ++ix) {
+                const T x = g.start_w + static_cast<T>(pw) * g.bin_w +
+                            static_cast<T>(static_cast<T>(ix) + T(0.5)) * g.bin_w / static_cast<T>(g.grid_w);
+                taps[t++] = RoiAlignTap(y, x, height, width);
+              }
             }
           }
         }
-      }
-      const int64_t per_bin = g.grid_h * g.grid_w;
-      const auto image = static_cast<int64_t>(roi[0]);
-      for (int64_t c = 0; c < channels; ++c) {
-        const T* map = plane == 0 ? nullptr : input.data + (image * channels + c) * plane;
-        T* out = output + (r * channels + c) * bins;
-        if (!max_mode_) {
-          roi_pooling::AveragePool(map, taps.data(), bins, per_bin, out);
+        const int64_t per_bin = g.grid_h * g.grid_w;
+        const auto image = static_cast<int64_t>(roi[0]);
+        T* out = output + r * channels * bins;
+        if (channels_last) {
+          const T* source = nhwc.data() + image * plane * channels;
+          if (max_mode_) {
+            roi_pooling::PoolChannelsLast<T, true>(source, channels, taps.data(), bins, per_bin, max_start_,
+                                                   empty_bin_max_, out, value.data(), acc.data());
+          } else {
+            roi_pooling::PoolChannelsLast<T, false>(source, channels, taps.data(), bins, per_bin, T(0), T(0), out,
+                                                    value.data(), acc.data());
+          }
           continue;
         }
-        const BilinearTap<T>* tap = taps.data();
-        for (int64_t bin = 0; bin < bins; ++bin) {
-          T best = max_start_;
-          for (int64_t s = 0; s < per_bin; ++s, ++tap) {
-            const T value = map ? tap->Read(map) : T(0);
-            if (value > best) best = value;
+        for (int64_t c = 0; c < channels; ++c) {
+          const T* map = plane == 0 ? nullptr : input.data + (image * channels + c) * plane;
+          if (!max_mode_) {
+            roi_pooling::AveragePool(map, taps.data(), bins, per_bin, out + c * bins);
+            continue;
           }
-          out[bin] = per_bin == 0 ? empty_bin_max_ : best;
+          const BilinearTap<T>* tap = taps.data();
+          for (int64_t bin = 0; bin < bins; ++bin) {
+            T best = max_start_;
+            for (int64_t s = 0; s < per_bin; ++s, ++tap) {
+              const T v = map ? tap->Read(map) : T(0);
+              if (v > best) best = v;
+            }
+            out[c * bins + bin] = per_bin == 0 ? empty_bin_max_ : best;
+          }
         }
       }
     });

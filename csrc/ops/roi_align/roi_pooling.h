@@ -2,6 +2,7 @@
 // adaptive sampling grid with its bounds, and pooling precomputed bilinear taps.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -59,6 +60,60 @@ void AveragePool(const T* map, const BilinearTap<T>* taps, int64_t bins, int64_t
     T sum = 0;
     for (int64_t s = 0; s < per_bin; ++s, ++taps) sum += map ? taps->Read(map) : T(0);
     out[bin] = sum / count;
+  }
+}
+
+// [N, C, H, W] -> [N, H, W, C], so that a bilinear tap reads all channels contiguously.
+template <typename T>
+std::vector<T> ToChannelsLast(const KernelIO& io, const ConstTensor<T>& input) {
+  const int64_t batch = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
+  std::vector<T> out(static_cast<size_t>(input.size()));
+  io.ParallelFor(static_cast<size_t>(batch * height), [&](size_t task) {
+    const int64_t n = static_cast<int64_t>(task) / height, y = static_cast<int64_t>(task) % height;
+    const T* src = input.data + (n * channels * height + y) * width;
+    T* dst = out.data() + static_cast<int64_t>(task) * width * channels;
+    for (int64_t c = 0; c < channels; ++c) {
+      const T* row = src + c * height * width;
+      for (int64_t x = 0; x < width; ++x) dst[x * channels + c] = row[x];
+    }
+  });
+  return out;
+}
+
+// Whether pooling from a channels-last copy pays for making it: the taps' reads (vectorised
+// over channels there) against one pass over the whole input.
+inline bool ChannelsLastPays(int64_t rois, int64_t bins, int64_t sampling_ratio, int64_t channels,
+                             const Shape& input_shape) {
+  const int64_t samples = sampling_ratio > 0 ? sampling_ratio * sampling_ratio : 4;
+  return channels >= 8 && rois * bins * samples * 2 > input_shape[0] * input_shape[2] * input_shape[3];
+}
+
+// Pools one roi from a channels-last image ([H * W, C]) for every channel at once, with the
+// same per-channel arithmetic, in the same order, as the per-channel path: each sample is
+// w0 v0 + w1 v1 + w2 v2 + w3 v3, summed (or maxed) over the bin's samples in order.
+// out[c * bins + bin]; `value` and `acc` are scratch of `channels` elements.
+template <typename T, bool kMax>
+void PoolChannelsLast(const T* image, int64_t channels, const BilinearTap<T>* taps, int64_t bins, int64_t per_bin,
+                      T max_start, T empty_bin, T* out, T* value, T* acc) {
+  const T count = static_cast<T>(per_bin > 1 ? per_bin : 1);
+  for (int64_t bin = 0; bin < bins; ++bin) {
+    std::fill(acc, acc + channels, kMax ? max_start : T(0));
+    for (int64_t s = 0; s < per_bin; ++s, ++taps) {
+      const T* p0 = image + taps->offset[0] * channels;
+      const T* p1 = image + taps->offset[1] * channels;
+      const T* p2 = image + taps->offset[2] * channels;
+      const T* p3 = image + taps->offset[3] * channels;
+      const T w0 = taps->weight[0], w1 = taps->weight[1], w2 = taps->weight[2], w3 = taps->weight[3];
+      for (int64_t c = 0; c < channels; ++c) value[c] = w0 * p0[c] + w1 * p1[c] + w2 * p2[c] + w3 * p3[c];
+      if constexpr (kMax) {
+        for (int64_t c = 0; c < channels; ++c) acc[c] = value[c] > acc[c] ? value[c] : acc[c];
+      } else {
+        for (int64_t c = 0; c < channels; ++c) acc[c] += value[c];
+      }
+    }
+    for (int64_t c = 0; c < channels; ++c) {
+      out[c * bins + bin] = kMax ? (per_bin == 0 ? empty_bin : acc[c]) : acc[c] / count;
+    }
   }
 }
 

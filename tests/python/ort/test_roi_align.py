@@ -177,3 +177,15 @@ def test_wrong_rank_is_an_error() -> None:
             {"input": np.zeros((4, 4), np.float32), "rois": np.zeros((1, 5), np.float32)},
             ["output"],
         )
+
+
+@pytest.mark.parametrize("domain,op,compat", DOMAINS)
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("sampling", [0, 2])
+def test_many_rois_and_channels_take_the_channels_last_path(domain, op, compat, mode, sampling) -> None:
+    """Enough rois and channels that the kernel pools from a channels-last copy."""
+    features, rois = make_case(np.random.default_rng(11), 2, 16, 6, 7, 60, np.float32, 0.5)
+    rois[0] = [1, 0, 0, 0, 0]  # an empty adaptive grid too
+    (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(2, 0.5, sampling, mode, 1))
+    expected = references.roi_align(features, rois, 2, 3, 0.5, sampling, mode, True, compat)
+    np.testing.assert_allclose(got, expected, **TOLERANCE[np.float32])
