@@ -84,11 +84,14 @@ namespace {
 enum class Layout { kModulated, kV1, kOrtops };
 
 // One deformed sample: the four neighbours (offset into the channel plane, -1 when outside
-// the map) and their bilinear weights, the mask already folded in.
+// the map), their bilinear weights, and the mask that multiplies the interpolated value
+// (torchvision's order: mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3)).
 template <typename T>
 struct Sample {
-  int64_t offset[4];
+  int32_t offset[4];  // planes over 2^31 elements are refused in CheckShapes
   T weight[4];
+  T mask;
+  bool interior;  // all four neighbours inside the map: no per-neighbour test needed
 };
 
 struct Geometry {
@@ -147,9 +150,14 @@ class DeformConvKernel : public KernelBase {
 
     const int64_t group_channels = g.channels / groups_, group_out = g.out_channels / groups_;
     const int64_t rows = group_channels * taps;
+    // Positions are processed in chunks whose column buffer stays near 8 MiB: it is reused
+    // from the heap call after call instead of faulting in fresh pages, and stays in cache
+    // between the fill and the GEMM.
+    const int64_t chunk =
+        std::clamp<int64_t>((int64_t{8} << 20) / static_cast<int64_t>(rows * sizeof(T)) / 64 * 64, 64, positions);
     std::vector<Sample<T>> samples(static_cast<size_t>(deform_groups_ * taps * positions));
-    std::vector<T> columns(static_cast<size_t>(rows * positions));
-    std::vector<T> product(static_cast<size_t>(group_out * positions));
+    std::vector<T> columns(static_cast<size_t>(rows * chunk));
+    std::vector<T> product(static_cast<size_t>(group_out * chunk));
     for (int64_t n = 0; n < g.batch; ++n) {
       const T* offset_n = offset.data + n * 2 * deform_groups_ * taps * positions;
       const T* mask_n = mask ? mask + n * deform_groups_ * taps * positions : nullptr;
@@ -158,23 +166,33 @@ class DeformConvKernel : public KernelBase {
       });
       for (int64_t group = 0; group < groups_; ++group) {
         const int64_t first_channel = group * group_channels;
-        io.ParallelFor(static_cast<size_t>(group_channels), [&](size_t local) {
-          const int64_t c = first_channel + static_cast<int64_t>(local);
-          const T* plane = input.data + (n * g.channels + c) * g.height * g.width;
-          const int64_t d = c / (g.channels / deform_groups_);
-          for (int64_t k = 0; k < taps; ++k) {
-            const Sample<T>* s = samples.data() + (d * taps + k) * positions;
-            T* column = columns.data() + (static_cast<int64_t>(local) * taps + k) * positions;
-            for (int64_t p = 0; p < positions; ++p) column[p] = Read(s[p], plane);
+        for (int64_t start = 0; start < positions; start += chunk) {
+          const int64_t width = std::min(chunk, positions - start);
+          // Tasks are (tap, slice of the chunk) and loop over the group's channels inside,
+          // so a slice's samples stay in cache while every channel reads through them.
+          constexpr int64_t kSlice = 128;
+          const int64_t slices = (width + kSlice - 1) / kSlice;
+          io.ParallelFor(static_cast<size_t>(taps * slices), [&](size_t task) {
+            const int64_t k = static_cast<int64_t>(task) / slices;
+            const int64_t begin = (static_cast<int64_t>(task) % slices) * kSlice;
+            const int64_t end = std::min(width, begin + kSlice);
+            for (int64_t local = 0; local < group_channels; ++local) {
+              const int64_t c = first_channel + local;
+              const T* plane = input.data + (n * g.channels + c) * g.height * g.width;
+              const Sample<T>* sample =
+                  samples.data() + (c / (g.channels / deform_groups_) * taps + k) * positions + start;
+              T* column = columns.data() + (local * taps + k) * width;
+              for (int64_t p = begin; p < end; ++p) column[p] = Read(sample[p], plane);
+            }
+          });
+          matmul_->Run(io.context(), weight.data + group * group_out * rows, columns.data(), product.data(), group_out,
+                       rows, width);
+          T* out = output + (n * g.out_channels + group * group_out) * positions + start;
+          for (int64_t o = 0; o < group_out; ++o) {
+            const T b = bias ? bias[group * group_out + o] : T(0);
+            const T* src = product.data() + o * width;
+            for (int64_t p = 0; p < width; ++p) out[o * positions + p] = src[p] + b;
           }
-        });
-        matmul_->Run(io.context(), weight.data + group * group_out * rows, columns.data(), product.data(), group_out,
-                     rows, positions);
-        T* out = output + (n * g.out_channels + group * group_out) * positions;
-        for (int64_t o = 0; o < group_out; ++o) {
-          const T b = bias ? bias[group * group_out + o] : T(0);
-          const T* src = product.data() + o * positions;
-          for (int64_t p = 0; p < positions; ++p) out[o * positions + p] = src[p] + b;
         }
       }
     }
@@ -197,6 +215,8 @@ class DeformConvKernel : public KernelBase {
     Check(weight.dim(1) == g.channels / groups_,
           "input 'weight' must have shape [C_out, C / groups = ", g.channels / groups_, ", kh, kw], got ",
           ShapeText{weight.shape});
+    Check(g.height * g.width < (int64_t{1} << 31), "input 'input' has planes of ", g.height, " x ", g.width,
+          " elements, more than this op supports (2^31)");
     Check(g.kernel_h >= 1 && g.kernel_w >= 1, "input 'weight' has an empty kernel: ", ShapeText{weight.shape});
     g.out_h = (g.height + 2 * padding_[0] - dilation_[0] * (g.kernel_h - 1) - 1) / stride_[0] + 1;
     g.out_w = (g.width + 2 * padding_[1] - dilation_[1] * (g.kernel_w - 1) - 1) / stride_[1] + 1;
@@ -227,8 +247,8 @@ class DeformConvKernel : public KernelBase {
 
   // torchvision's deform-conv rule: outside (-1, H) x (-1, W) reads 0; each neighbour
   // outside the map reads 0. A NaN coordinate reads 0 too (the negated test below).
-  static Sample<T> Bilinear(T y, T x, int64_t height, int64_t width, T scale) {
-    Sample<T> s{{-1, -1, -1, -1}, {0, 0, 0, 0}};
+  static Sample<T> Bilinear(T y, T x, int64_t height, int64_t width, T mask) {
+    Sample<T> s{{-1, -1, -1, -1}, {0, 0, 0, 0}, mask, false};
     if (!(y > T(-1) && y < static_cast<T>(height) && x > T(-1) && x < static_cast<T>(width))) return s;
     const T y0 = std::floor(y), x0 = std::floor(x);
     const auto yl = static_cast<int64_t>(y0), xl = static_cast<int64_t>(x0);
@@ -238,17 +258,24 @@ class DeformConvKernel : public KernelBase {
     for (int a = 0; a < 2; ++a) {
       for (int b = 0; b < 2; ++b) {
         const int v = 2 * a + b;
-        s.weight[v] = wy[a] * wx[b] * scale;
-        if (ys[a] >= 0 && ys[a] < height && xs[b] >= 0 && xs[b] < width) s.offset[v] = ys[a] * width + xs[b];
+        s.weight[v] = wy[a] * wx[b];
+        if (ys[a] >= 0 && ys[a] < height && xs[b] >= 0 && xs[b] < width) {
+          s.offset[v] = static_cast<int32_t>(ys[a] * width + xs[b]);
+        }
       }
     }
+    s.interior = s.offset[0] >= 0 && s.offset[1] >= 0 && s.offset[2] >= 0 && s.offset[3] >= 0;
     return s;
   }
 
   static T Read(const Sample<T>& s, const T* plane) {
-    T value = 0;
-    for (int v = 0; v < 4; ++v) value += s.offset[v] >= 0 ? s.weight[v] * plane[s.offset[v]] : T(0);
-    return value;
+    if (s.interior) {
+      return s.mask * (s.weight[0] * plane[s.offset[0]] + s.weight[1] * plane[s.offset[1]] +
+                       s.weight[2] * plane[s.offset[2]] + s.weight[3] * plane[s.offset[3]]);
+    }
+    T value[4];
+    for (int v = 0; v < 4; ++v) value[v] = s.offset[v] >= 0 ? plane[s.offset[v]] : T(0);
+    return s.mask * (s.weight[0] * value[0] + s.weight[1] * value[1] + s.weight[2] * value[2] + s.weight[3] * value[3]);
   }
 
   std::array<int64_t, 2> stride_, padding_, dilation_;
