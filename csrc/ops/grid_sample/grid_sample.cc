@@ -111,6 +111,15 @@ struct PointTaps {
   T wy[4], wx[4];
 };
 
+// Bilinear and nearest points, compacted for the channel loop: up to four taps that are
+// inside the map, in PyTorch's summation order; count -1 marks a NaN point.
+template <typename T>
+struct CompactTaps {
+  int32_t offset[4];
+  T weight[4];
+  int32_t count;
+};
+
 template <typename T>
 class GridSampleKernel : public KernelBase {
  public:
@@ -143,17 +152,43 @@ class GridSampleKernel : public KernelBase {
     const Axis<T> x_axis{width, align_corners_ == 1, static_cast<Padding>(padding_)};
     const Axis<T> y_axis{height, align_corners_ == 1, static_cast<Padding>(padding_)};
     const int64_t plane = height * width, out_plane = out_h * out_w;
-    io.ParallelFor(static_cast<size_t>(batch * out_h), [&](size_t task) {
-      const int64_t n = static_cast<int64_t>(task) / out_h, row = static_cast<int64_t>(task) % out_h;
-      std::vector<PointTaps<T>> taps(static_cast<size_t>(out_w));
-      const T* points = grid.data + (n * out_h + row) * out_w * 2;
-      for (int64_t w = 0; w < out_w; ++w) taps[w] = Locate(points[2 * w], points[2 * w + 1], x_axis, y_axis);
-      for (int64_t c = 0; c < channels; ++c) {
-        const T* map = input.data + (n * channels + c) * plane;
-        T* out = output + (n * channels + c) * out_plane + row * out_w;
-        for (int64_t w = 0; w < out_w; ++w) out[w] = Read(taps[w], map, width);
+    Check(plane < (int64_t{1} << 31), "input 'input' has planes of ", height, " x ", width,
+          " elements, more than this op supports (2^31)");
+    // The taps of a chunk of output points are computed once, then each channel reads its
+    // whole plane through them: one plane at a time stays in cache for the random reads.
+    const bool bicubic = static_cast<Interpolation>(mode_) == Interpolation::kBicubic;
+    const int64_t chunk = std::min<int64_t>(out_plane, bicubic ? (1 << 16) : (1 << 20));
+    std::vector<PointTaps<T>> wide(bicubic ? static_cast<size_t>(chunk) : 0);
+    std::vector<CompactTaps<T>> compact(bicubic ? 0 : static_cast<size_t>(chunk));
+    for (int64_t n = 0; n < batch; ++n) {
+      for (int64_t start = 0; start < out_plane; start += chunk) {
+        const int64_t count = std::min(chunk, out_plane - start);
+        const T* points = grid.data + (n * out_plane + start) * 2;
+        io.ParallelForRanges(static_cast<size_t>(count), 64, [&](size_t begin, size_t end) {
+          for (size_t i = begin; i < end; ++i) {
+            const PointTaps<T> taps = Locate(points[2 * i], points[2 * i + 1], x_axis, y_axis);
+            if (bicubic) {
+              wide[i] = taps;
+            } else {
+              compact[i].count = taps.nan ? -1 : taps.count;
+              for (int k = 0; k < taps.count; ++k) {
+                compact[i].offset[k] = static_cast<int32_t>(taps.offset[k]);
+                compact[i].weight[k] = taps.weight[k];
+              }
+            }
+          }
+        });
+        io.ParallelFor(static_cast<size_t>(channels), [&](size_t c) {
+          const T* map = input.data + (n * channels + static_cast<int64_t>(c)) * plane;
+          T* out = output + (n * channels + static_cast<int64_t>(c)) * out_plane + start;
+          if (bicubic) {
+            for (int64_t i = 0; i < count; ++i) out[i] = Read(wide[i], map, width);
+          } else {
+            for (int64_t i = 0; i < count; ++i) out[i] = ReadCompact(compact[i], map);
+          }
+        });
       }
-    });
+    }
   }
 
  private:
@@ -225,6 +260,20 @@ class GridSampleKernel : public KernelBase {
     if (std::isnan(padded)) return -1;
     const auto i = static_cast<int64_t>(padded);
     return axis.Inside(i) ? i : -1;
+  }
+
+  static T ReadCompact(const CompactTaps<T>& p, const T* map) {
+    T sum = 0;  // PyTorch accumulates from 0 over the taps inside the map, in this order
+    if (p.count == 4) {
+      sum += map[p.offset[0]] * p.weight[0];
+      sum += map[p.offset[1]] * p.weight[1];
+      sum += map[p.offset[2]] * p.weight[2];
+      sum += map[p.offset[3]] * p.weight[3];
+      return sum;
+    }
+    if (p.count < 0) return std::numeric_limits<T>::quiet_NaN();
+    for (int k = 0; k < p.count; ++k) sum += map[p.offset[k]] * p.weight[k];
+    return sum;
   }
 
   T Read(const PointTaps<T>& p, const T* map, int64_t width) const {
