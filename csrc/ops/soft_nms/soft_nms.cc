@@ -1,10 +1,12 @@
 // Soft non-maximum suppression (Bodla et al.; mmcv's SoftNonMaxSuppression).
 #include "ops/soft_nms/soft_nms.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
 
+#include "math/box_grid.h"
 #include "math/box_iou.h"
 
 namespace ortops::soft_nms {
@@ -45,6 +47,60 @@ constexpr OpSchema kSchema{
 
 namespace {
 
+// Box ids ordered as the original's linear scan picks them: highest score first, then the
+// lowest position in the working list. Removal and key changes of any id in O(log n).
+template <typename T>
+class SelectionHeap {
+ public:
+  SelectionHeap(const std::vector<T>& score, const std::vector<int64_t>& position)
+      : score_(score), position_(position), where_(score.size()), heap_(score.size()) {
+    for (size_t k = 0; k < heap_.size(); ++k) heap_[k] = static_cast<int64_t>(k), where_[k] = k;
+    for (size_t k = heap_.size() / 2; k-- > 0;) Down(k);
+  }
+  int64_t Top() const { return heap_[0]; }
+  void Remove(int64_t id) {
+    const size_t k = where_[id];
+    Swap(k, heap_.size() - 1);
+    heap_.pop_back();
+    if (k < heap_.size()) Fix(k);
+  }
+  void Update(int64_t id) { Fix(where_[id]); }
+  void Lowered(int64_t id) { Down(where_[id]); }  // its score went down
+
+ private:
+  bool Before(int64_t a, int64_t b) const {
+    return score_[a] > score_[b] || (score_[a] == score_[b] && position_[a] < position_[b]);
+  }
+  void Swap(size_t a, size_t b) {
+    std::swap(heap_[a], heap_[b]);
+    where_[heap_[a]] = a;
+    where_[heap_[b]] = b;
+  }
+  void Fix(size_t k) {
+    while (k > 0 && Before(heap_[k], heap_[(k - 1) / 2])) {
+      Swap(k, (k - 1) / 2);
+      k = (k - 1) / 2;
+    }
+    Down(k);
+  }
+  void Down(size_t k) {
+    for (;;) {
+      size_t best = k;
+      for (size_t child = 2 * k + 1; child <= 2 * k + 2 && child < heap_.size(); ++child) {
+        if (Before(heap_[child], heap_[best])) best = child;
+      }
+      if (best == k) return;
+      Swap(k, best);
+      k = best;
+    }
+  }
+
+  const std::vector<T>& score_;
+  const std::vector<int64_t>& position_;
+  std::vector<size_t> where_;
+  std::vector<int64_t> heap_;
+};
+
 template <typename T>
 class SoftNmsKernel : public KernelBase {
  public:
@@ -76,52 +132,131 @@ class SoftNmsKernel : public KernelBase {
     for (int64_t i = 0; i < count * 4; ++i) Check(!std::isnan(boxes.data[i]), "input 'boxes' contains NaN");
     for (int64_t i = 0; i < count; ++i) Check(!std::isnan(scores.data[i]), "input 'scores' contains NaN");
 
-    // The working set, one entry per box, permuted in place as the original does.
-    struct Entry {
-      T box[4];
-      T score, area;
-      int64_t index;
-    };
     const T offset = static_cast<T>(offset_);
-    std::vector<Entry> work(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) {
-      Entry& e = work[i];
-      for (int k = 0; k < 4; ++k) e.box[k] = boxes.data[4 * i + k];
-      e.score = scores.data[i];
-      e.area = BoxArea(e.box, offset);
-      e.index = i;
+    bool indexed = method_ == 2 || iou_threshold_ > 0;
+    for (int64_t i = 0; i < count && indexed; ++i) {
+      const T* b = boxes.data + 4 * i;
+      indexed = std::isfinite(b[0]) && std::isfinite(b[1]) && std::isfinite(b[2]) && std::isfinite(b[3]) &&
+                b[2] - b[0] + offset > 0 && b[3] - b[1] + offset > 0;
     }
-    const T threshold = static_cast<T>(iou_threshold_), sigma = static_cast<T>(sigma_);
+    std::vector<int64_t> selected;
+    std::vector<T> score(scores.data, scores.data + count);
+    if (indexed) {
+      SelectIndexed(boxes.data, count, score, selected);
+    } else {
+      SelectAllPairs(boxes.data, count, score, selected);
+    }
+    // A selected box's score no longer changes: it is its decayed score at selection.
+    const auto kept = static_cast<int64_t>(selected.size());
+    T* dets = io.Output<T>(0, {kept, 5});
+    int64_t* indices = io.Output<int64_t>(1, {kept});
+    for (int64_t i = 0; i < kept; ++i) {
+      const int64_t id = selected[i];
+      for (int k = 0; k < 4; ++k) dets[5 * i + k] = boxes.data[4 * id + k];
+      dets[5 * i + 4] = score[id];
+      indices[i] = id;
+    }
+  }
+
+ private:
+  // The original algorithm step by step: scan for the maximum, swap it to the front, decay
+  // every remaining box, drop by moving the last box into the gap. O(N^2); used when a
+  // box that does not overlap the selected one can still change (a threshold <= 0 in the
+  // naive or linear method, empty or infinite boxes whose IoU is NaN).
+  // `selected` receives the box ids in selection order; `score` ends decayed.
+  void SelectAllPairs(const T* boxes, int64_t count, std::vector<T>& score, std::vector<int64_t>& selected) const {
+    const T offset = static_cast<T>(offset_);
+    std::vector<int64_t> work(static_cast<size_t>(count));
+    std::vector<T> area(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) work[i] = i, area[i] = BoxArea(boxes + 4 * i, offset);
     const T min_score = static_cast<T>(min_score_);
     for (int64_t i = 0; i < count; ++i) {
       int64_t best = i;
       for (int64_t pos = i + 1; pos < count; ++pos) {
-        if (work[best].score < work[pos].score) best = pos;
+        if (score[work[best]] < score[work[pos]]) best = pos;
       }
       std::swap(work[i], work[best]);
-      const Entry& selected = work[i];
+      const int64_t sel = work[i];
+      selected.push_back(sel);
       for (int64_t pos = i + 1; pos < count; ++pos) {
-        Entry& other = work[pos];
-        const T iou = BoxIoU(selected.box, selected.area, other.box, other.area, offset);
-        other.score *= Weight(iou, threshold, sigma);
-        if (other.score < min_score) {
-          other = work[count - 1];  // drop it: the last box takes its place and is visited next
+        const int64_t other = work[pos];
+        score[other] *= Weight(BoxIoU(boxes + 4 * sel, area[sel], boxes + 4 * other, area[other], offset));
+        if (score[other] < min_score) {
+          work[pos] = work[count - 1];  // drop it: the last box takes its place and is visited next
           --count;
           --pos;
         }
       }
     }
-    T* dets = io.Output<T>(0, {count, 5});
-    int64_t* indices = io.Output<int64_t>(1, {count});
+  }
+
+  // The same selections in O((N + overlapping pairs) log N), when only boxes overlapping the
+  // selected one can change: every box has a positive area (so a pair that does not
+  // overlap has IoU exactly 0) and IoU 0 keeps weight 1. A heap ordered as the original's
+  // scan picks the next box; a grid finds the overlapping ones; drops replay the original's
+  // move-the-last-box order, which decides later ties.
+  void SelectIndexed(const T* boxes, int64_t count, std::vector<T>& score, std::vector<int64_t>& selected) const {
+    const T offset = static_cast<T>(offset_);
+    const T min_score = static_cast<T>(min_score_);
+    std::vector<int64_t> work(static_cast<size_t>(count)), position(static_cast<size_t>(count));
+    std::vector<T> area(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) work[i] = position[i] = i, area[i] = BoxArea(boxes + 4 * i, offset);
+    SelectionHeap<T> heap(score, position);
+    BoxGrid<T> grid(boxes, count, offset);
+    for (int64_t i = 0; i < count; ++i) grid.Insert(i);
+    std::vector<int64_t> seen(static_cast<size_t>(count), -1), near, drops, drop_positions;
+    std::vector<char> dropping(static_cast<size_t>(count), 0);
     for (int64_t i = 0; i < count; ++i) {
-      for (int k = 0; k < 4; ++k) dets[5 * i + k] = work[i].box[k];
-      dets[5 * i + 4] = work[i].score;
-      indices[i] = work[i].index;
+      // Keys change one at a time, each followed by its heap fix-up: sel leaves the heap
+      // before the swap changes the positions the heap orders by.
+      const int64_t sel = heap.Top(), best = position[sel], displaced = work[i];
+      heap.Remove(sel);
+      work[best] = displaced, position[displaced] = best;
+      work[i] = sel, position[sel] = i;
+      if (displaced != sel) heap.Update(displaced);
+      selected.push_back(sel);
+
+      near.clear();
+      grid.AnyNear(sel, [&](int64_t k) {
+        if (seen[k] != i && position[k] > i && position[k] < count) seen[k] = i, near.push_back(k);
+        return false;
+      });
+      drops.clear();
+      for (int64_t k : near) {
+        // IoU 0 keeps weight 1 here (see above): nothing changes, so skip exp and the heap.
+        const T iou = BoxIoU(boxes + 4 * sel, area[sel], boxes + 4 * k, area[k], offset);
+        if (iou == 0) continue;
+        score[k] *= Weight(iou);
+        heap.Lowered(k);
+        if (score[k] < min_score) drops.push_back(k), dropping[k] = 1;
+      }
+      if (i == 0) {  // the first pass also drops boxes that start below min_score
+        for (int64_t pos = 1; pos < count; ++pos) {
+          const int64_t k = work[pos];
+          if (score[k] < min_score && !dropping[k]) drops.push_back(k), dropping[k] = 1;
+        }
+      }
+      drop_positions.clear();
+      for (int64_t k : drops) drop_positions.push_back(position[k]);
+      std::sort(drop_positions.begin(), drop_positions.end());
+      for (int64_t p : drop_positions) {
+        while (p < count && dropping[work[p]]) {
+          const int64_t victim = work[p];
+          dropping[victim] = 0;
+          heap.Remove(victim);
+          position[victim] = -1;
+          const int64_t last = work[--count];
+          if (p < count) {
+            work[p] = last, position[last] = p;
+            heap.Update(last);
+          }
+        }
+      }
     }
   }
 
- private:
-  T Weight(T iou, T threshold, T sigma) const {
+  T Weight(T iou) const {
+    const T threshold = static_cast<T>(iou_threshold_), sigma = static_cast<T>(sigma_);
     switch (method_) {
       case 0: return iou >= threshold ? T(0) : T(1);
       case 1: return iou >= threshold ? T(1) - iou : T(1);

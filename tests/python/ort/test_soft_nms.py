@@ -78,3 +78,38 @@ def test_bad_input_is_an_error(domain, op) -> None:
     boxes[1, 2] = np.nan
     with pytest.raises(Exception, match="input 'boxes' contains NaN"):
         soft(op, domain, boxes, scores)
+
+
+def mixed(rng: np.random.Generator, n: int):
+    """Clustered boxes plus empty, inverted and huge ones, with many exact score ties."""
+    boxes, scores = clustered(rng, n, np.float32)
+    boxes[: n // 10, 2:] = boxes[: n // 10, :2]  # empty
+    boxes[n // 10 : n // 5, 2:] = boxes[n // 10 : n // 5, :2] - 1  # inverted
+    boxes[n // 5 : n // 4, 2:] += 300  # huge: covers many grid cells
+    scores = np.round(scores * 4) / 4  # ties
+    return boxes, scores.astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("method,threshold", [(0, 0.3), (1, 0.3), (2, 0.3), (0, 0.0), (1, -0.5)])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_indexed_and_all_pairs_paths_match_reference(seed, method, threshold, offset) -> None:
+    """Positive-area boxes with a positive threshold (or gaussian) take the heap-and-grid path,
+    the rest the all-pairs path; both must replay the original's selections and ties."""
+    rng = np.random.default_rng(seed)
+    for boxes, scores in (clustered(rng, 300, np.float32), mixed(rng, 200)):
+        scores = (np.round(scores * 8) / 8).astype(np.float32)
+        dets, indices = soft(
+            "SoftNMS",
+            "ortops",
+            boxes,
+            scores,
+            iou_threshold=threshold,
+            sigma=0.5,
+            min_score=0.05,
+            method=method,
+            offset=offset,
+        )
+        expected_dets, expected_indices = references.soft_nms(boxes, scores, threshold, 0.5, 0.05, method, offset)
+        np.testing.assert_array_equal(indices, expected_indices)
+        np.testing.assert_allclose(dets, expected_dets, **TOLERANCE[np.float32])
