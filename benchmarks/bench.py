@@ -341,14 +341,17 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     all_met = True
     cases = [c for make in CASES for c in (lambda made: made if isinstance(made, list) else [made])(make())]
+    scaling: dict[str, float] = {}
     for case in cases:
         if args.only and args.only not in case.name:
             continue
         ours_out = case.ortops(1)()
         for anchor in case.anchors.values():
             case.agree(ours_out, anchor(1)())
+        ours_by_threads: dict[int, float] = {}
         for threads in thread_counts:
             ours_s = median_seconds(case.ortops(threads), args.repeats)
+            ours_by_threads[threads] = ours_s
             for anchor_name, anchor in case.anchors.items():
                 anchor_s = median_seconds(anchor(threads), args.repeats)
                 ratio = anchor_s / ours_s
@@ -373,12 +376,15 @@ def main() -> None:
                     f"| {case.name} | {threads} | {ours_s * 1e3:.2f} | {anchor_name} | {anchor_s * 1e3:.2f} | "
                     f"{ratio:.2f} | {target_text} |"
                 )
+        if cores > 1:
+            scaling[case.name] = ours_by_threads[1] / ours_by_threads[cores]
+    if scaling:
+        print(f"\n| case | ortops speed-up, {cores} threads over 1 |\n|---|---|")
+        for name, factor in scaling.items():
+            print(f"| {name} | {factor:.2f} |")
     with open(args.json, "w") as f:
-        json.dump(
-            {"cores": cores, "onnxruntime": ort.__version__, "torch": torch.__version__, "results": results},
-            f,
-            indent=2,
-        )
+        summary = {"cores": cores, "onnxruntime": ort.__version__, "torch": torch.__version__}
+        json.dump({**summary, "results": results, "scaling": scaling}, f, indent=2)
     print(f"\nJSON written to {args.json}; targets {'all met' if all_met else 'NOT all met'}")
 
 
