@@ -8,14 +8,12 @@
 
 #include "math/box_grid.h"
 #include "math/box_iou.h"
+#include "ops/nms/box_inputs.h"
 
 namespace ortops::nms {
 namespace {
 
-constexpr IoSpec kInputs[] = {
-    {"boxes", ElemType::kTypeParam, "`[N, 4]` boxes as (x1, y1, x2, y2)"},
-    {"scores", ElemType::kTypeParam, "`[N]` one score per box"},
-};
+constexpr IoSpec kInputs[] = {kBoxesInput, kScoresInput};
 constexpr IoSpec kOutputs[] = {
     {"indices", ElemType::kInt64, "`[K]` indices into `boxes` of the kept boxes, highest score first"},
 };
@@ -55,18 +53,10 @@ class NmsKernel : public KernelBase {
   }
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> boxes = io.Input<T>(0, 2);
-    const ConstTensor<T> scores = io.Input<T>(1, 1);
-    Check(boxes.dim(1) == 4, "input 'boxes' must have shape [N, 4], got ", ShapeText{boxes.shape});
-    Check(scores.dim(0) == boxes.dim(0), "input 'scores' must have shape [N] with N = ", boxes.dim(0),
-          " (the number of boxes), got ", ShapeText{scores.shape});
+    const auto [boxes, scores] = BoxesAndScores<T>(io);
     const int64_t count = boxes.dim(0);
     bool finite = true;
-    for (int64_t i = 0; i < count * 4; ++i) {
-      Check(!std::isnan(boxes.data[i]), "input 'boxes' contains NaN");
-      finite &= std::isfinite(boxes.data[i]);
-    }
-    for (int64_t i = 0; i < count; ++i) Check(!std::isnan(scores.data[i]), "input 'scores' contains NaN");
+    for (int64_t i = 0; i < count * 4; ++i) finite &= std::isfinite(boxes.data[i]);
 
     std::vector<int64_t> order(count);
     std::iota(order.begin(), order.end(), 0);

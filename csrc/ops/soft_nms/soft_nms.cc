@@ -8,14 +8,12 @@
 
 #include "math/box_grid.h"
 #include "math/box_iou.h"
+#include "ops/nms/box_inputs.h"
 
 namespace ortops::soft_nms {
 namespace {
 
-constexpr IoSpec kInputs[] = {
-    {"boxes", ElemType::kTypeParam, "`[N, 4]` boxes as (x1, y1, x2, y2)"},
-    {"scores", ElemType::kTypeParam, "`[N]` one score per box"},
-};
+constexpr IoSpec kInputs[] = {nms::kBoxesInput, nms::kScoresInput};
 constexpr IoSpec kOutputs[] = {
     {"dets", ElemType::kTypeParam, "`[K, 5]` the kept boxes in selection order, with their decayed scores"},
     {"indices", ElemType::kInt64, "`[K]` the kept boxes' indices into `boxes`"},
@@ -123,14 +121,8 @@ class SoftNmsKernel : public KernelBase {
   }
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> boxes = io.Input<T>(0, 2);
-    const ConstTensor<T> scores = io.Input<T>(1, 1);
-    Check(boxes.dim(1) == 4, "input 'boxes' must have shape [N, 4], got ", ShapeText{boxes.shape});
-    Check(scores.dim(0) == boxes.dim(0), "input 'scores' must have shape [N] with N = ", boxes.dim(0),
-          " (the number of boxes), got ", ShapeText{scores.shape});
-    int64_t count = boxes.dim(0);
-    for (int64_t i = 0; i < count * 4; ++i) Check(!std::isnan(boxes.data[i]), "input 'boxes' contains NaN");
-    for (int64_t i = 0; i < count; ++i) Check(!std::isnan(scores.data[i]), "input 'scores' contains NaN");
+    const auto [boxes, scores] = nms::BoxesAndScores<T>(io);
+    const int64_t count = boxes.dim(0);
 
     const T offset = static_cast<T>(offset_);
     bool indexed = method_ == 2 || iou_threshold_ > 0;
