@@ -30,7 +30,7 @@ fetch_ort_headers() {
 
 fetch_ort_runtime() {
   local dest="$DEPS/onnxruntime/lib"
-  local stamp="$dest/.from-jar-$ORT_JAR_VERSION"
+  local stamp="$dest/.from-jar-$ORT_JAR_VERSION-with-jar"
   [[ -f "$stamp" ]] && return
   log "libonnxruntime.so from Maven Central com.microsoft.onnxruntime:onnxruntime:$ORT_JAR_VERSION"
   local tmp
@@ -42,6 +42,7 @@ fetch_ort_runtime() {
   unzip -q -j -o "$tmp/onnxruntime-$ORT_JAR_VERSION.jar" \
     'ai/onnxruntime/native/linux-x64/libonnxruntime.so' -d "$dest"
   ln -sf libonnxruntime.so "$dest/libonnxruntime.so.1"  # its SONAME
+  mv "$tmp/onnxruntime-$ORT_JAR_VERSION.jar" "$dest/onnxruntime.jar"  # for the Java binding test
   rm -rf "$tmp"
   touch "$stamp"
 }
