@@ -8,19 +8,7 @@ import torch
 from torch.onnx import symbolic_helper
 
 from ortops.torch._export import onnx_opset, register_export, typed
-
-
-def _axis_taps(coord: torch.Tensor, size: int) -> tuple[torch.Tensor, ...]:
-    """Per-axis part of RoIAlign's bilinear rule: (valid, low, high, weight_low, weight_high)."""
-    valid = (coord >= -1) & (coord <= size)
-    coord = coord.clamp(min=0)
-    low = coord.floor().long()  # coord >= 0, so floor is C++'s truncation
-    at_edge = low >= size - 1
-    low = torch.where(at_edge, torch.full_like(low, size - 1), low)
-    high = torch.where(at_edge, low, low + 1)
-    coord = torch.where(at_edge, low.to(coord.dtype), coord)
-    frac = coord - low.to(coord.dtype)
-    return valid, low.clamp(min=0), high.clamp(min=0), 1 - frac, frac
+from ortops.torch._sampling import roi_align_sample
 
 
 def _pool_rois(
@@ -63,26 +51,11 @@ def _pool_rois(
         + pw[None, :, None] * bin_w[:, None, None]
         + ix[None, None, :] * bin_w[:, None, None] / grid_w
     )
-    vy, y0, y1, hy, ly = _axis_taps(y, h)
-    vx, x0, x1, hx, lx = _axis_taps(x, w)
-    images = input[rois[:, 0].long()]  # [R, C, H, W]
-    flat = images.reshape(r, c, h * w)
-
-    def gather(yi: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
-        index = (yi[:, :, :, None, None] * w + xi[:, None, None, :, :]).reshape(r, 1, -1)
-        return flat.gather(2, index.expand(r, c, index.shape[-1])).reshape(r, c, out_h, grid_h, out_w, grid_w)
-
-    def weight(wy: torch.Tensor, wx: torch.Tensor) -> torch.Tensor:
-        return (wy[:, :, :, None, None] * wx[:, None, None, :, :])[:, None]
-
-    values = (
-        weight(hy, hx) * gather(y0, x0)
-        + weight(hy, lx) * gather(y0, x1)
-        + weight(ly, hx) * gather(y1, x0)
-        + weight(ly, lx) * gather(y1, x1)
-    )
-    valid = (vy[:, :, :, None, None] & vx[:, None, None, :, :])[:, None]
-    values = values * valid  # samples outside the map read 0
+    # Every (ph, iy) row with every (pw, ix) column: points [R, out_h, grid_h, out_w, grid_w].
+    shape = (r, out_h, grid_h, out_w, grid_w)
+    y = y[:, :, :, None, None].expand(shape)
+    x = x[:, None, None, :, :].expand(shape)
+    values = roi_align_sample(input, rois[:, 0].long(), y, x)
     values = values.permute(0, 1, 2, 4, 3, 5).reshape(r, c, out_h, out_w, grid_h * grid_w)
     return values.amax(-1) if max_mode else values.sum(-1) / (grid_h * grid_w)
 

@@ -8,41 +8,7 @@ import torch
 from torch.onnx import symbolic_helper
 
 from ortops.torch._export import onnx_opset, register_export, typed
-
-
-def bilinear_points(planes: torch.Tensor, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Samples ``planes`` (Tensor[R, C, H, W]) at points y, x (Tensor[R, *]) by RoIAlign's rule.
-
-    Returns Tensor[R, C, *]. A point with y < -1, y > H, x < -1 or x > W reads 0; otherwise
-    coordinates below 0 clamp to 0 and the last row/column repeats past the edge.
-    """
-    r, c, h, w = planes.shape
-    points_shape = y.shape[1:]
-    y, x = y.reshape(r, -1), x.reshape(r, -1)
-    if h == 0 or w == 0:
-        return planes.new_zeros((r, c, *points_shape))
-    valid = (y >= -1) & (y <= h) & (x >= -1) & (x <= w)
-    y, x = y.clamp(min=0), x.clamp(min=0)
-    y_low, x_low = y.floor().long(), x.floor().long()
-    y_edge, x_edge = y_low >= h - 1, x_low >= w - 1
-    y_low, x_low = torch.where(y_edge, h - 1, y_low), torch.where(x_edge, w - 1, x_low)
-    y_high, x_high = torch.where(y_edge, y_low, y_low + 1), torch.where(x_edge, x_low, x_low + 1)
-    y, x = torch.where(y_edge, y_low.to(y.dtype), y), torch.where(x_edge, x_low.to(x.dtype), x)
-    ly, lx = y - y_low.to(y.dtype), x - x_low.to(x.dtype)
-    hy, hx = 1 - ly, 1 - lx
-    flat = planes.reshape(r, c, h * w)
-
-    def read(yi: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
-        index = (yi * w + xi)[:, None, :].expand(r, c, yi.shape[1])
-        return flat.gather(2, index)
-
-    value = (
-        (hy * hx)[:, None] * read(y_low, x_low)
-        + (hy * lx)[:, None] * read(y_low, x_high)
-        + (ly * hx)[:, None] * read(y_high, x_low)
-        + (ly * lx)[:, None] * read(y_high, x_high)
-    )
-    return (value * valid[:, None]).reshape(r, c, *points_shape)
+from ortops.torch._sampling import roi_align_sample
 
 
 @torch.library.custom_op("ortops::roi_align_rotated", mutates_args=())
@@ -85,7 +51,8 @@ def _roi_align_rotated(
         xx = -roi_w / 2 + pw * bin_w + ix * bin_w / grid_w
         y = yy * torch.cos(theta) - xx * torch.sin(theta) + center_h
         x = yy * torch.sin(theta) + xx * torch.cos(theta) + center_w
-        samples = bilinear_points(input[int(roi[0])][None], y[None], x[None])[0]  # [C, oh, gh, ow, gw]
+        batch = roi[:1].long()
+        samples = roi_align_sample(input, batch, y[None], x[None])[0]  # [C, oh, gh, ow, gw]
         out[i] = samples.sum(dim=(2, 4)) / (grid_h * grid_w)
     return out
 

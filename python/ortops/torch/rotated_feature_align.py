@@ -6,7 +6,7 @@ import torch
 from torch.onnx import symbolic_helper
 
 from ortops.torch._export import onnx_opset, register_export, typed
-from ortops.torch.roi_align_rotated import bilinear_points
+from ortops.torch._sampling import roi_align_sample
 
 
 @torch.library.custom_op("ortops::rotated_feature_align", mutates_args=())
@@ -33,7 +33,8 @@ def _rotated_feature_align(
         for sx, sy in ((1, 1), (-1, 1), (-1, -1), (1, -1)):
             xs.append(x + sx * wx + sy * hx)
             ys.append(y + sx * wy + sy * hy)
-    samples = bilinear_points(features, torch.stack(ys, -1), torch.stack(xs, -1))  # [N, C, H, W, points]
+    batch = torch.arange(n, device=features.device)
+    samples = roi_align_sample(features, batch, torch.stack(ys, -1), torch.stack(xs, -1))  # [N, C, H, W, points]
     return features + samples.sum(-1)
 
 
