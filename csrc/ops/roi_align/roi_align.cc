@@ -53,34 +53,16 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-using roi_pooling::kMaxSamplesPerAxis;
-using roi_pooling::kMaxTapsPerRoi;
-
 template <typename T>
 class RoiAlignKernel : public KernelBase {
  public:
   using Element = T;
   static constexpr const OpSchema& kSchema = roi_align::kSchema;
 
-  RoiAlignKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
-        output_height_(attrs.Int("output_height")),
-        output_width_(attrs.Int("output_width")),
-        spatial_scale_(attrs.Float("spatial_scale")),
-        sampling_ratio_(attrs.Int("sampling_ratio")),
-        aligned_(attrs.Int("aligned")) {
+  RoiAlignKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), pooling_(attrs) {
     const std::string mode = attrs.String("mode");
     Check(mode == "avg" || mode == "max", "attribute 'mode' must be \"avg\" or \"max\", got \"", mode, "\"");
     max_mode_ = mode == "max";
-    Check(output_height_ >= 1 && output_width_ >= 1,
-          "attributes 'output_height' and 'output_width' must be at least 1, got ", output_height_, " and ",
-          output_width_);
-    Check(output_height_ * output_width_ <= kMaxTapsPerRoi, "output size ", output_height_, " x ", output_width_,
-          " is too large");
-    Check(std::isfinite(spatial_scale_), "attribute 'spatial_scale' must be finite, got ", spatial_scale_);
-    Check(aligned_ == 0 || aligned_ == 1, "attribute 'aligned' must be 0 or 1, got ", aligned_);
-    Check(sampling_ratio_ <= kMaxSamplesPerAxis, "attribute 'sampling_ratio' must be at most ", kMaxSamplesPerAxis,
-          ", got ", sampling_ratio_);
     // mmcv's kernel started its running max at -10000; ortops' own op starts at -infinity.
     max_start_ = def.compat ? T(-10000) : -std::numeric_limits<T>::infinity();
     empty_bin_max_ = def.compat ? T(-10000) : T(0);
@@ -93,12 +75,12 @@ class RoiAlignKernel : public KernelBase {
     const int64_t channels = input.dim(1), height = input.dim(2), width = input.dim(3);
     const int64_t roi_count = rois.dim(0);
 
-    const int64_t bins = output_height_ * output_width_;
-    T* output = io.Output<T>(0, {roi_count, channels, output_height_, output_width_});
+    const int64_t bins = pooling_.bins();
+    T* output = io.Output<T>(0, {roi_count, channels, pooling_.output_height, pooling_.output_width});
     if (roi_count == 0 || channels == 0) return;
     const int64_t plane = height * width;
     const bool channels_last =
-        plane > 0 && roi_pooling::ChannelsLastPays(roi_count, bins, sampling_ratio_, channels, input.shape);
+        plane > 0 && roi_pooling::ChannelsLastPays(roi_count, bins, pooling_.sampling_ratio, channels, input.shape);
     const std::vector<T> nhwc = channels_last ? roi_pooling::ToChannelsLast(io, input) : std::vector<T>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       std::vector<BilinearTap<T>> taps;
@@ -108,8 +90,8 @@ class RoiAlignKernel : public KernelBase {
         const Geometry g = RoiGeometry(roi);
         taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
         size_t t = 0;
-        for (int64_t ph = 0; ph < output_height_; ++ph) {
-          for (int64_t pw = 0; pw < output_width_; ++pw) {
+        for (int64_t ph = 0; ph < pooling_.output_height; ++ph) {
+          for (int64_t pw = 0; pw < pooling_.output_width; ++pw) {
             for (int64_t iy = 0; iy < g.grid_h; ++iy) {
               const T y = g.start_h + static_cast<T>(ph) * g.bin_h +
                           static_cast<T>(static_cast<T>(iy) + T(0.5)) * g.bin_h / static_cast<T>(g.grid_h);
@@ -162,28 +144,26 @@ class RoiAlignKernel : public KernelBase {
   };
 
   Geometry RoiGeometry(const T* roi) const {
-    const T scale = static_cast<T>(spatial_scale_);
-    const T shift = aligned_ ? T(0.5) : T(0);
+    const T scale = static_cast<T>(pooling_.spatial_scale);
+    const T shift = pooling_.aligned ? T(0.5) : T(0);
     Geometry g;
     g.start_w = roi[1] * scale - shift;
     g.start_h = roi[2] * scale - shift;
     T roi_width = roi[3] * scale - shift - g.start_w;
     T roi_height = roi[4] * scale - shift - g.start_h;
-    if (!aligned_) {
+    if (!pooling_.aligned) {
       roi_width = std::max(roi_width, T(1));
       roi_height = std::max(roi_height, T(1));
     }
-    g.bin_h = roi_height / static_cast<T>(output_height_);
-    g.bin_w = roi_width / static_cast<T>(output_width_);
-    g.grid_h = roi_pooling::GridSize(sampling_ratio_, roi_height, output_height_);
-    g.grid_w = roi_pooling::GridSize(sampling_ratio_, roi_width, output_width_);
-    roi_pooling::CheckTapCount(g.grid_h, g.grid_w, output_height_ * output_width_);
+    g.bin_h = roi_height / static_cast<T>(pooling_.output_height);
+    g.bin_w = roi_width / static_cast<T>(pooling_.output_width);
+    g.grid_h = roi_pooling::GridSize(pooling_.sampling_ratio, roi_height, pooling_.output_height);
+    g.grid_w = roi_pooling::GridSize(pooling_.sampling_ratio, roi_width, pooling_.output_width);
+    roi_pooling::CheckTapCount(g.grid_h, g.grid_w, pooling_.bins());
     return g;
   }
 
-  int64_t output_height_, output_width_;
-  float spatial_scale_;
-  int64_t sampling_ratio_, aligned_;
+  roi_pooling::PoolingAttributes pooling_;
   bool max_mode_ = false;
   T max_start_, empty_bin_max_;
 };

@@ -18,6 +18,31 @@ namespace ortops::roi_pooling {
 inline constexpr int64_t kMaxSamplesPerAxis = 1 << 16;
 inline constexpr int64_t kMaxTapsPerRoi = 1 << 24;
 
+// The attributes every RoIAlign variant has, read and checked once.
+struct PoolingAttributes {
+  explicit PoolingAttributes(const Attributes& attrs)
+      : output_height(attrs.Int("output_height")),
+        output_width(attrs.Int("output_width")),
+        spatial_scale(attrs.Float("spatial_scale")),
+        sampling_ratio(attrs.Int("sampling_ratio")),
+        aligned(attrs.Int("aligned")) {
+    Check(output_height >= 1 && output_width >= 1,
+          "attributes 'output_height' and 'output_width' must be at least 1, got ", output_height, " and ",
+          output_width);
+    Check(output_height * output_width <= kMaxTapsPerRoi, "output size ", output_height, " x ", output_width,
+          " is too large");
+    Check(std::isfinite(spatial_scale), "attribute 'spatial_scale' must be finite, got ", spatial_scale);
+    Check(aligned == 0 || aligned == 1, "attribute 'aligned' must be 0 or 1, got ", aligned);
+    Check(sampling_ratio <= kMaxSamplesPerAxis, "attribute 'sampling_ratio' must be at most ", kMaxSamplesPerAxis,
+          ", got ", sampling_ratio);
+  }
+  int64_t bins() const { return output_height * output_width; }
+
+  int64_t output_height, output_width;
+  float spatial_scale;
+  int64_t sampling_ratio, aligned;
+};
+
 // Checks rois [R, columns] whose first column is a batch index into `images` images:
 // finite values, and an index that names an image after truncation toward zero (as mmcv).
 template <typename T>

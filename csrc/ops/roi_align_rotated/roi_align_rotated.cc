@@ -54,23 +54,8 @@ class RoiAlignRotatedKernel : public KernelBase {
   static constexpr const OpSchema& kSchema = roi_align_rotated::kSchema;
 
   RoiAlignRotatedKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
-        output_height_(attrs.Int("output_height")),
-        output_width_(attrs.Int("output_width")),
-        spatial_scale_(attrs.Float("spatial_scale")),
-        sampling_ratio_(attrs.Int("sampling_ratio")),
-        aligned_(attrs.Int("aligned")),
-        clockwise_(attrs.Int("clockwise")) {
-    Check(output_height_ >= 1 && output_width_ >= 1,
-          "attributes 'output_height' and 'output_width' must be at least 1, got ", output_height_, " and ",
-          output_width_);
-    Check(output_height_ * output_width_ <= roi_pooling::kMaxTapsPerRoi, "output size ", output_height_, " x ",
-          output_width_, " is too large");
-    Check(std::isfinite(spatial_scale_), "attribute 'spatial_scale' must be finite, got ", spatial_scale_);
-    Check(aligned_ == 0 || aligned_ == 1, "attribute 'aligned' must be 0 or 1, got ", aligned_);
+      : KernelBase(def), pooling_(attrs), clockwise_(attrs.Int("clockwise")) {
     Check(clockwise_ == 0 || clockwise_ == 1, "attribute 'clockwise' must be 0 or 1, got ", clockwise_);
-    Check(sampling_ratio_ <= roi_pooling::kMaxSamplesPerAxis, "attribute 'sampling_ratio' must be at most ",
-          roi_pooling::kMaxSamplesPerAxis, ", got ", sampling_ratio_);
   }
 
   void Compute(const KernelIO& io) const {
@@ -78,32 +63,33 @@ class RoiAlignRotatedKernel : public KernelBase {
     const ConstTensor<T> rois = io.Input<T>(1, 2);
     roi_pooling::CheckRois(rois, 6, "(batch_index, cx, cy, w, h, theta)", input.shape);
     const int64_t channels = input.dim(1), height = input.dim(2), width = input.dim(3);
-    const int64_t roi_count = rois.dim(0), bins = output_height_ * output_width_, plane = height * width;
-    T* output = io.Output<T>(0, {roi_count, channels, output_height_, output_width_});
+    const int64_t roi_count = rois.dim(0), bins = pooling_.bins(), plane = height * width;
+    T* output = io.Output<T>(0, {roi_count, channels, pooling_.output_height, pooling_.output_width});
     if (roi_count == 0 || channels == 0) return;
     io.ParallelFor(static_cast<size_t>(roi_count), [&](size_t task) {
       const auto r = static_cast<int64_t>(task);
       const T* roi = rois.data + 6 * r;
-      const T scale = static_cast<T>(spatial_scale_);
-      const T shift = aligned_ ? T(0.5) : T(0);
+      const T scale = static_cast<T>(pooling_.spatial_scale);
+      const T shift = pooling_.aligned ? T(0.5) : T(0);
       const T center_w = roi[1] * scale - shift, center_h = roi[2] * scale - shift;
       T roi_width = roi[3] * scale, roi_height = roi[4] * scale;
       const T theta = clockwise_ ? -roi[5] : roi[5];
       const T cos_theta = std::cos(theta), sin_theta = std::sin(theta);
-      if (!aligned_) {
+      if (!pooling_.aligned) {
         roi_width = std::max(roi_width, T(1));
         roi_height = std::max(roi_height, T(1));
       }
-      const T bin_h = roi_height / static_cast<T>(output_height_), bin_w = roi_width / static_cast<T>(output_width_);
-      const int64_t grid_h = roi_pooling::GridSize(sampling_ratio_, roi_height, output_height_);
-      const int64_t grid_w = roi_pooling::GridSize(sampling_ratio_, roi_width, output_width_);
+      const T bin_h = roi_height / static_cast<T>(pooling_.output_height),
+              bin_w = roi_width / static_cast<T>(pooling_.output_width);
+      const int64_t grid_h = roi_pooling::GridSize(pooling_.sampling_ratio, roi_height, pooling_.output_height);
+      const int64_t grid_w = roi_pooling::GridSize(pooling_.sampling_ratio, roi_width, pooling_.output_width);
       roi_pooling::CheckTapCount(grid_h, grid_w, bins);
       const T start_h = -roi_height / T(2), start_w = -roi_width / T(2);
 
       std::vector<BilinearTap<T>> taps(static_cast<size_t>(bins * grid_h * grid_w));
       size_t t = 0;
-      for (int64_t ph = 0; ph < output_height_; ++ph) {
-        for (int64_t pw = 0; pw < output_width_; ++pw) {
+      for (int64_t ph = 0; ph < pooling_.output_height; ++ph) {
+        for (int64_t pw = 0; pw < pooling_.output_width; ++pw) {
           for (int64_t iy = 0; iy < grid_h; ++iy) {
             const T yy = start_h + static_cast<T>(ph) * bin_h +
                          static_cast<T>(static_cast<T>(iy) + T(0.5)) * bin_h / static_cast<T>(grid_h);
@@ -126,9 +112,8 @@ class RoiAlignRotatedKernel : public KernelBase {
   }
 
  private:
-  int64_t output_height_, output_width_;
-  float spatial_scale_;
-  int64_t sampling_ratio_, aligned_, clockwise_;
+  roi_pooling::PoolingAttributes pooling_;
+  int64_t clockwise_;
 };
 
 }  // namespace
