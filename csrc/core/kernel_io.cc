@@ -155,6 +155,33 @@ void* KernelIO::RawOutput(size_t index, const Shape& shape) const {
   return Data(value);
 }
 
+ScratchBuffer::ScratchBuffer(OrtKernelContext* context, size_t bytes) {
+  if (bytes == 0) return;
+  OrtMemoryInfo* cpu = nullptr;
+  ThrowOnError(Api().CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &cpu));
+  OrtStatus* status = Api().KernelContext_GetAllocator(context, cpu, &allocator_);
+  Api().ReleaseMemoryInfo(cpu);
+  ThrowOnError(status);
+  data_ = allocator_->Alloc(allocator_, bytes);
+  if (data_ == nullptr) {
+    Api().ReleaseAllocator(allocator_);
+    allocator_ = nullptr;
+    Fail("could not allocate ", bytes, " bytes of scratch memory");
+  }
+}
+
+ScratchBuffer::~ScratchBuffer() {
+  if (allocator_ == nullptr) return;
+  allocator_->Free(allocator_, data_);
+  Api().ReleaseAllocator(allocator_);
+}
+
+ScratchBuffer& ScratchBuffer::operator=(ScratchBuffer&& other) noexcept {
+  std::swap(allocator_, other.allocator_);
+  std::swap(data_, other.data_);
+  return *this;
+}
+
 void KernelIO::RunParallel(void (*fn)(void*, size_t), size_t total, void* data) const {
   ThrowOnError(Api().KernelContext_ParallelFor(context_, fn, total, 0, data));
 }

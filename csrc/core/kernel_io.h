@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -50,6 +51,38 @@ class Attributes {
   const AttrSpec& Spec(std::string_view name, AttrType type) const;
   const OrtKernelInfo* info_;
   std::span<const AttrSpec> specs_;
+};
+
+// Uninitialised scratch memory from the session's CPU allocator (whose arena reuses it
+// from run to run), returned to it when this goes out of scope.
+class ScratchBuffer {
+ public:
+  ScratchBuffer() = default;
+  ScratchBuffer(OrtKernelContext* context, size_t bytes);
+  ~ScratchBuffer();
+  ScratchBuffer(ScratchBuffer&& other) noexcept { *this = std::move(other); }
+  ScratchBuffer& operator=(ScratchBuffer&& other) noexcept;
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  OrtAllocator* allocator_ = nullptr;
+  void* data_ = nullptr;
+};
+
+template <typename T>
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(OrtKernelContext* context, size_t count) : buffer_(context, count * sizeof(T)), size_(count) {}
+  T* data() const { return static_cast<T*>(buffer_.data()); }
+  size_t size() const { return size_; }
+  T& operator[](size_t i) const { return data()[i]; }
+
+ private:
+  ScratchBuffer buffer_;
+  size_t size_ = 0;
 };
 
 template <typename T>
@@ -95,6 +128,12 @@ class KernelIO {
       const size_t begin = c * base + std::min(c, extra);
       body(begin, begin + base + (c < extra ? 1 : 0));
     });
+  }
+
+  // `count` uninitialised elements of scratch from the session's allocator.
+  template <typename T>
+  Scratch<T> Allocate(size_t count) const {
+    return Scratch<T>(context_, count);
   }
 
   // For kernels that invoke ONNX Runtime ops of their own (OrtApi::InvokeOp).

@@ -150,14 +150,14 @@ class DeformConvKernel : public KernelBase {
 
     const int64_t group_channels = g.channels / groups_, group_out = g.out_channels / groups_;
     const int64_t rows = group_channels * taps;
-    // Positions are processed in chunks whose column buffer stays near 8 MiB: it is reused
-    // from the heap call after call instead of faulting in fresh pages, and stays in cache
-    // between the fill and the GEMM.
+    // Positions are processed in chunks whose column buffer stays near 8 MiB, so that it stays
+    // in cache between the fill and the GEMM. Scratch comes from the session's allocator,
+    // whose arena hands the same memory back run after run.
     const int64_t chunk =
         std::clamp<int64_t>((int64_t{8} << 20) / static_cast<int64_t>(rows * sizeof(T)) / 64 * 64, 64, positions);
-    std::vector<Sample<T>> samples(static_cast<size_t>(deform_groups_ * taps * positions));
-    std::vector<T> columns(static_cast<size_t>(rows * chunk));
-    std::vector<T> product(static_cast<size_t>(group_out * chunk));
+    const Scratch<Sample<T>> samples = io.Allocate<Sample<T>>(static_cast<size_t>(deform_groups_ * taps * positions));
+    const Scratch<T> columns = io.Allocate<T>(static_cast<size_t>(rows * chunk));
+    const Scratch<T> product = io.Allocate<T>(static_cast<size_t>(group_out * chunk));
     for (int64_t n = 0; n < g.batch; ++n) {
       const T* offset_n = offset.data + n * 2 * deform_groups_ * taps * positions;
       const T* mask_n = mask ? mask + n * deform_groups_ * taps * positions : nullptr;

@@ -158,8 +158,8 @@ class GridSampleKernel : public KernelBase {
     // whole plane through them: one plane at a time stays in cache for the random reads.
     const bool bicubic = static_cast<Interpolation>(mode_) == Interpolation::kBicubic;
     const int64_t chunk = std::min<int64_t>(out_plane, bicubic ? (1 << 16) : (1 << 20));
-    std::vector<PointTaps<T>> wide(bicubic ? static_cast<size_t>(chunk) : 0);
-    std::vector<CompactTaps<T>> compact(bicubic ? 0 : static_cast<size_t>(chunk));
+    const Scratch<PointTaps<T>> wide = io.Allocate<PointTaps<T>>(bicubic ? static_cast<size_t>(chunk) : 0);
+    const Scratch<CompactTaps<T>> compact = io.Allocate<CompactTaps<T>>(bicubic ? 0 : static_cast<size_t>(chunk));
     for (int64_t n = 0; n < batch; ++n) {
       for (int64_t start = 0; start < out_plane; start += chunk) {
         const int64_t count = std::min(chunk, out_plane - start);

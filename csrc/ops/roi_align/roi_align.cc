@@ -81,7 +81,7 @@ class RoiAlignKernel : public KernelBase {
     const int64_t plane = height * width;
     const bool channels_last =
         plane > 0 && roi_pooling::ChannelsLastPays(roi_count, bins, pooling_.sampling_ratio, channels, input.shape);
-    const std::vector<T> nhwc = channels_last ? roi_pooling::ToChannelsLast(io, input) : std::vector<T>();
+    const Scratch<T> nhwc = channels_last ? roi_pooling::ToChannelsLast(io, input) : Scratch<T>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       std::vector<BilinearTap<T>> taps;
       std::vector<T> value(channels_last ? static_cast<size_t>(channels) : 0), acc(value.size());

@@ -90,9 +90,9 @@ void AveragePool(const T* map, const BilinearTap<T>* taps, int64_t bins, int64_t
 
 // [N, C, H, W] -> [N, H, W, C], so that a bilinear tap reads all channels contiguously.
 template <typename T>
-std::vector<T> ToChannelsLast(const KernelIO& io, const ConstTensor<T>& input) {
+Scratch<T> ToChannelsLast(const KernelIO& io, const ConstTensor<T>& input) {
   const int64_t batch = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
-  std::vector<T> out(static_cast<size_t>(input.size()));
+  Scratch<T> out = io.Allocate<T>(static_cast<size_t>(input.size()));
   io.ParallelFor(static_cast<size_t>(batch * height), [&](size_t task) {
     const int64_t n = static_cast<int64_t>(task) / height, y = static_cast<int64_t>(task) % height;
     const T* src = input.data + (n * channels * height + y) * width;
