@@ -28,7 +28,13 @@ namespace ortops {
 enum class ExecutionProvider { kCpu };
 
 struct OpDef;
-using OpPtr = std::unique_ptr<OrtCustomOp>;
+// OrtCustomOp is a C struct without a virtual destructor, so each op carries the deleter of
+// its own CustomOp<K> type.
+struct OpDeleter {
+  void (*destroy)(OrtCustomOp*) = nullptr;
+  void operator()(OrtCustomOp* op) const { destroy(op); }
+};
+using OpPtr = std::unique_ptr<OrtCustomOp, OpDeleter>;
 using OpFactory = std::vector<OpPtr> (*)(const OpDef&);
 
 // One row of the op table (op_table.cc).
@@ -110,7 +116,9 @@ class CustomOp : public OrtCustomOp {
 template <template <typename> class K, typename... Ts>
 std::vector<OpPtr> MakeOps(const OpDef& def) {
   std::vector<OpPtr> ops;
-  (ops.push_back(std::make_unique<CustomOp<K<Ts>>>(def)), ...);
+  (ops.push_back(
+       OpPtr(new CustomOp<K<Ts>>(def), OpDeleter{[](OrtCustomOp* op) { delete static_cast<CustomOp<K<Ts>>*>(op); }})),
+   ...);
   return ops;
 }
 
