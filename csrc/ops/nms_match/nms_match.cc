@@ -28,12 +28,13 @@ constexpr OpSchema kSchema{
     .doc =
         "Greedy NMS per batch and class, in descending score order (ties: lower index first), with "
         "IoU = inter / (area1 + area2 - inter + 1e-10) and no offset, rounded to float32 as in the "
-        "original (so an IoU equal to the threshold but for the 1e-10 still reaches it), in both "
-        "dtypes; a box is suppressed when its IoU with a kept box is at least `iou_threshold`. For each kept box scoring above "
+        "original (so an IoU equal to the threshold but for the 1e-10 still reaches it; a NaN IoU "
+        "from infinite boxes suppresses nothing), in both dtypes; a box is suppressed when its IoU "
+        "with a kept box is at least `iou_threshold`. For each kept box scoring above "
         "`score_threshold` that suppressed any box, one row (batch, class, kept, suppressed) per "
-        "suppressed box, in suppression order; rows per batch, then class, then kept box. (The "
-        "original sorted with an unstable sort, so its order among equal scores was unspecified.) "
-        "NaN in the inputs is an error.",
+        "suppressed box, in suppression order; rows per batch, then class, then kept box. Kept boxes "
+        "at or below `score_threshold` still suppress. (The original sorted with an unstable sort, so "
+        "its order among equal scores was unspecified.) NaN in the inputs is an error.",
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = {},

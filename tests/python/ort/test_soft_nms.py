@@ -201,11 +201,11 @@ def test_node_as_mmcv_exported_it() -> None:
         ["boxes", "scores"],
         ["dets", "inds"],
         domain="mmcv",
-        iou_threshold=float(0.3),
-        sigma=float(0.5),
-        min_score=float(1e-3),
-        method=int(2),
-        offset=int(0),
+        iou_threshold=0.3,
+        sigma=0.5,
+        min_score=1e-3,
+        method=2,
+        offset=0,
     )
     graph = helper.make_graph(
         [node],
