@@ -30,16 +30,18 @@ inline T BoxIoU(const T* a, T area_a, const T* b, T area_b, T offset) {
 
 namespace ortops {
 
-// IoU as mmdeploy's NMSMatch computes it: no offset, and 1e-10 added to the union in
-// double precision (the original adds a double literal to a float expression).
+// IoU as mmdeploy's NMSMatch computes it: no offset, 1e-10 added to the union in double
+// precision (the original adds a double literal to a float expression), and the quotient
+// rounded to float (the original's return type), which is what its float threshold is
+// compared with: an IoU equal to the threshold, less the 1e-10, still reaches it.
 template <typename T>
-inline double MatchIoU(const T* a, const T* b) {
+inline float MatchIoU(const T* a, const T* b) {
   const T width = std::max(T(0), std::min(a[2], b[2]) - std::max(a[0], b[0]));
   const T height = std::max(T(0), std::min(a[3], b[3]) - std::max(a[1], b[1]));
   const T area_a = (a[2] - a[0]) * (a[3] - a[1]);
   const T area_b = (b[2] - b[0]) * (b[3] - b[1]);
   const T inter = width * height;
-  return static_cast<double>(inter) / (static_cast<double>(area_a + area_b - inter) + 1e-10);
+  return static_cast<float>(static_cast<double>(inter) / (static_cast<double>(area_a + area_b - inter) + 1e-10));
 }
 
 }  // namespace ortops

@@ -27,12 +27,14 @@ constexpr IoSpec kOutputs[] = {
 constexpr OpSchema kSchema{
     .doc =
         "Greedy NMS per batch and class, in descending score order (ties: lower index first), with "
-        "IoU = inter / (area1 + area2 - inter + 1e-10) and no offset; a box is suppressed when its IoU "
+        "IoU = inter / (area1 + area2 - inter + 1e-10) and no offset, rounded to float32 as in the "
+        "original (so an IoU equal to the threshold but for the 1e-10 still reaches it; a NaN IoU "
+        "from infinite boxes suppresses nothing), in both dtypes; a box is suppressed when its IoU "
         "with a kept box is at least `iou_threshold`. For each kept box scoring above "
         "`score_threshold` that suppressed any box, one row (batch, class, kept, suppressed) per "
-        "suppressed box, in suppression order; rows per batch, then class, then kept box. (The "
-        "original sorted with an unstable sort, so its order among equal scores was unspecified.) "
-        "NaN in the inputs is an error.",
+        "suppressed box, in suppression order; rows per batch, then class, then kept box. Kept boxes "
+        "at or below `score_threshold` still suppress. (The original sorted with an unstable sort, so "
+        "its order among equal scores was unspecified.) NaN in the inputs is an error.",
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = {},
@@ -58,7 +60,7 @@ class NmsMatchKernel : public KernelBase {
   void Compute(const KernelIO& io) const {
     const ConstTensor<T> boxes = io.Input<T>(0, 3);
     const ConstTensor<T> scores = io.Input<T>(1, 3);
-    const double iou_threshold = SingleValue(io, 2, "iou_threshold");
+    const float iou_threshold = SingleValue(io, 2, "iou_threshold");
     const T score_threshold = static_cast<T>(SingleValue(io, 3, "score_threshold"));
     const int64_t batch = boxes.dim(0), count = boxes.dim(1), classes = scores.dim(1);
     Check(boxes.dim(2) == 4, "input 'boxes' must have shape [B, N, 4], got ", ShapeText{boxes.shape});
@@ -83,7 +85,8 @@ class NmsMatchKernel : public KernelBase {
         const size_t first_row = out.size();
         for (int64_t later = rank + 1; later < count; ++later) {
           const int64_t j = order[later];
-          if (suppressed[j] || MatchIoU(box + 4 * i, box + 4 * j) < iou_threshold) continue;
+          // Written as the original's test, so a NaN IoU (infinite boxes) suppresses nothing.
+          if (suppressed[j] || !(MatchIoU(box + 4 * i, box + 4 * j) >= iou_threshold)) continue;
           suppressed[j] = 1;
           out.push_back({b, c, i, j});
         }

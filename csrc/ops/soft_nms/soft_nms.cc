@@ -125,13 +125,17 @@ class SoftNmsKernel : public KernelBase {
     const int64_t count = boxes.dim(0);
 
     const T offset = static_cast<T>(offset_);
+    // Infinite scores (inf * 0) and infinite areas (inf / inf) make NaN scores, which the heap
+    // cannot order as the original's scan does: those inputs take the all-pairs path.
     bool indexed = method_ == 2 || iou_threshold_ > 0;
     for (int64_t i = 0; i < count && indexed; ++i) {
       const T* b = boxes.data + 4 * i;
       indexed = std::isfinite(b[0]) && std::isfinite(b[1]) && std::isfinite(b[2]) && std::isfinite(b[3]) &&
-                b[2] - b[0] + offset > 0 && b[3] - b[1] + offset > 0;
+                b[2] - b[0] + offset > 0 && b[3] - b[1] + offset > 0 && std::isfinite(BoxArea(b, offset)) &&
+                std::isfinite(scores.data[i]);
     }
     std::vector<int64_t> selected;
+    selected.reserve(static_cast<size_t>(count));
     std::vector<T> score(scores.data, scores.data + count);
     if (indexed) {
       SelectIndexed(boxes.data, count, score, selected);
@@ -154,7 +158,7 @@ class SoftNmsKernel : public KernelBase {
   // The original algorithm step by step: scan for the maximum, swap it to the front, decay
   // every remaining box, drop by moving the last box into the gap. O(N^2); used when a
   // box that does not overlap the selected one can still change (a threshold <= 0 in the
-  // naive or linear method, empty or infinite boxes whose IoU is NaN).
+  // naive or linear method, empty or infinite boxes whose IoU is NaN, infinite scores).
   // `selected` receives the box ids in selection order; `score` ends decayed.
   void SelectAllPairs(const T* boxes, int64_t count, std::vector<T>& score, std::vector<int64_t>& selected) const {
     const T offset = static_cast<T>(offset_);

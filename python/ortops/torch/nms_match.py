@@ -11,7 +11,23 @@ from ortops.torch._export import onnx_opset, register_export, typed
 def _nms_match(
     boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: torch.Tensor, score_threshold: torch.Tensor
 ) -> torch.Tensor:
-    iou_limit, score_limit = float(iou_threshold.reshape(-1)[0]), float(score_threshold.reshape(-1)[0])
+    if boxes.dim() != 3 or boxes.shape[2] != 4:
+        raise ValueError(f"ortops.nms_match: boxes must have shape [B, N, 4], got {list(boxes.shape)}")
+    if scores.dim() != 3 or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
+        raise ValueError(
+            f"ortops.nms_match: scores must have shape [B, C, N] = [{boxes.shape[0]}, C, {boxes.shape[1]}], "
+            f"got {list(scores.shape)}"
+        )
+    for name, t in (("iou_threshold", iou_threshold), ("score_threshold", score_threshold)):
+        if t.numel() != 1:
+            raise ValueError(f"ortops.nms_match: {name} must hold one value, got shape {list(t.shape)}")
+    if bool(torch.isnan(boxes).any()) or bool(torch.isnan(scores).any()):
+        raise ValueError("ortops.nms_match: boxes and scores must not contain NaN")
+    # The thresholds are float32 values, as in the original's float32 inputs.
+    iou_limit = float(iou_threshold.reshape(-1)[0].float())
+    score_limit = float(score_threshold.reshape(-1)[0].float())
+    if iou_limit != iou_limit or score_limit != score_limit:
+        raise ValueError("ortops.nms_match: the thresholds must not be NaN")
     rows: list[list[int]] = []
     for b in range(boxes.shape[0]):
         x1, y1, x2, y2 = boxes[b].unbind(1)
@@ -28,7 +44,8 @@ def _nms_match(
                 width = (torch.minimum(x2[i], x2[later]) - torch.maximum(x1[i], x1[later])).clamp(min=0)
                 height = (torch.minimum(y2[i], y2[later]) - torch.maximum(y1[i], y1[later])).clamp(min=0)
                 inter = width * height
-                iou = inter.double() / ((areas[i] + areas[later] - inter).double() + 1e-10)
+                # 1e-10 added in float64, the quotient rounded to float32, as the original computes it.
+                iou = (inter.double() / ((areas[i] + areas[later] - inter).double() + 1e-10)).float()
                 matched = later[iou >= iou_limit]
                 suppressed[matched] = True
                 if float(score[i]) > score_limit:
@@ -48,11 +65,15 @@ def nms_match(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, s
     Args:
         boxes: ``Tensor[B, N, 4]`` boxes as (x1, y1, x2, y2).
         scores: ``Tensor[B, C, N]``.
-        iou_threshold: a box is suppressed when its IoU with a kept box is at least this.
-        score_threshold: only kept boxes scoring above this report their matches.
+        iou_threshold: a box is suppressed when its IoU with a kept box is at least this. IoU is
+            inter / (area1 + area2 - inter + 1e-10) without offset, rounded to float32 as in
+            mmdeploy; the threshold is used as a float32 value.
+        score_threshold: only kept boxes scoring strictly above this report their matches (the
+            others still suppress boxes).
 
     Returns:
-        ``Tensor[K, 4]`` int64 rows (batch, class, kept box, suppressed box).
+        ``Tensor[K, 4]`` int64 rows (batch, class, kept box, suppressed box): per batch, then class,
+        then kept box in score order (ties: lower index first), suppressed boxes in suppression order.
     """
     as_tensor = lambda v: torch.tensor([v], dtype=torch.float32, device=boxes.device)  # noqa: E731
     return torch.ops.ortops.nms_match(boxes, scores, as_tensor(float(iou_threshold)), as_tensor(float(score_threshold)))

@@ -19,6 +19,32 @@ def _box_iou(box: torch.Tensor, others: torch.Tensor, offset: int) -> torch.Tens
     return inter / (area + areas - inter)
 
 
+def _check(
+    boxes: torch.Tensor,
+    scores: torch.Tensor,
+    iou_threshold: float,
+    sigma: float,
+    min_score: float,
+    method: int,
+    offset: int,
+) -> None:
+    """The kernel's checks, with its messages."""
+    if boxes.dim() != 2 or boxes.shape[1] != 4:
+        raise ValueError(f"ortops.soft_nms: boxes must have shape [N, 4], got {list(boxes.shape)}")
+    if scores.shape != boxes.shape[:1]:
+        raise ValueError(f"ortops.soft_nms: scores must have shape [{boxes.shape[0]}], got {list(scores.shape)}")
+    if method not in (0, 1, 2):
+        raise ValueError(f"ortops.soft_nms: method must be 0 (naive), 1 (linear) or 2 (gaussian), got {method}")
+    if offset not in (0, 1):
+        raise ValueError(f"ortops.soft_nms: offset must be 0 or 1, got {offset}")
+    if method == 2 and not sigma > 0:
+        raise ValueError(f"ortops.soft_nms: sigma must be > 0 for the gaussian method, got {sigma}")
+    if iou_threshold != iou_threshold or min_score != min_score:
+        raise ValueError("ortops.soft_nms: iou_threshold and min_score must not be NaN")
+    if bool(torch.isnan(boxes).any()) or bool(torch.isnan(scores).any()):
+        raise ValueError("ortops.soft_nms: boxes and scores must not contain NaN")
+
+
 @torch.library.custom_op("ortops::soft_nms", mutates_args=())
 def _soft_nms(
     boxes: torch.Tensor,
@@ -29,6 +55,7 @@ def _soft_nms(
     method: int,
     offset: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    _check(boxes, scores, iou_threshold, sigma, min_score, method, offset)
     scores = scores.clone()
     work = list(range(len(scores)))  # mmcv's working order: it decides ties
     count, i = len(work), 0
@@ -81,15 +108,25 @@ def soft_nms(
         boxes: ``Tensor[N, 4]`` boxes as (x1, y1, x2, y2), float32 or float64.
         scores: ``Tensor[N]``.
         iou_threshold: naive and linear methods decay boxes whose IoU is at least this.
-        sigma: gaussian method's weight is exp(-IoU^2 / sigma).
-        min_score: boxes decayed below this are dropped.
+        sigma: gaussian method's weight is exp(-IoU^2 / sigma); must be > 0 for that method.
+        min_score: boxes decayed below this are dropped (a box exactly at it is kept). As in
+            mmcv, the first selected box is kept even when its score is below it.
         method: ``"naive"``, ``"linear"`` or ``"gaussian"`` (or 0, 1, 2).
         offset: 0, or 1 for the legacy convention where a box's width is x2 - x1 + 1.
 
     Returns:
         ``(dets, indices)``: ``Tensor[K, 5]`` kept boxes with decayed scores in selection order,
-        and their ``Tensor[K]`` int64 indices.
+        and their ``Tensor[K]`` int64 indices. Among equal scores the box first in mmcv's working
+        order is selected: that order starts as the input order, but each selection swaps the
+        selected box with the one at the front of the remaining boxes, and a dropped box is
+        replaced by the last remaining one, so ties are not always broken by the lower index.
+
+    Raises:
+        ValueError: on wrong shapes, NaN in the inputs, an unknown method or offset, or
+            ``sigma <= 0`` with the gaussian method.
     """
+    if isinstance(method, str) and method not in _METHODS:
+        raise ValueError(f"ortops.soft_nms: method must be one of {sorted(_METHODS)} or 0, 1, 2, got {method!r}")
     method_id = _METHODS[method] if isinstance(method, str) else int(method)
     return torch.ops.ortops.soft_nms(
         boxes, scores, float(iou_threshold), float(sigma), float(min_score), method_id, int(offset)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import references
+from onnx import TensorProto, helper
 
-from ortest import run
+from ortest import IR_VERSION, run, session
 
 DOMAINS = [("mmcv", "SoftNonMaxSuppression"), ("ortops", "SoftNMS")]
 # Scores are decayed by the same float operations in the same order; only exp may differ.
@@ -113,3 +114,138 @@ def test_indexed_and_all_pairs_paths_match_reference(seed, method, threshold, of
         expected_dets, expected_indices = references.soft_nms(boxes, scores, threshold, 0.5, 0.05, method, offset)
         np.testing.assert_array_equal(indices, expected_indices)
         np.testing.assert_allclose(dets, expected_dets, **TOLERANCE[np.float32])
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_ties_follow_the_working_order_not_the_index(domain, op) -> None:
+    """mmcv swaps the selected box to the front: selecting box 2 first moves box 0 behind box 1,
+    so of the equal scores 0 and 1, box 1 comes first."""
+    boxes = np.array([[0, 0, 1, 1], [5, 5, 6, 6], [10, 10, 11, 11]], np.float32)
+    scores = np.array([0.5, 0.5, 0.9], np.float32)
+    np.testing.assert_array_equal(soft(op, domain, boxes, scores)[1], [2, 1, 0])
+    np.testing.assert_array_equal(soft(op, domain, boxes[:2], scores[:2])[1], [0, 1])  # no swap: lower index first
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_iou_and_min_score_exactly_at_their_thresholds(domain, op, dtype) -> None:
+    boxes = np.array([[0, 0, 10, 10], [0, 0, 10, 5]], dtype)  # IoU exactly 0.5 (offset 0)
+    scores = np.array([0.9, 0.8], dtype)
+    decayed = dtype(0.8) * dtype(0.5)
+    # Naive at IoU == threshold: weight 0; a score of 0 is not below min_score 0, so it stays.
+    dets, indices = soft(op, domain, boxes, scores, iou_threshold=0.5, method=0, min_score=0.0)
+    np.testing.assert_array_equal(indices, [0, 1])
+    assert dets[1, 4] == 0
+    assert soft(op, domain, boxes, scores, iou_threshold=0.5, method=0, min_score=1e-6)[1].tolist() == [0]
+    # Linear at IoU == threshold: weight 1 - 0.5; just above the threshold: weight 1.
+    dets, _ = soft(op, domain, boxes, scores, iou_threshold=0.5, method=1, min_score=0.0)
+    assert dets[1, 4] == decayed
+    above = float(np.nextafter(np.float32(0.5), np.float32(1)))
+    dets, _ = soft(op, domain, boxes, scores, iou_threshold=above, method=1, min_score=0.0)
+    assert dets[1, 4] == dtype(0.8)
+    # A decayed score exactly at min_score is kept (the test is score < min_score).
+    at = float(np.float32(0.4))
+    if dtype == np.float32:
+        assert soft(op, domain, boxes, scores, iou_threshold=0.5, method=1, min_score=at)[1].tolist() == [0, 1]
+    above = float(np.nextafter(np.float32(decayed), np.float32(1)))
+    assert soft(op, domain, boxes, scores, iou_threshold=0.5, method=1, min_score=above)[1].tolist() == [0]
+
+
+@pytest.mark.parametrize("offset", [0, 1])
+def test_offset_changes_the_iou(offset: int) -> None:
+    boxes = np.array([[0, 0, 9, 9], [0, 0, 9, 4]], np.float64)  # IoU 36/81 (offset 0) or 50/100 (offset 1)
+    scores = np.array([0.9, 0.8], np.float64)
+    dets, _ = soft("SoftNMS", "ortops", boxes, scores, iou_threshold=0.0, method=1, min_score=0.0, offset=offset)
+    iou = 0.5 if offset else 36 / 81
+    np.testing.assert_allclose(dets[1, 4], 0.8 * (1 - iou), **TOLERANCE[np.float64])
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_gaussian_decay_by_hand(domain, op) -> None:
+    boxes = np.array([[0, 0, 10, 10], [0, 0, 10, 5], [50, 50, 60, 60]], np.float64)
+    scores = np.array([0.9, 0.8, 0.7], np.float64)
+    dets, indices = soft(op, domain, boxes, scores, sigma=0.5, method=2, min_score=0.0)
+    np.testing.assert_array_equal(indices, [0, 2, 1])  # 0.8 * exp(-0.25 / 0.5) = 0.485 < 0.7
+    np.testing.assert_allclose(dets[:, 4], [0.9, 0.7, 0.8 * np.exp(-0.5)], **TOLERANCE[np.float64])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("method", [0, 1, 2])
+def test_infinite_scores_and_overflowing_areas_replay_the_original(seed: int, method: int) -> None:
+    """inf * 0 and inf / inf make NaN scores; whatever the original then does, so do we."""
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 10, (14, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(3, 8, (14, 2))], 1).astype(np.float32)
+    scores = rng.choice([0.2, 0.5, 0.9, np.inf, -np.inf], 14).astype(np.float32)
+    huge = (boxes * np.float32(4e18)).astype(np.float32)  # areas overflow float32
+    for b, s in ((boxes, scores), (huge, np.abs(np.nan_to_num(scores, posinf=0.7, neginf=0.3)))):
+        dets, indices = soft("SoftNMS", "ortops", b, s, iou_threshold=0.3, sigma=0.5, min_score=0.05, method=method)
+        expected_dets, expected_indices = references.soft_nms(b, s, 0.3, 0.5, 0.05, method, 0)
+        np.testing.assert_array_equal(indices, expected_indices)
+        np.testing.assert_allclose(dets, expected_dets, equal_nan=True, **TOLERANCE[np.float32])
+
+
+def test_omitted_attributes_take_the_schema_defaults() -> None:
+    boxes, scores = clustered(np.random.default_rng(5), 40, np.float32)
+    dets, indices = soft("SoftNMS", "ortops", boxes, scores)
+    expected_dets, expected_indices = references.soft_nms(boxes, scores, 0.3, 0.5, 0.001, 1, 0)
+    np.testing.assert_array_equal(indices, expected_indices)
+    np.testing.assert_allclose(dets, expected_dets, **TOLERANCE[np.float32])
+
+
+def test_node_as_mmcv_exported_it() -> None:
+    """mmcv's SoftNMSop.symbolic: all five attributes, floats as floats, method and offset as ints."""
+    node = helper.make_node(
+        "SoftNonMaxSuppression",
+        ["boxes", "scores"],
+        ["dets", "inds"],
+        domain="mmcv",
+        iou_threshold=0.3,
+        sigma=0.5,
+        min_score=1e-3,
+        method=2,
+        offset=0,
+    )
+    graph = helper.make_graph(
+        [node],
+        "soft_nms",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["n", 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["n"]),
+        ],
+        [
+            helper.make_tensor_value_info("dets", TensorProto.FLOAT, ["k", 5]),
+            helper.make_tensor_value_info("inds", TensorProto.INT64, ["k"]),
+        ],
+    )
+    model = helper.make_model(
+        graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", 11), helper.make_opsetid("mmcv", 1)]
+    )
+    boxes, scores = clustered(np.random.default_rng(9), 80, np.float32)
+    dets, indices = session(model).run(None, {"boxes": boxes, "scores": scores})
+    expected_dets, expected_indices = references.soft_nms(boxes, scores, 0.3, 0.5, 1e-3, 2, 0)
+    np.testing.assert_array_equal(indices, expected_indices)
+    np.testing.assert_allclose(dets, expected_dets, **TOLERANCE[np.float32])
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+def test_more_bad_inputs_are_errors(domain, op) -> None:
+    boxes, scores = clustered(np.random.default_rng(0), 4, np.float32)
+    with pytest.raises(Exception, match=r"input 'boxes' must have shape \[N, 4\], got \[4, 3\]"):
+        soft(op, domain, np.ascontiguousarray(boxes[:, :3]), scores)
+    with pytest.raises(Exception, match=r"input 'boxes'.*rank 2.*\[16\]"):
+        soft(op, domain, boxes.reshape(-1), scores)
+    with pytest.raises(Exception, match=r"attribute 'sigma' must be > 0 for the gaussian method, got -1"):
+        soft(op, domain, boxes, scores, method=2, sigma=-1.0)
+    with pytest.raises(Exception, match=r"attribute 'offset' must be 0 or 1, got 2"):
+        soft(op, domain, boxes, scores, offset=2)
+    with pytest.raises(Exception, match=r"attribute 'method' must be .* got -1"):
+        soft(op, domain, boxes, scores, method=-1)
+    with pytest.raises(Exception, match="must not be NaN"):
+        soft(op, domain, boxes, scores, min_score=float("nan"))
+    scores[2] = np.nan
+    with pytest.raises(Exception, match="input 'scores' contains NaN"):
+        soft(op, domain, boxes, scores)
+    # sigma only matters to the gaussian method: 0 is accepted by the others.
+    soft(op, domain, boxes, np.nan_to_num(scores), method=1, sigma=0.0)
