@@ -55,7 +55,7 @@ inline void RotatedCorners(double cx, double cy, double w, double h, double thet
 // A rotated box prepared for many pairwise tests.
 struct RotatedRect {
   Point2 center;
-  Point2 offsets[4];  // corners minus center, counter-clockwise in a y-up frame; all 0 when empty
+  Point2 offsets[4];              // corners minus center, counter-clockwise in a y-up frame; all 0 when empty
   double half_x = 0, half_y = 0;  // half extents of the axis-aligned bounding box
   double area = 0;                // w * h, or 0 when empty
   bool empty() const { return area <= 0; }

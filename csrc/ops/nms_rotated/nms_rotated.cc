@@ -8,6 +8,7 @@
 #include <numeric>
 #include <vector>
 
+#include "math/box_grid.h"
 #include "math/rotated_box.h"
 
 namespace ortops::nms_rotated {
@@ -40,9 +41,9 @@ constexpr OpSchema kSchema{
         "score order. The rectangle of (cx, cy, w, h, theta) has corners (cx, cy) + R(theta) (+-w/2, "
         "+-h/2), R = [[cos, -sin], [sin, cos]] (x right, y down). A box with w <= 0 or h <= 0 is empty: "
         "its IoU with every box is 0, never NaN (mmdeploy gets 0/0 for two zero-size boxes and a negative "
-        "area for a negative size). NaN or Inf in `boxes` or `scores` is an error. mmdeploy's kernel computes in float32 "
-        "and sorts unstably; results differ from it only where an IoU lies within rounding of the "
-        "threshold or scores tie.",
+        "area for a negative size). NaN or Inf in `boxes` or `scores` is an error. mmdeploy's kernel "
+        "computes in float32 and sorts unstably; results differ from it only where an IoU lies within "
+        "rounding of the threshold or scores tie.",
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
@@ -88,17 +89,34 @@ class NmsRotatedKernel : public KernelBase {
     CheckFinite(scores, "scores");
 
     // Corners, area and bounds of every box once; each (batch, class) pair reads its batch's.
+    // The axis-aligned bounds (x1, y1, x2, y2) feed the grid that finds overlap candidates.
     const size_t total_boxes = static_cast<size_t>(batch * count);
     Scratch<RotatedRect> rects = io.Allocate<RotatedRect>(total_boxes);
+    Scratch<double> bounds = io.Allocate<double>(4 * total_boxes);
     io.ParallelForRanges(total_boxes, 64, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) std::construct_at(&rects[i], MakeRotatedRect(boxes.data + 5 * i));
+      for (size_t i = begin; i < end; ++i) {
+        const RotatedRect& rect = *std::construct_at(&rects[i], MakeRotatedRect(boxes.data + 5 * i));
+        double* bound = bounds.data() + 4 * i;
+        bound[0] = rect.center.x - rect.half_x, bound[1] = rect.center.y - rect.half_y;
+        bound[2] = rect.center.x + rect.half_x, bound[3] = rect.center.y + rect.half_y;
+      }
     });
+    // Only boxes whose bounds overlap can have an IoU above a threshold >= 0; the grid needs
+    // finite bounds (float64 boxes near the largest double can overflow them).
+    bool use_grid = iou_threshold_ >= 0;
+    for (size_t i = 0; use_grid && i < 4 * total_boxes; ++i) use_grid = std::isfinite(bounds[i]);
 
     // Kept box indices per (batch, class) pair, each pair on its own task and buffer.
     std::vector<std::vector<int64_t>> kept(static_cast<size_t>(batch * classes));
     io.ParallelFor(kept.size(), [&](size_t pair) {
       const int64_t b = static_cast<int64_t>(pair) / classes;
-      SelectOneClass(rects.data() + b * count, scores.data + static_cast<int64_t>(pair) * count, count, kept[pair]);
+      const T* score = scores.data + static_cast<int64_t>(pair) * count;
+      const RotatedRect* batch_rects = rects.data() + b * count;
+      if (use_grid) {
+        SelectOneClassWithGrid(batch_rects, bounds.data() + 4 * b * count, score, count, kept[pair]);
+      } else {
+        SelectOneClass(batch_rects, score, count, kept[pair]);
+      }
     });
 
     int64_t total = 0;
@@ -115,10 +133,41 @@ class NmsRotatedKernel : public KernelBase {
   }
 
  private:
-  void SelectOneClass(const RotatedRect* rects, const T* score, int64_t count, std::vector<int64_t>& kept) const {
+  // Boxes in descending score order, ties by index (stable).
+  static std::vector<int64_t> ScoreOrder(const T* score, int64_t count) {
     std::vector<int64_t> order(static_cast<size_t>(count));
     std::iota(order.begin(), order.end(), int64_t{0});
     std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return score[x] > score[y]; });
+    return order;
+  }
+
+  // Greedy NMS testing each box against the kept boxes whose bounds share a grid cell with it.
+  // The kept set is the same as the plain scan's; kept boxes at or below the score threshold
+  // stay in the grid (they suppress) but are not emitted.
+  void SelectOneClassWithGrid(const RotatedRect* rects, const double* bounds, const T* score, int64_t count,
+                              std::vector<int64_t>& kept) const {
+    const double iou_threshold = iou_threshold_;
+    const T score_threshold = static_cast<T>(score_threshold_);
+    BoxGrid<double> grid(bounds, count, 0.0);
+    // A kept box spanning several cells is visited once per shared cell: test it only once.
+    std::vector<int64_t> tested_for(static_cast<size_t>(count), -1);
+    for (const int64_t i : ScoreOrder(score, count)) {
+      const auto suppresses = [&](int64_t k) {
+        int64_t& last = tested_for[static_cast<size_t>(k)];
+        if (last == i) return false;
+        last = i;
+        return RotatedIoU(rects[k], rects[i]) > iou_threshold;
+      };
+      if (grid.AnyNear(i, suppresses)) continue;
+      grid.Insert(i);
+      if (score[i] > score_threshold) kept.push_back(i);
+    }
+  }
+
+  // The same selection as a plain scan of every later box, for negative thresholds (where
+  // even disjoint boxes suppress each other) and bounds that overflow.
+  void SelectOneClass(const RotatedRect* rects, const T* score, int64_t count, std::vector<int64_t>& kept) const {
+    const std::vector<int64_t> order = ScoreOrder(score, count);
     std::vector<char> suppressed(static_cast<size_t>(count), 0);  // by rank
     const double iou_threshold = iou_threshold_;
     const T score_threshold = static_cast<T>(score_threshold_);

@@ -308,6 +308,19 @@ def test_huge_values_do_not_crash() -> None:
     np.testing.assert_array_equal(got, [[0, 0, 0], [0, 0, 1]])  # an unreachable IoU threshold keeps all
 
 
+def test_overflowing_bounds_fall_back_to_the_plain_scan() -> None:
+    """A float64 box whose bounding box overflows makes the kernel skip its overlap grid; the
+    other boxes must come out the same, and the huge box overlaps nothing."""
+    boxes, scores = case(np.random.default_rng(5), 2, 3, 24, np.float64)
+    assert margin_to(boxes, 0.3) > IOU_MARGIN
+    far = boxes.copy()
+    far[1, 5] = [1.7e308, 0, 1e308, 1, 0]
+    expected = ref_nms(np.where(np.arange(24)[:, None] == 5, [1e6, 0, 1, 1, 0], boxes[1])[None], scores[1:], 0.3, 0.2)
+    got = nms(far, scores, 0.3, 0.2)
+    np.testing.assert_array_equal(got[got[:, 0] == 0], ref_nms(boxes[:1], scores[:1], 0.3, 0.2))
+    np.testing.assert_array_equal(got[got[:, 0] == 1][:, 1:], expected[:, 1:])
+
+
 # ---------------------------------------------------------------- nodes as mmdeploy wrote them
 
 
