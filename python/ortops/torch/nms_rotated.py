@@ -30,20 +30,17 @@ def _inside(points: torch.Tensor, boxes: torch.Tensor, slack: torch.Tensor) -> t
     return (along.abs() <= boxes[:, None, 2] / 2 + slack) & (across.abs() <= boxes[:, None, 3] / 2 + slack)
 
 
-def _rotated_iou_one_to_many(box: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
-    """IoU of ``box`` ``Tensor[5]`` with each of ``others`` ``Tensor[M, 5]``, in float64.
+def _rotated_iou_pairs(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """IoU of ``a[k]`` with ``b[k]`` for boxes ``Tensor[M, 5]``, in float64: ``Tensor[M]``.
 
     The intersection polygon's vertices are the corners of each box inside the other and the
     crossings of their edges; they are ordered by angle around their mean and measured as a
-    fan of triangles. Works in ``box``'s frame (centres subtracted) for precision. A box with
-    w <= 0 or h <= 0 is empty: IoU 0.
+    fan of triangles. Each pair is evaluated in its first box's frame (centres subtracted) for
+    precision. A box with w <= 0 or h <= 0 is empty: IoU 0.
     """
-    m = others.shape[0]
-    a = box.clone()
-    a[:2] = 0
-    b = others.clone()
-    b[:, :2] -= box[:2]
-    a = a[None].expand(m, 5)
+    m = a.shape[0]
+    b = torch.cat([b[:, :2] - a[:, :2], b[:, 2:]], 1)
+    a = torch.cat([torch.zeros_like(a[:, :2]), a[:, 2:]], 1)
     corners_a = _corner_offsets(a)  # [M, 4, 2]
     corners_b = _corner_offsets(b) + b[:, None, 0:2]
     slack = 1e-9 * torch.maximum(a[:, 2:4].amax(1), b[:, 2:4].amax(1))[:, None]
@@ -67,7 +64,7 @@ def _rotated_iou_one_to_many(box: torch.Tensor, others: torch.Tensor) -> torch.T
     angle = torch.where(valid, torch.atan2(rel[..., 1], rel[..., 0]), torch.full_like(rel[..., 0], 10.0))
     order = angle.argsort(1)
     rel = rel.gather(1, order[..., None].expand(m, 24, 2))
-    k = torch.arange(24, device=box.device)
+    k = torch.arange(24, device=a.device)
     following = torch.where(k[None] + 1 < count[:, None], k[None] + 1, torch.zeros_like(k)[None])
     nxt = rel.gather(1, following[..., None].expand(m, 24, 2))
     fan = rel[..., 0] * nxt[..., 1] - rel[..., 1] * nxt[..., 0]
@@ -78,6 +75,32 @@ def _rotated_iou_one_to_many(box: torch.Tensor, others: torch.Tensor) -> torch.T
     inter = torch.minimum(inter, torch.minimum(area_a, area_b))
     iou = inter / torch.where(nonempty, area_a + area_b - inter, torch.ones_like(inter))
     return torch.where(nonempty & torch.isfinite(iou), iou.clamp(max=1), torch.zeros_like(iou))
+
+
+# Pairs per vectorised IoU call: bounds the temporaries (about 2 KB per pair).
+_PAIR_CHUNK = 1 << 15
+
+
+def _suppression_matrix(boxes: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+    """``Tensor[N, N]`` bool: IoU(i, j) > iou_threshold, for boxes ``Tensor[N, 5]`` (float64).
+
+    The exact IoU is computed only for pairs whose axis-aligned bounds overlap; every other
+    pair has IoU 0.
+    """
+    n = boxes.shape[0]
+    cos, sin = torch.cos(boxes[:, 4]).abs(), torch.sin(boxes[:, 4]).abs()
+    w, h = boxes[:, 2].clamp(min=0), boxes[:, 3].clamp(min=0)
+    half = torch.stack([cos * w + sin * h, sin * w + cos * h], 1) / 2
+    low, high = boxes[:, :2] - half, boxes[:, :2] + half
+    near = ((low[:, None] < high[None]) & (low[None] < high[:, None])).all(-1).triu(1)
+    first, second = near.nonzero().unbind(1)
+    suppress = torch.full((n, n), 0.0 > iou_threshold, dtype=torch.bool, device=boxes.device)
+    for begin in range(0, len(first), _PAIR_CHUNK):
+        i, j = first[begin : begin + _PAIR_CHUNK], second[begin : begin + _PAIR_CHUNK]
+        over = _rotated_iou_pairs(boxes[i], boxes[j]) > iou_threshold
+        suppress[i, j] = over
+        suppress[j, i] = over
+    return suppress
 
 
 def _as_float32(value: float) -> float:
@@ -105,17 +128,14 @@ def _nms_rotated(
     iou_threshold, score_threshold = _as_float32(iou_threshold), _as_float32(score_threshold)
     rows: list[torch.Tensor] = []
     for b in range(boxes.shape[0]):
-        batch_boxes = boxes[b].double()
+        suppress = _suppression_matrix(boxes[b].double(), iou_threshold)
         for c in range(scores.shape[1]):
             order = torch.sort(scores[b, c], descending=True, stable=True).indices
-            ranked = batch_boxes[order]
+            ranked = suppress[order][:, order]
             alive = torch.ones(len(order), dtype=torch.bool, device=boxes.device)
             for i in range(len(order)):
-                if not bool(alive[i]):
-                    continue
-                rest = alive[i + 1 :].nonzero().flatten() + i + 1
-                if len(rest):
-                    alive[rest] = _rotated_iou_one_to_many(ranked[i], ranked[rest]) <= iou_threshold
+                if alive[i]:
+                    alive[i + 1 :] &= ~ranked[i, i + 1 :]
             kept = order[alive & (scores[b, c][order] > score_threshold)]
             rows.append(torch.stack([torch.full_like(kept, b), torch.full_like(kept, c), kept], 1))
     if not rows:
