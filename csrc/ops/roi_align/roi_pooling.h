@@ -29,8 +29,9 @@ struct PoolingAttributes {
     Check(output_height >= 1 && output_width >= 1,
           "attributes 'output_height' and 'output_width' must be at least 1, got ", output_height, " and ",
           output_width);
-    Check(output_height * output_width <= kMaxTapsPerRoi, "output size ", output_height, " x ", output_width,
-          " is too large");
+    // Divided, not multiplied: the product of two huge sizes would overflow and pass.
+    Check(output_height <= kMaxTapsPerRoi / output_width, "output size ", output_height, " x ", output_width,
+          " is too large: more than ", kMaxTapsPerRoi, " bins per roi");
     Check(std::isfinite(spatial_scale), "attribute 'spatial_scale' must be finite, got ", spatial_scale);
     Check(aligned == 0 || aligned == 1, "attribute 'aligned' must be 0 or 1, got ", aligned);
     Check(sampling_ratio <= kMaxSamplesPerAxis, "attribute 'sampling_ratio' must be at most ", kMaxSamplesPerAxis,
@@ -106,11 +107,13 @@ Scratch<T> ToChannelsLast(const KernelIO& io, const ConstTensor<T>& input) {
 }
 
 // Whether pooling from a channels-last copy pays for making it: the taps' reads (vectorised
-// over channels there) against one pass over the whole input.
+// over channels there) against one pass over the whole input. Estimated in double, since
+// rois x bins x sampling_ratio^2 can exceed int64 before the per-roi tap bound rejects it.
 inline bool ChannelsLastPays(int64_t rois, int64_t bins, int64_t sampling_ratio, int64_t channels,
                              const Shape& input_shape) {
-  const int64_t samples = sampling_ratio > 0 ? sampling_ratio * sampling_ratio : 4;
-  return channels >= 8 && rois * bins * samples * 2 > input_shape[0] * input_shape[2] * input_shape[3];
+  const double ratio = static_cast<double>(sampling_ratio);
+  const double reads = static_cast<double>(rois) * static_cast<double>(bins) * (ratio > 0 ? ratio * ratio : 4.0) * 2.0;
+  return channels >= 8 && reads > static_cast<double>(input_shape[0] * input_shape[2] * input_shape[3]);
 }
 
 // Pools one roi from a channels-last image ([H * W, C]) for every channel at once, with the

@@ -2,60 +2,100 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch.onnx import symbolic_helper
 
 from ortops.torch._export import onnx_opset, register_export, typed
 from ortops.torch._sampling import roi_align_sample
 
+# The kernel's bounds (csrc/ops/roi_align/roi_pooling.h): past them the op would run for
+# minutes (here: allocate without end), so it reports the roi instead.
+_MAX_SAMPLES_PER_AXIS = 1 << 16
+_MAX_TAPS_PER_ROI = 1 << 24
+
+
+def _check(
+    input: torch.Tensor, rois: torch.Tensor, output_height: int, output_width: int, mode: str, aligned: int
+) -> None:
+    """The kernel's checks, with its messages."""
+    if input.dim() != 4 or rois.dim() != 2 or rois.shape[1] != 5:
+        raise ValueError(
+            f"ortops.roi_align: need input [N, C, H, W] and rois [R, 5], got {list(input.shape)}, {list(rois.shape)}"
+        )
+    if input.dtype not in (torch.float32, torch.float64) or rois.dtype != input.dtype:
+        raise ValueError(f"ortops.roi_align: need float32 or float64 input and rois, got {input.dtype}, {rois.dtype}")
+    if mode not in ("avg", "max"):
+        raise ValueError(f"ortops.roi_align: mode must be 'avg' or 'max', got {mode!r}")
+    if aligned not in (0, 1):
+        raise ValueError(f"ortops.roi_align: aligned must be 0 or 1, got {aligned}")
+    if output_height < 1 or output_width < 1 or output_height > _MAX_TAPS_PER_ROI // output_width:
+        raise ValueError(f"ortops.roi_align: output size {output_height} x {output_width} is out of range")
+    if rois.shape[0] == 0:
+        return
+    finite = torch.isfinite(rois).all(1)
+    if not bool(finite.all()):
+        raise ValueError(f"ortops.roi_align: roi {int((~finite).nonzero()[0, 0])} in rois is not finite")
+    index = rois[:, 0].long()  # truncation toward zero, as mmcv
+    bad = (index < 0) | (index >= input.shape[0])
+    if bool(bad.any()):
+        r = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"ortops.roi_align: roi {r} has batch index {float(rois[r, 0])}, but input has {input.shape[0]} images"
+        )
+
+
+def _sampling_grids(
+    roi_h: torch.Tensor, roi_w: torch.Tensor, out_h: int, out_w: int, sampling_ratio: int
+) -> torch.Tensor:
+    """Samples per bin along y and x for each roi: Tensor[R, 2] int64, checked against the bounds."""
+    grids = []
+    for size, bins in ((roi_h, out_h), (roi_w, out_w)):
+        if sampling_ratio > 0:
+            grid = torch.full_like(size, sampling_ratio)
+        else:
+            grid = torch.ceil(size / bins)  # in the rois' dtype, as the kernel computes it
+            grid = torch.where(grid > 0, grid, 0)  # empty or negative sizes: no samples
+        if bool((grid > _MAX_SAMPLES_PER_AXIS).any()):
+            raise ValueError(
+                f"ortops.roi_align: a roi needs {float(grid.max())} samples per bin along one axis, more than "
+                f"{_MAX_SAMPLES_PER_AXIS}; lower sampling_ratio or check the rois"
+            )
+        grids.append(grid.long())
+    grid = torch.stack(grids, 1)
+    if bool((grid.prod(1) > _MAX_TAPS_PER_ROI // (out_h * out_w)).any()):
+        raise ValueError("ortops.roi_align: a roi needs more samples per bin than this op allows; lower sampling_ratio")
+    return grid
+
 
 def _pool_rois(
     input: torch.Tensor,
-    rois: torch.Tensor,
-    out_h: int,
-    out_w: int,
-    scale: float,
-    grid_h: int,
-    grid_w: int,
+    batch: torch.Tensor,
+    start: tuple[torch.Tensor, torch.Tensor],
+    bin_size: tuple[torch.Tensor, torch.Tensor],
+    output_size: tuple[int, int],
+    grid: tuple[int, int],
     max_mode: bool,
-    aligned: bool,
 ) -> torch.Tensor:
-    """RoIAlign for rois that share one sampling grid size: Tensor[R, C, out_h, out_w]."""
-    n, c, h, w = input.shape
-    r = rois.shape[0]
-    dtype = input.dtype
-    shift = 0.5 if aligned else 0.0
-    start_w = rois[:, 1] * scale - shift
-    start_h = rois[:, 2] * scale - shift
-    roi_w = rois[:, 3] * scale - shift - start_w
-    roi_h = rois[:, 4] * scale - shift - start_h
-    if not aligned:
-        roi_w, roi_h = roi_w.clamp(min=1), roi_h.clamp(min=1)
-    bin_h, bin_w = roi_h / out_h, roi_w / out_w
-    if grid_h * grid_w == 0 or h == 0 or w == 0:
-        return input.new_zeros((r, c, out_h, out_w))  # no samples, or every sample reads 0
-    ph = torch.arange(out_h, dtype=dtype, device=input.device)
-    pw = torch.arange(out_w, dtype=dtype, device=input.device)
-    iy = torch.arange(grid_h, dtype=dtype, device=input.device) + 0.5
-    ix = torch.arange(grid_w, dtype=dtype, device=input.device) + 0.5
-    # y[r, ph, iy] and x[r, pw, ix], with the same operation order as the C++ kernel.
-    y = (
-        start_h[:, None, None]
-        + ph[None, :, None] * bin_h[:, None, None]
-        + iy[None, None, :] * bin_h[:, None, None] / grid_h
-    )
-    x = (
-        start_w[:, None, None]
-        + pw[None, :, None] * bin_w[:, None, None]
-        + ix[None, None, :] * bin_w[:, None, None] / grid_w
-    )
+    """RoIAlign for rois that share one sampling grid: Tensor[R, C, out_h, out_w].
+
+    ``batch`` is Tensor[R] int64; ``start`` and ``bin_size`` are (y, x) pairs of Tensor[R]: the
+    scaled roi's corner and its bin size; ``grid`` is the samples per bin along (y, x).
+    """
+    (out_h, out_w), (grid_h, grid_w) = output_size, grid
+    r, c, dtype, device = batch.shape[0], input.shape[1], input.dtype, input.device
+    if grid_h * grid_w == 0:
+        return input.new_zeros((r, c, out_h, out_w))  # no samples (max mode too: an empty bin is 0)
+    # y[r, ph, iy] and x[r, pw, ix] with the kernel's operation order: start + p * bin + (i + 0.5) * bin / grid.
+    axes = []
+    for begin, size, bins, samples in zip(start, bin_size, (out_h, out_w), (grid_h, grid_w), strict=True):
+        p = torch.arange(bins, dtype=dtype, device=device)[None, :, None]
+        i = (torch.arange(samples, dtype=dtype, device=device) + 0.5)[None, None, :]
+        axes.append(begin[:, None, None] + p * size[:, None, None] + i * size[:, None, None] / samples)
     # Every (ph, iy) row with every (pw, ix) column: points [R, out_h, grid_h, out_w, grid_w].
     shape = (r, out_h, grid_h, out_w, grid_w)
-    y = y[:, :, :, None, None].expand(shape)
-    x = x[:, None, None, :, :].expand(shape)
-    values = roi_align_sample(input, rois[:, 0].long(), y, x)
+    y = axes[0][:, :, :, None, None].expand(shape)
+    x = axes[1][:, None, None, :, :].expand(shape)
+    values = roi_align_sample(input, batch, y, x)
     values = values.permute(0, 1, 2, 4, 3, 5).reshape(r, c, out_h, out_w, grid_h * grid_w)
     return values.amax(-1) if max_mode else values.sum(-1) / (grid_h * grid_w)
 
@@ -71,42 +111,33 @@ def _roi_align(
     mode: str,
     aligned: int,
 ) -> torch.Tensor:
-    if input.dim() != 4 or rois.dim() != 2 or rois.shape[1] != 5:
-        raise ValueError(
-            f"ortops.roi_align: need input [N, C, H, W] and rois [R, 5], got {list(input.shape)}, {list(rois.shape)}"
-        )
-    if mode not in ("avg", "max"):
-        raise ValueError(f"ortops.roi_align: mode must be 'avg' or 'max', got {mode!r}")
-    max_mode = mode == "max"
+    _check(input, rois, output_height, output_width, mode, aligned)
     r, c = rois.shape[0], input.shape[1]
     out = input.new_zeros((r, c, output_height, output_width))
-    if sampling_ratio > 0:
-        if r:
-            out = _pool_rois(
-                input,
-                rois,
-                output_height,
-                output_width,
-                spatial_scale,
-                sampling_ratio,
-                sampling_ratio,
-                max_mode,
-                bool(aligned),
-            )
+    if r == 0 or c == 0:
         return out
-    # Adaptive sampling: each roi has its own grid, so rois are pooled one at a time.
     shift = 0.5 if aligned else 0.0
-    for i in range(r):
-        roi = rois[i : i + 1]
-        roi_w = float(roi[0, 3] * spatial_scale - shift - (roi[0, 1] * spatial_scale - shift))
-        roi_h = float(roi[0, 4] * spatial_scale - shift - (roi[0, 2] * spatial_scale - shift))
-        if not aligned:
-            roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
-        grid_h = max(math.ceil(roi_h / output_height), 0)
-        grid_w = max(math.ceil(roi_w / output_width), 0)
-        out[i] = _pool_rois(
-            input, roi, output_height, output_width, spatial_scale, grid_h, grid_w, max_mode, bool(aligned)
-        )[0]
+    start_w = rois[:, 1] * spatial_scale - shift
+    start_h = rois[:, 2] * spatial_scale - shift
+    roi_w = rois[:, 3] * spatial_scale - shift - start_w
+    roi_h = rois[:, 4] * spatial_scale - shift - start_h
+    if not aligned:
+        roi_w, roi_h = roi_w.clamp(min=1), roi_h.clamp(min=1)
+    grids = _sampling_grids(roi_h, roi_w, output_height, output_width, sampling_ratio)
+    batch = rois[:, 0].long()
+    bin_h, bin_w = roi_h / output_height, roi_w / output_width
+    # Rois with the same sampling grid are pooled together (with a fixed sampling_ratio: all of them).
+    for grid in grids.unique(dim=0).tolist():
+        group = (grids == grids.new_tensor(grid)).all(1).nonzero()[:, 0]
+        out[group] = _pool_rois(
+            input,
+            batch[group],
+            (start_h[group], start_w[group]),
+            (bin_h[group], bin_w[group]),
+            (output_height, output_width),
+            (grid[0], grid[1]),
+            mode == "max",
+        )
     return out
 
 
@@ -137,9 +168,12 @@ def roi_align(
 
     Args:
         input: ``Tensor[N, C, H, W]`` feature maps, float32 or float64.
-        rois: ``Tensor[R, 5]`` rois as (batch_index, x1, y1, x2, y2) in image coordinates.
+        rois: ``Tensor[R, 5]`` rois as (batch_index, x1, y1, x2, y2) in image coordinates, same
+            dtype as ``input``; the batch index is truncated toward zero and must name an image,
+            and every value must be finite (else ``ValueError``, as the kernel's error).
         output_size: pooled size, ``int`` or ``(height, width)``.
-        spatial_scale: multiplies roi coordinates to give feature-map coordinates.
+        spatial_scale: multiplies roi coordinates to give feature-map coordinates (the exported
+            node stores it as a float32 attribute).
         sampling_ratio: samples per bin along each axis; 0: adaptive, ceil(roi size / output size).
         mode: ``"avg"`` (equal to ``torchvision.ops.roi_align``) or ``"max"`` (largest
             bilinearly interpolated sample; a bin with no samples gives 0).

@@ -73,6 +73,33 @@ def test_empty_adaptive_grid_in_max_mode(domain, op, compat) -> None:
     np.testing.assert_array_equal(got, np.zeros((1, 1, 2, 3), np.float32))
 
 
+@pytest.mark.parametrize("domain,op,compat", DOMAINS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_zero_and_negative_size_rois(domain, op, compat, dtype) -> None:
+    """aligned=1 keeps zero and negative sizes (negative bins, empty adaptive grids); aligned=0
+    clamps the sides to 1."""
+    features = np.random.default_rng(3).normal(size=(2, 2, 7, 8)).astype(dtype)
+    rois = np.array(
+        [[0, 5, 4, 2, 1], [1, 6, 6, 5.5, 3], [1, 3, 3, 3, 3], [0, 2, 2, 2.2, 1.9], [1, 7.9, 6.9, -1, -1]], dtype
+    )
+    for mode in ("avg", "max"):
+        for aligned in (0, 1):
+            for sampling in (0, 2):
+                a = attrs(2, 1.0, sampling, mode, aligned)
+                (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **a)
+                expected = references.roi_align(features, rois, 2, 3, 1.0, sampling, mode, bool(aligned), compat)
+                np.testing.assert_allclose(got, expected, **TOLERANCE[dtype], err_msg=f"{mode} {aligned} {sampling}")
+
+
+@pytest.mark.parametrize("domain,op,compat", DOMAINS)
+def test_fractional_batch_index_truncates_toward_zero(domain, op, compat) -> None:
+    """mmcv casts the index to int: 1.9 reads image 1 and -0.5 reads image 0."""
+    features = np.stack([np.full((1, 4, 4), 1.0), np.full((1, 4, 4), 2.0)]).astype(np.float32)
+    rois = np.array([[1.9, 0, 0, 3, 3], [-0.5, 0, 0, 3, 3]], np.float32)
+    (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(1, 1.0, 2, "avg", 1))
+    np.testing.assert_array_equal(got[:, 0], [[[2.0, 2.0]], [[1.0, 1.0]]])
+
+
 def test_max_mode_below_minus_10000_shows_the_mmcv_quirk() -> None:
     features = np.full((1, 1, 4, 4), -20000.0, np.float32)
     rois = np.array([[0, 0, 0, 3, 3]], np.float32)
@@ -152,6 +179,21 @@ BAD = [
     ("output size", np.zeros((1, 5), np.float32), {"output_height": 0}, r"must be at least 1, got 0"),
     ("huge roi", np.array([[0, 0, 0, 1e9, 1e9]], np.float32), {"sampling_ratio": 0}, r"samples per bin"),
     (
+        "huge roi, fixed sampling",
+        np.array([[0, 0, 0, 1e9, 1e9]], np.float32),
+        {"sampling_ratio": 8192, "output_height": 1, "output_width": 1},
+        r"needs 8192 x 8192 samples per bin, more than this op allows",
+    ),
+    (
+        "huge output",
+        np.zeros((1, 5), np.float32),
+        {"output_height": 1 << 32, "output_width": 1 << 32},
+        r"output size 4294967296 x 4294967296 is too large",
+    ),
+    ("aligned", np.zeros((1, 5), np.float32), {"aligned": 2}, r"attribute 'aligned' must be 0 or 1, got 2"),
+    ("rois rank 1", np.zeros(5, np.float32), {}, r"input 'rois' must have rank 2, got shape \[5\]"),
+    ("rois rank 3", np.zeros((1, 1, 5), np.float32), {}, r"input 'rois' must have rank 2, got shape \[1, 1, 5\]"),
+    (
         "huge sampling",
         np.zeros((1, 5), np.float32),
         {"sampling_ratio": 1 << 20},
@@ -167,6 +209,22 @@ def test_bad_input_is_an_error(case, rois, overrides, message, domain, op, compa
     a = {**attrs(2, 1.0, 2, "avg", 1), **overrides}
     with pytest.raises(Exception, match=rf"{domain}\.{op}: .*{message}"):
         run(op, domain, {"input": features, "rois": rois}, ["output"], **a)
+
+
+WRONG_DTYPES = [
+    ("int64 rois", np.float32, np.int64),
+    ("float16", np.float16, np.float16),
+    ("float input, double rois", np.float32, np.float64),
+]
+
+
+@pytest.mark.parametrize("case,input_dtype,rois_dtype", WRONG_DTYPES, ids=[w[0] for w in WRONG_DTYPES])
+@pytest.mark.parametrize("domain,op,compat", DOMAINS)
+def test_wrong_dtype_is_an_error(case, input_dtype, rois_dtype, domain, op, compat) -> None:
+    # ONNX Runtime rejects the node before the kernel runs, with a message that names the op.
+    feeds = {"input": np.zeros((1, 1, 4, 4), input_dtype), "rois": np.zeros((1, 5), rois_dtype)}
+    with pytest.raises(Exception, match=rf"\({op}\)"):
+        run(op, domain, feeds, ["output"])
 
 
 def test_wrong_rank_is_an_error() -> None:
