@@ -27,8 +27,9 @@ constexpr OpSchema kSchema{
         "and rounded once, so float32 results are within about one float32 ulp (relative to the largest "
         "entry) of the exact inverse of the float32 input, where float32 LAPACK (what torch runs) is off by "
         "about the condition number times that. A matrix that meets an exactly zero pivot is singular: "
-        "that is an error naming the lowest such matrix (`matrix <i> of <n>`, flat batch index), as "
-        "`torch.linalg.inv` raises. NaN or infinity in the input is an error naming the lowest such matrix. "
+        "that is an error naming it (`matrix <i> of <n> ... is singular`, `i` the flat batch index), as "
+        "`torch.linalg.inv` raises. NaN or infinity in the input is an error naming the matrix too. When "
+        "several matrices fail, the lowest index is reported, whatever the thread count. "
         "Empty batches and `M = 0` give empty outputs.",
     .inputs = kInputs,
     .outputs = kOutputs,
