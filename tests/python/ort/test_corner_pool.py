@@ -10,6 +10,7 @@ import references
 from onnx import TensorProto, helper
 
 import ortops
+
 from ortest import run
 
 DOMAINS = [("mmcv", "MMCVCornerPool"), ("ortops", "CornerPool")]

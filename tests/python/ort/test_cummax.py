@@ -14,6 +14,7 @@ import references
 from onnx import TensorProto, helper
 
 import ortops
+
 from ortest import run
 
 OPS = [("mmcv", "cummax", True), ("mmcv", "cummin", False), ("ortops", "CumMax", True), ("ortops", "CumMin", False)]
