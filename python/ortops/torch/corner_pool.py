@@ -36,7 +36,11 @@ def corner_pool(input: torch.Tensor, mode: str | int) -> torch.Tensor:
     Returns:
         ``Tensor[N, C, H, W]``.
     """
-    return torch.ops.ortops.corner_pool(input, _MODES[mode] if isinstance(mode, str) else int(mode))
+    if isinstance(mode, str):
+        if mode not in _MODES:
+            raise ValueError(f"ortops.corner_pool: mode must be one of {list(_MODES)} or 0..3, got {mode!r}")
+        mode = _MODES[mode]
+    return torch.ops.ortops.corner_pool(input, int(mode))
 
 
 @symbolic_helper.parse_args("v", "i")
