@@ -3,7 +3,9 @@
 #include "ops/deform_conv/deform_conv.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -41,7 +43,16 @@ constexpr IoSpec kOutputs[] = {{"output", ElemType::kTypeParam, "`[N, C_out, H_o
 constexpr IoSpec kModulatedInputs[] = {
     kInput, kOffset, kMask, kWeight, {"bias", ElemType::kTypeParam, "`[C_out]` (optional)", true}};
 constexpr IoSpec kV1Inputs[] = {kInput, kOffset, kWeight};
-constexpr IoSpec kOrtopsInputs[] = {kInput, kOffset, kMask, kWeight, {"bias", ElemType::kTypeParam, "`[C_out]`"}};
+// torchvision's order. Both float and double kernels exist, so no input may be optional
+// (ONNX Runtime 1.17 cannot type such a node): an empty tensor stands for "none" instead.
+constexpr IoSpec kOrtopsInputs[] = {
+    kInput,
+    kOffset,
+    kWeight,
+    {"bias", ElemType::kTypeParam, "`[C_out]`, or `[0]` for no bias"},
+    {"mask", ElemType::kTypeParam,
+     "`[N, deform_groups * kh * kw, H_out, W_out]` modulation of each sample (DCNv2), or `[0]` for none (DCNv1)"},
+};
 
 // The semantics shared by the three schemas (a macro so that string literals can be joined).
 #define ORTOPS_DEFORM_CONV_SEMANTICS                                                                  \
@@ -52,7 +63,8 @@ constexpr IoSpec kOrtopsInputs[] = {kInput, kOffset, kMask, kWeight, {"bias", El
   "then the samples of a group's channels are multiplied with its weights (a GEMM run by ONNX "       \
   "Runtime's own MatMul) and the bias is added. Channel c uses deform group c / (C / deform_groups) " \
   "whatever its convolution group (mmcv 1.7.2 got groups > 1 with deform_groups > 1 wrong; this "     \
-  "follows torchvision). H_out = (H + 2 pad_h - dilation_h (kh - 1) - 1) / stride_h + 1, likewise W_out."
+  "follows torchvision). H_out = (H + 2 pad_h - dilation_h (kh - 1) - 1) / stride_h + 1, likewise "   \
+  "W_out; both must be at least 1. An empty batch gives an empty output."
 
 }  // namespace
 
@@ -72,8 +84,10 @@ constexpr OpSchema kV1Schema{
 };
 constexpr OpSchema kSchema{
     .doc =
-        "Deformable convolution with mask and bias (pass a mask of ones for DCNv1 and a zero bias "
-        "when there is none; ortops.torch.deform_conv2d does). " ORTOPS_DEFORM_CONV_SEMANTICS,
+        "Deformable convolution v1 or v2 with `torchvision.ops.deform_conv2d`'s inputs, in its order. "
+        "`bias` and `mask` are required inputs, but an empty tensor (shape `[0]`) means \"none\": "
+        "ONNX Runtime 1.17 cannot run a node that leaves out an optional input of an op with both "
+        "float and double kernels. " ORTOPS_DEFORM_CONV_SEMANTICS,
     .inputs = kOrtopsInputs,
     .outputs = kOutputs,
     .attributes = kConvAttributes,
@@ -84,19 +98,35 @@ namespace {
 enum class Layout { kModulated, kV1, kOrtops };
 
 // One deformed sample: the four neighbours (offset into the channel plane, -1 when outside
-// the map), their bilinear weights, and the mask that multiplies the interpolated value
-// (torchvision's order: mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3)).
+// the map), their bilinear weights, the mask, and whether all four neighbours are inside,
+// which spares the per-neighbour test. Read computes torchvision's
+// mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3) in that order, so a NaN or infinite mask
+// propagates as it does there.
 template <typename T>
 struct Sample {
-  int32_t offset[4];  // planes over 2^31 elements are refused in CheckShapes
+  int32_t offset[4];  // planes of 2^31 elements or more are refused in CheckShapes
   T weight[4];
   T mask;
-  bool interior;  // all four neighbours inside the map: no per-neighbour test needed
+  bool interior;
 };
 
 struct Geometry {
   int64_t batch, channels, height, width, out_channels, kernel_h, kernel_w, out_h, out_w;
 };
+
+// a * b, or an error naming `what` when it does not fit in int64 (attribute values and
+// tensor dims are untrusted).
+int64_t Product(int64_t a, int64_t b, const char* what) {
+  int64_t result = 0;
+  Check(!__builtin_mul_overflow(a, b, &result), what, " overflows: ", a, " x ", b);
+  return result;
+}
+
+// Scratch per chunk of output positions stays near this size, so that the column buffer is
+// still in cache when the GEMM reads it, and memory stays bounded for any image size.
+constexpr int64_t kChunkBytes = int64_t{8} << 20;
+constexpr int64_t kMinChunk = 64;  // positions; keeps the GEMM's N dimension useful
+constexpr int64_t kSlice = 128;    // positions per fill task
 
 template <typename T, Layout kLayout>
 class DeformConvKernel : public KernelBase {
@@ -114,84 +144,90 @@ class DeformConvKernel : public KernelBase {
         groups_(attrs.Int("groups")),
         deform_groups_(attrs.Int("deform_groups")),
         matmul_(std::make_unique<OrtMatMul>(attrs.info(), OnnxType<T>())) {
-    Check(stride_[0] >= 1 && stride_[1] >= 1, "attribute 'stride' must be positive, got ", stride_[0], ",", stride_[1]);
-    Check(dilation_[0] >= 1 && dilation_[1] >= 1, "attribute 'dilation' must be positive, got ", dilation_[0], ",",
-          dilation_[1]);
-    Check(padding_[0] >= 0 && padding_[1] >= 0, "attribute 'padding' must be non-negative, got ", padding_[0], ",",
-          padding_[1]);
+    // The bound keeps every later product of an attribute and a tensor dim inside int64.
+    constexpr int64_t kLimit = int64_t{1} << 31;
+    Check(stride_[0] >= 1 && stride_[1] >= 1 && stride_[0] < kLimit && stride_[1] < kLimit,
+          "attribute 'stride' must be positive (and below 2^31), got ", stride_[0], ",", stride_[1]);
+    Check(dilation_[0] >= 1 && dilation_[1] >= 1 && dilation_[0] < kLimit && dilation_[1] < kLimit,
+          "attribute 'dilation' must be positive (and below 2^31), got ", dilation_[0], ",", dilation_[1]);
+    Check(padding_[0] >= 0 && padding_[1] >= 0 && padding_[0] < kLimit && padding_[1] < kLimit,
+          "attribute 'padding' must be non-negative (and below 2^31), got ", padding_[0], ",", padding_[1]);
     Check(groups_ >= 1 && deform_groups_ >= 1, "attributes 'groups' and 'deform_groups' must be at least 1, got ",
           groups_, " and ", deform_groups_);
   }
 
   void Compute(const KernelIO& io) const {
-    constexpr bool kHasMask = kLayout != Layout::kV1;
-    constexpr size_t kWeightIndex = kHasMask ? 3 : 2;
+    constexpr size_t kWeightIndex = kLayout == Layout::kOrtops ? 2 : kLayout == Layout::kModulated ? 3 : 2;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> offset = io.Input<T>(1, 4);
     const ConstTensor<T> weight = io.Input<T>(kWeightIndex, 4);
     const Geometry g = CheckShapes(input, offset, weight);
     const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
-    const T* mask = nullptr;
-    if constexpr (kHasMask) {
-      const ConstTensor<T> m = io.Input<T>(2, 4);
-      const Shape expected{g.batch, deform_groups_ * taps, g.out_h, g.out_w};
-      Check(m.shape == expected, "input 'mask' must have shape ", ShapeText{expected}, ", got ", ShapeText{m.shape});
-      mask = m.data;
-    }
-    const T* bias = nullptr;
-    if (kLayout != Layout::kV1 && io.Has(4)) {
-      const ConstTensor<T> b = io.Input<T>(4, 1);
-      Check(b.dim(0) == g.out_channels, "input 'bias' must have shape [", g.out_channels, "], got ",
-            ShapeText{b.shape});
-      bias = b.data;
-    }
+    const T* mask = MaskInput(io, g);
+    const T* bias = BiasInput(io, g);
     T* output = io.Output<T>(0, {g.batch, g.out_channels, g.out_h, g.out_w});
     if (g.batch * g.out_channels * positions == 0) return;
 
     const int64_t group_channels = g.channels / groups_, group_out = g.out_channels / groups_;
-    const int64_t rows = group_channels * taps;
-    // Positions are processed in chunks whose column buffer stays near 8 MiB, so that it stays
-    // in cache between the fill and the GEMM. Scratch comes from the session's allocator,
-    // whose arena hands the same memory back run after run.
-    const int64_t chunk =
-        std::clamp<int64_t>((int64_t{8} << 20) / static_cast<int64_t>(rows * sizeof(T)) / 64 * 64, 64, positions);
-    const Scratch<Sample<T>> samples = io.Allocate<Sample<T>>(static_cast<size_t>(deform_groups_ * taps * positions));
+    const int64_t rows = group_channels * taps;  // the GEMM's K
+    if (rows == 0) {  // no input channels: the output is the bias
+      for (int64_t i = 0; i < g.batch * g.out_channels; ++i) {
+        std::fill_n(output + i * positions, positions, bias ? bias[i % g.out_channels] : T(0));
+      }
+      return;
+    }
+    // Positions are processed in chunks; scratch comes from the session's allocator, whose
+    // arena hands the same memory back run after run, once per Compute.
+    const int64_t per_position = rows * static_cast<int64_t>(sizeof(T)) +
+                                 deform_groups_ * taps * static_cast<int64_t>(sizeof(Sample<T>)) +
+                                 group_out * static_cast<int64_t>(sizeof(T));
+    const int64_t chunk = std::min(positions, std::max(kMinChunk, kChunkBytes / per_position / kSlice * kSlice));
+    const Scratch<Sample<T>> samples = io.Allocate<Sample<T>>(static_cast<size_t>(deform_groups_ * taps * chunk));
     const Scratch<T> columns = io.Allocate<T>(static_cast<size_t>(rows * chunk));
-    const Scratch<T> product = io.Allocate<T>(static_cast<size_t>(group_out * chunk));
+    // When one chunk covers the image the GEMM writes straight into the output.
+    const Scratch<T> product = io.Allocate<T>(chunk < positions ? static_cast<size_t>(group_out * chunk) : 0);
+    const int64_t channels_per_deform_group = g.channels / deform_groups_;
+
     for (int64_t n = 0; n < g.batch; ++n) {
+      const T* image = input.data + n * g.channels * g.height * g.width;
       const T* offset_n = offset.data + n * 2 * deform_groups_ * taps * positions;
       const T* mask_n = mask ? mask + n * deform_groups_ * taps * positions : nullptr;
-      io.ParallelFor(static_cast<size_t>(deform_groups_ * taps), [&](size_t task) {
-        Locate(g, static_cast<int64_t>(task), offset_n, mask_n, samples.data() + task * positions);
-      });
-      for (int64_t group = 0; group < groups_; ++group) {
-        const int64_t first_channel = group * group_channels;
-        for (int64_t start = 0; start < positions; start += chunk) {
-          const int64_t width = std::min(chunk, positions - start);
+      for (int64_t start = 0; start < positions; start += chunk) {
+        const int64_t width = std::min(chunk, positions - start);
+        const int64_t slices = (width + kSlice - 1) / kSlice;
+        // Sampling weights once per (deform group, tap, position), shared by the channels
+        // of the deform group in every convolution group.
+        io.ParallelFor(static_cast<size_t>(deform_groups_ * taps * slices), [&](size_t task) {
+          const int64_t line = static_cast<int64_t>(task) / slices;  // d * taps + k
+          const int64_t begin = static_cast<int64_t>(task) % slices * kSlice;
+          Locate(g, line, start + begin, start + std::min(width, begin + kSlice), offset_n, mask_n,
+                 samples.data() + line * width + begin);
+        });
+        for (int64_t group = 0; group < groups_; ++group) {
+          const int64_t first_channel = group * group_channels;
           // Tasks are (tap, slice of the chunk) and loop over the group's channels inside,
           // so a slice's samples stay in cache while every channel reads through them.
-          constexpr int64_t kSlice = 128;
-          const int64_t slices = (width + kSlice - 1) / kSlice;
           io.ParallelFor(static_cast<size_t>(taps * slices), [&](size_t task) {
             const int64_t k = static_cast<int64_t>(task) / slices;
-            const int64_t begin = (static_cast<int64_t>(task) % slices) * kSlice;
+            const int64_t begin = static_cast<int64_t>(task) % slices * kSlice;
             const int64_t end = std::min(width, begin + kSlice);
             for (int64_t local = 0; local < group_channels; ++local) {
               const int64_t c = first_channel + local;
-              const T* plane = input.data + (n * g.channels + c) * g.height * g.width;
-              const Sample<T>* sample =
-                  samples.data() + (c / (g.channels / deform_groups_) * taps + k) * positions + start;
+              const T* plane = image + c * g.height * g.width;
+              const Sample<T>* sample = samples.data() + (c / channels_per_deform_group * taps + k) * width;
               T* column = columns.data() + (local * taps + k) * width;
               for (int64_t p = begin; p < end; ++p) column[p] = Read(sample[p], plane);
             }
           });
-          matmul_->Run(io.context(), weight.data + group * group_out * rows, columns.data(), product.data(), group_out,
-                       rows, width);
           T* out = output + (n * g.out_channels + group * group_out) * positions + start;
+          T* target = width == positions ? out : product.data();
+          matmul_->Run(io.context(), weight.data + group * group_out * rows, columns.data(), target, group_out, rows,
+                       width);
           for (int64_t o = 0; o < group_out; ++o) {
             const T b = bias ? bias[group * group_out + o] : T(0);
-            const T* src = product.data() + o * width;
-            for (int64_t p = 0; p < width; ++p) out[o * positions + p] = src[p] + b;
+            const T* src = target + o * width;
+            T* dst = out + o * positions;
+            for (int64_t p = 0; p < width; ++p) dst[p] = src[p] + b;
           }
         }
       }
@@ -208,40 +244,81 @@ class DeformConvKernel : public KernelBase {
   Geometry CheckShapes(const ConstTensor<T>& input, const ConstTensor<T>& offset, const ConstTensor<T>& weight) const {
     Geometry g{
         input.dim(0), input.dim(1), input.dim(2), input.dim(3), weight.dim(0), weight.dim(2), weight.dim(3), 0, 0};
-    Check(g.channels % groups_ == 0 && g.out_channels % groups_ == 0, "input 'input' has C = ", g.channels,
-          " and 'weight' C_out = ", g.out_channels, "; both must be divisible by groups = ", groups_);
-    Check(g.channels % deform_groups_ == 0, "input 'input' has C = ", g.channels,
+    Check(g.channels % groups_ == 0, "input 'input' ", ShapeText{input.shape}, " has C = ", g.channels,
+          ", not divisible by groups = ", groups_);
+    Check(g.out_channels % groups_ == 0, "input 'weight' ", ShapeText{weight.shape}, " has C_out = ", g.out_channels,
+          ", not divisible by groups = ", groups_);
+    Check(g.channels % deform_groups_ == 0, "input 'input' ", ShapeText{input.shape}, " has C = ", g.channels,
           ", not divisible by deform_groups = ", deform_groups_);
     Check(weight.dim(1) == g.channels / groups_,
           "input 'weight' must have shape [C_out, C / groups = ", g.channels / groups_, ", kh, kw], got ",
           ShapeText{weight.shape});
-    Check(g.height * g.width < (int64_t{1} << 31), "input 'input' has planes of ", g.height, " x ", g.width,
-          " elements, more than this op supports (2^31)");
     Check(g.kernel_h >= 1 && g.kernel_w >= 1, "input 'weight' has an empty kernel: ", ShapeText{weight.shape});
-    g.out_h = (g.height + 2 * padding_[0] - dilation_[0] * (g.kernel_h - 1) - 1) / stride_[0] + 1;
-    g.out_w = (g.width + 2 * padding_[1] - dilation_[1] * (g.kernel_w - 1) - 1) / stride_[1] + 1;
-    Check(g.out_h >= 1 && g.out_w >= 1, "the kernel (with dilation) is larger than the padded input ",
-          ShapeText{input.shape});
-    const Shape expected{g.batch, 2 * deform_groups_ * g.kernel_h * g.kernel_w, g.out_h, g.out_w};
-    Check(offset.shape == expected, "input 'offset' must have shape ", ShapeText{expected}, ", got ",
-          ShapeText{offset.shape});
+    Check(Product(g.height, g.width, "input 'input' plane size") < (int64_t{1} << 31), "input 'input' ",
+          ShapeText{input.shape}, " has planes of ", g.height, " x ", g.width,
+          " elements, more than this op supports (2^31)");
+    // Attributes are below 2^31 and dims below 2^31 (planes are), so these cannot overflow
+    // except through the kernel extent, which Product checks.
+    const int64_t extent_h = Product(dilation_[0], g.kernel_h - 1, "the dilated kernel height") + 1;
+    const int64_t extent_w = Product(dilation_[1], g.kernel_w - 1, "the dilated kernel width") + 1;
+    const int64_t padded_h = g.height + 2 * padding_[0], padded_w = g.width + 2 * padding_[1];
+    Check(extent_h <= padded_h && extent_w <= padded_w, "the dilated kernel (", extent_h, " x ", extent_w,
+          ") is larger than the padded input (", padded_h, " x ", padded_w, "); input 'input' is ",
+          ShapeText{input.shape}, ", input 'weight' is ", ShapeText{weight.shape});
+    g.out_h = (padded_h - extent_h) / stride_[0] + 1;
+    g.out_w = (padded_w - extent_w) / stride_[1] + 1;
+    const Shape expected{g.batch, Product(2 * deform_groups_, g.kernel_h * g.kernel_w, "offset channels"), g.out_h,
+                         g.out_w};
+    Check(offset.shape == expected, "input 'offset' must have shape ", ShapeText{expected},
+          " ([N, 2 * deform_groups * kh * kw, H_out, W_out]), got ", ShapeText{offset.shape});
     return g;
   }
 
-  // The samples of deform group d and kernel tap k (task = d * taps + k) at every position.
-  void Locate(const Geometry& g, int64_t task, const T* offset, const T* mask, Sample<T>* out) const {
+  const T* MaskInput(const KernelIO& io, const Geometry& g) const {
+    if constexpr (kLayout == Layout::kV1) {
+      return nullptr;
+    } else {
+      constexpr size_t kIndex = kLayout == Layout::kOrtops ? 4 : 2;
+      const ConstTensor<T> m = io.Input<T>(kIndex);
+      if (kLayout == Layout::kOrtops && m.shape == Shape{0}) return nullptr;
+      const Shape expected{g.batch, deform_groups_ * g.kernel_h * g.kernel_w, g.out_h, g.out_w};
+      Check(m.shape == expected, "input 'mask' must have shape ", ShapeText{expected},
+            kLayout == Layout::kOrtops ? " ([N, deform_groups * kh * kw, H_out, W_out]) or [0], got "
+                                       : " ([N, deform_groups * kh * kw, H_out, W_out]), got ",
+            ShapeText{m.shape});
+      return m.data;
+    }
+  }
+
+  const T* BiasInput(const KernelIO& io, const Geometry& g) const {
+    if constexpr (kLayout == Layout::kV1) {
+      return nullptr;
+    } else {
+      constexpr size_t kIndex = kLayout == Layout::kOrtops ? 3 : 4;
+      if (kLayout == Layout::kModulated && !io.Has(kIndex)) return nullptr;
+      const ConstTensor<T> b = io.Input<T>(kIndex);
+      if (kLayout == Layout::kOrtops && b.shape == Shape{0}) return nullptr;
+      Check(b.shape == Shape{g.out_channels}, "input 'bias' must have shape [", g.out_channels,
+            kLayout == Layout::kOrtops ? "] (C_out) or [0], got " : "] (C_out), got ", ShapeText{b.shape});
+      return b.data;
+    }
+  }
+
+  // The samples of line = d * taps + k (deform group d, kernel tap k) at positions
+  // [begin, end) of the image.
+  void Locate(const Geometry& g, int64_t line, int64_t begin, int64_t end, const T* offset, const T* mask,
+              Sample<T>* out) const {
     const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
-    const int64_t d = task / taps, k = task % taps, i = k / g.kernel_w, j = k % g.kernel_w;
+    const int64_t d = line / taps, k = line % taps, i = k / g.kernel_w, j = k % g.kernel_w;
     const T* dy = offset + (d * 2 * taps + 2 * k) * positions;
     const T* dx = dy + positions;
-    const T* m = mask ? mask + (d * taps + k) * positions : nullptr;
-    for (int64_t oy = 0; oy < g.out_h; ++oy) {
-      for (int64_t ox = 0; ox < g.out_w; ++ox) {
-        const int64_t p = oy * g.out_w + ox;
-        const T y = static_cast<T>(oy * stride_[0] - padding_[0] + i * dilation_[0]) + dy[p];
-        const T x = static_cast<T>(ox * stride_[1] - padding_[1] + j * dilation_[1]) + dx[p];
-        out[p] = Bilinear(y, x, g.height, g.width, m ? m[p] : T(1));
-      }
+    const T* m = mask ? mask + line * positions : nullptr;
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t oy = p / g.out_w, ox = p % g.out_w;
+      // As torchvision: the integer base position, converted, plus the offset.
+      const T y = static_cast<T>(oy * stride_[0] - padding_[0] + i * dilation_[0]) + dy[p];
+      const T x = static_cast<T>(ox * stride_[1] - padding_[1] + j * dilation_[1]) + dx[p];
+      out[p - begin] = Bilinear(y, x, g.height, g.width, m ? m[p] : T(1));
     }
   }
 
@@ -258,9 +335,9 @@ class DeformConvKernel : public KernelBase {
     for (int a = 0; a < 2; ++a) {
       for (int b = 0; b < 2; ++b) {
         const int v = 2 * a + b;
-        s.weight[v] = wy[a] * wx[b];
         if (ys[a] >= 0 && ys[a] < height && xs[b] >= 0 && xs[b] < width) {
           s.offset[v] = static_cast<int32_t>(ys[a] * width + xs[b]);
+          s.weight[v] = wy[a] * wx[b];
         }
       }
     }

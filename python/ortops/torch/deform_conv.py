@@ -37,13 +37,18 @@ def _sample(input: torch.Tensor, y: torch.Tensor, x: torch.Tensor, deform_groups
     return result.reshape(n, c, k, p)
 
 
+def _absent(t: torch.Tensor) -> bool:
+    """An empty 1-D tensor stands for a left-out bias or mask (the ONNX node's inputs are all required)."""
+    return t.dim() == 1 and t.shape[0] == 0
+
+
 @torch.library.custom_op("ortops::deform_conv2d", mutates_args=())
 def _deform_conv2d(
     input: torch.Tensor,
     offset: torch.Tensor,
-    mask: torch.Tensor,
     weight: torch.Tensor,
     bias: torch.Tensor,
+    mask: torch.Tensor,
     stride: list[int],
     padding: list[int],
     dilation: list[int],
@@ -66,17 +71,24 @@ def _deform_conv2d(
     y = (base_y.to(input.dtype) + offsets[:, :, :, 0]).reshape(n, deform_groups, k, p)
     x = (base_x.to(input.dtype) + offsets[:, :, :, 1]).reshape(n, deform_groups, k, p)
     columns = _sample(input, y, x, deform_groups)  # [N, C, K, P]
-    columns = columns * mask.reshape(n, deform_groups, 1, k, p).expand(
-        n, deform_groups, c // deform_groups, k, p
-    ).reshape(n, c, k, p)
+    if not _absent(mask):
+        columns = columns * mask.reshape(n, deform_groups, 1, k, p).expand(
+            n, deform_groups, c // deform_groups, k, p
+        ).reshape(n, c, k, p)
     columns = columns.reshape(n, groups, (c // groups) * k, p)
     out = torch.einsum("gok,ngkp->ngop", weight.reshape(groups, c_out // groups, -1), columns)
-    return out.reshape(n, c_out, out_h, out_w) + bias[None, :, None, None]
+    out = out.reshape(n, c_out, out_h, out_w)
+    return out if _absent(bias) else out + bias[None, :, None, None]
 
 
 @_deform_conv2d.register_fake
-def _(input, offset, mask, weight, bias, stride, padding, dilation, groups, deform_groups):  # noqa: ANN001, ANN202
+def _(input, offset, weight, bias, mask, stride, padding, dilation, groups, deform_groups):  # noqa: ANN001, ANN202
     return input.new_empty((input.shape[0], weight.shape[0], offset.shape[2], offset.shape[3]))
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ValueError(f"ortops.torch.deform_conv2d: {message}")
 
 
 def deform_conv2d(
@@ -94,38 +106,54 @@ def deform_conv2d(
 
     Args:
         input: ``Tensor[N, C, H, W]``, float32 or float64.
-        offset: ``Tensor[N, 2 * dg * kh * kw, H_out, W_out]`` (dy, dx per tap and deform group).
+        offset: ``Tensor[N, 2 * dg * kh * kw, H_out, W_out]``: channel ``2k`` is dy and ``2k+1`` is dx of
+            kernel tap ``k = i * kw + j``, per deform group; dg (deform groups) is inferred from its channels.
         weight: ``Tensor[C_out, C / groups, kh, kw]``; groups = C / weight.shape[1].
         bias: ``Tensor[C_out]`` or None.
-        stride, padding, dilation: ints or pairs.
+        stride, padding, dilation: ints or pairs (height, width).
         mask: ``Tensor[N, dg * kh * kw, H_out, W_out]`` modulation (DCNv2), or None (DCNv1).
 
     Returns:
-        ``Tensor[N, C_out, H_out, W_out]``.
+        ``Tensor[N, C_out, H_out, W_out]`` with
+        ``H_out = (H + 2 * pad_h - dilation_h * (kh - 1) - 1) // stride_h + 1`` (likewise W_out).
     """
+    _check(input.dim() == 4 and offset.dim() == 4 and weight.dim() == 4, "input, offset and weight must be 4-D")
+    stride_, padding_, dilation_ = _pair(stride), _pair(padding), _pair(dilation)
     kernel = weight.shape[2] * weight.shape[3]
+    _check(
+        kernel > 0 and offset.shape[1] % (2 * kernel) == 0,
+        f"offset has {offset.shape[1]} channels, not a multiple of 2 * kh * kw = {2 * kernel}",
+    )
+    _check(weight.shape[1] > 0 and input.shape[1] % weight.shape[1] == 0, "C must be a multiple of weight.shape[1]")
     deform_groups = offset.shape[1] // (2 * kernel)
     groups = input.shape[1] // weight.shape[1]
-    # ortops::DeformConv2d takes mask and bias as required inputs (ONNX Runtime 1.17 cannot
-    # type a node that leaves an optional input out), so None becomes ones and zeros here.
-    if mask is None:
-        mask = offset.new_ones((offset.shape[0], deform_groups * kernel, offset.shape[2], offset.shape[3]))
-    if bias is None:
-        bias = weight.new_zeros(weight.shape[0])
+    _check(deform_groups > 0 and input.shape[1] % deform_groups == 0, f"C is not divisible by {deform_groups=}")
+    # The node's bias and mask inputs are required (ONNX Runtime 1.17 cannot type a node that
+    # leaves out an optional input of an op with several element types); [0] means none.
+    empty = input.new_empty((0,))
     return torch.ops.ortops.deform_conv2d(
-        input, offset, mask, weight, bias, _pair(stride), _pair(padding), _pair(dilation), groups, deform_groups
+        input,
+        offset,
+        weight,
+        empty if bias is None else bias,
+        empty if mask is None else mask,
+        stride_,
+        padding_,
+        dilation_,
+        groups,
+        deform_groups,
     )
 
 
 @symbolic_helper.parse_args("v", "v", "v", "v", "v", "is", "is", "is", "i", "i")
-def _symbolic(g, input, offset, mask, weight, bias, stride, padding, dilation, groups, deform_groups):  # noqa: ANN001, ANN202
+def _symbolic(g, input, offset, weight, bias, mask, stride, padding, dilation, groups, deform_groups):  # noqa: ANN001, ANN202
     node = g.op(
         "ortops::DeformConv2d",
         input,
         offset,
-        mask,
         weight,
         bias,
+        mask,
         stride_i=stride,
         padding_i=padding,
         dilation_i=dilation,
@@ -140,9 +168,9 @@ def _symbolic(g, input, offset, mask, weight, bias, stride, padding, dilation, g
 def _translation(  # noqa: ANN202 (onnxscript values)
     input,  # noqa: ANN001
     offset,  # noqa: ANN001
-    mask,  # noqa: ANN001
     weight,  # noqa: ANN001
     bias,  # noqa: ANN001
+    mask,  # noqa: ANN001
     stride: list[int],
     padding: list[int],
     dilation: list[int],
@@ -152,9 +180,9 @@ def _translation(  # noqa: ANN202 (onnxscript values)
     return onnx_opset.DeformConv2d(
         input,
         offset,
-        mask,
         weight,
         bias,
+        mask,
         stride=stride,
         padding=padding,
         dilation=dilation,
