@@ -170,7 +170,7 @@ class DeformConvKernel : public KernelBase {
 
     const int64_t group_channels = g.channels / groups_, group_out = g.out_channels / groups_;
     const int64_t rows = group_channels * taps;  // the GEMM's K
-    if (rows == 0) {  // no input channels: the output is the bias
+    if (rows == 0) {                             // no input channels: the output is the bias
       for (int64_t i = 0; i < g.batch * g.out_channels; ++i) {
         std::fill_n(output + i * positions, positions, bias ? bias[i % g.out_channels] : T(0));
       }

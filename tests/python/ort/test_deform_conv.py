@@ -103,7 +103,10 @@ def reference_numpy(x, offset, weight, bias, mask, stride, padding, dilation, gr
 def make_case(rng, n, c, h, w, c_out, kernel, stride, padding, dilation, groups, dg, dtype=np.float32, spread=2.0):
     """Random inputs; stride, padding, dilation are pairs."""
     kh, kw = kernel
-    out_h, out_w = out_size(h, kh, stride[0], padding[0], dilation[0]), out_size(w, kw, stride[1], padding[1], dilation[1])
+    out_h, out_w = (
+        out_size(h, kh, stride[0], padding[0], dilation[0]),
+        out_size(w, kw, stride[1], padding[1], dilation[1]),
+    )
     x = rng.normal(size=(n, c, h, w)).astype(dtype)
     offset = (rng.normal(size=(n, 2 * dg * kh * kw, out_h, out_w)) * spread).astype(dtype)
     mask = rng.random((n, dg * kh * kw, out_h, out_w)).astype(dtype)
@@ -121,12 +124,12 @@ def border_offsets(rng, offset: np.ndarray, h: int, w: int, kernel, attrs) -> np
     special_y = np.array([-1.0, -0.999, -1.001, -0.5, 0.0, 0.25, h - 1, h - 0.5, h - 0.001, h, h + 0.001, -3.0, h + 7])
     special_x = np.array([-1.0, -0.999, -1.001, -0.5, 0.0, 0.75, w - 1, w - 0.5, w - 0.001, w, w + 0.001, -5.0, w + 2])
     i, j = np.divmod(np.arange(kh * kw), kw)
-    base_y = (np.arange(out_h) * attrs["stride"][0] - attrs["padding"][0])[None, :, None] + (
-        i * attrs["dilation"][0]
-    )[:, None, None]
-    base_x = (np.arange(out_w) * attrs["stride"][1] - attrs["padding"][1])[None, None, :] + (
-        j * attrs["dilation"][1]
-    )[:, None, None]
+    base_y = (np.arange(out_h) * attrs["stride"][0] - attrs["padding"][0])[None, :, None] + (i * attrs["dilation"][0])[
+        :, None, None
+    ]
+    base_x = (np.arange(out_w) * attrs["stride"][1] - attrs["padding"][1])[None, None, :] + (j * attrs["dilation"][1])[
+        :, None, None
+    ]
     dg = channels // (2 * kh * kw)
     target_y = rng.choice(special_y, size=(n, dg, kh * kw, out_h, out_w))
     target_x = rng.choice(special_x, size=(n, dg, kh * kw, out_h, out_w))
@@ -245,8 +248,9 @@ def test_samples_on_and_beyond_the_border(dtype, config) -> None:
     (got,) = run("DeformConv2d", "ortops", ortops_feeds(x, offset, weight, bias, mask), ["output"], **attrs)
     assert_close(got, expected, dtype, accumulation_length(weight))
     if dtype == np.float32:
-        (compat,) = run("MMCVModulatedDeformConv2d", "mmcv", modulated_feeds(x, offset, mask, weight, bias), ["output"],
-                        **attrs)
+        (compat,) = run(
+            "MMCVModulatedDeformConv2d", "mmcv", modulated_feeds(x, offset, mask, weight, bias), ["output"], **attrs
+        )
         assert_close(compat, expected, dtype, accumulation_length(weight))
 
 
@@ -281,11 +285,18 @@ def test_thread_counts(threads: int) -> None:
         np.random.default_rng(1), 2, 4, 7, 7, 4, (3, 3), (1, 1), (1, 1), (1, 1), 2, 2, spread=3.0
     )
     expected = reference(x, offset, weight, bias, mask, attrs)
-    (got,) = run("DeformConv2d", "ortops", ortops_feeds(x, offset, weight, bias, mask), ["output"], threads=threads,
-                 **attrs)
+    (got,) = run(
+        "DeformConv2d", "ortops", ortops_feeds(x, offset, weight, bias, mask), ["output"], threads=threads, **attrs
+    )
     assert_close(got, expected, np.float32, accumulation_length(weight))
-    (compat,) = run("MMCVModulatedDeformConv2d", "mmdeploy", modulated_feeds(x, offset, mask, weight, bias), ["output"],
-                    threads=threads, **attrs)
+    (compat,) = run(
+        "MMCVModulatedDeformConv2d",
+        "mmdeploy",
+        modulated_feeds(x, offset, mask, weight, bias),
+        ["output"],
+        threads=threads,
+        **attrs,
+    )
     assert_close(compat, expected, np.float32, accumulation_length(weight))
 
 
@@ -323,26 +334,63 @@ def bad_cases():
     rng = np.random.default_rng(0)
     x, offset, mask, weight, bias, attrs = make_case(rng, 1, 4, 5, 5, 2, (3, 3), (1, 1), (1, 1), (1, 1), 1, 1)
     base = dict(x=x, offset=offset, mask=mask, weight=weight, bias=bias)
-    return base, attrs, [
-        ("offset spatial", dict(offset=offset[:, :, :4].copy()), {},
-         r"input 'offset' must have shape \[1, 18, 5, 5\] .*, got \[1, 18, 4, 5\]"),
-        ("offset channels", dict(offset=offset[:, :16].copy()), {}, r"input 'offset' must have shape \[1, 18, 5, 5\]"),
-        ("mask channels", dict(mask=mask[:, :8].copy()), {}, r"input 'mask' must have shape \[1, 9, 5, 5\]"),
-        ("deform groups", {}, {"deform_groups": 3}, r"input 'input' \[1, 4, 5, 5\] has C = 4, not divisible by "
-         r"deform_groups = 3"),
-        ("groups", {}, {"groups": 3}, r"has C = 4, not divisible by groups = 3"),
-        ("weight channels", {}, {"groups": 2}, r"input 'weight' must have shape \[C_out, C / groups = 2, kh, kw\], "
-         r"got \[2, 4, 3, 3\]"),
-        ("stride", {}, {"stride": [0, 1]}, r"attribute 'stride' must be positive"),
-        ("dilation", {}, {"dilation": [1, -2]}, r"attribute 'dilation' must be positive"),
-        ("padding", {}, {"padding": [-1, 0]}, r"attribute 'padding' must be non-negative"),
-        ("huge padding", {}, {"padding": [2**40, 0]}, r"attribute 'padding' must be non-negative \(and below 2\^31\)"),
-        ("pair", {}, {"stride": [1, 1, 1]}, r"attribute 'stride' must have 2 values, got 3"),
-        ("bias", dict(bias=np.zeros(3, np.float32)), {}, r"input 'bias' must have shape \[2\] \(C_out\).*, got \[3\]"),
-        ("kernel too large", dict(weight=np.zeros((2, 4, 9, 3), np.float32)), {},
-         r"the dilated kernel \(9 x 3\) is larger than the padded input \(7 x 7\)"),
-        ("rank", dict(x=x[0]), {}, r"input 'input'"),
-    ]
+    return (
+        base,
+        attrs,
+        [
+            (
+                "offset spatial",
+                dict(offset=offset[:, :, :4].copy()),
+                {},
+                r"input 'offset' must have shape \[1, 18, 5, 5\] .*, got \[1, 18, 4, 5\]",
+            ),
+            (
+                "offset channels",
+                dict(offset=offset[:, :16].copy()),
+                {},
+                r"input 'offset' must have shape \[1, 18, 5, 5\]",
+            ),
+            ("mask channels", dict(mask=mask[:, :8].copy()), {}, r"input 'mask' must have shape \[1, 9, 5, 5\]"),
+            (
+                "deform groups",
+                {},
+                {"deform_groups": 3},
+                r"input 'input' \[1, 4, 5, 5\] has C = 4, not divisible by "
+                r"deform_groups = 3",
+            ),
+            ("groups", {}, {"groups": 3}, r"has C = 4, not divisible by groups = 3"),
+            (
+                "weight channels",
+                {},
+                {"groups": 2},
+                r"input 'weight' must have shape \[C_out, C / groups = 2, kh, kw\], "
+                r"got \[2, 4, 3, 3\]",
+            ),
+            ("stride", {}, {"stride": [0, 1]}, r"attribute 'stride' must be positive"),
+            ("dilation", {}, {"dilation": [1, -2]}, r"attribute 'dilation' must be positive"),
+            ("padding", {}, {"padding": [-1, 0]}, r"attribute 'padding' must be non-negative"),
+            (
+                "huge padding",
+                {},
+                {"padding": [2**40, 0]},
+                r"attribute 'padding' must be non-negative \(and below 2\^31\)",
+            ),
+            ("pair", {}, {"stride": [1, 1, 1]}, r"attribute 'stride' must have 2 values, got 3"),
+            (
+                "bias",
+                dict(bias=np.zeros(3, np.float32)),
+                {},
+                r"input 'bias' must have shape \[2\] \(C_out\).*, got \[3\]",
+            ),
+            (
+                "kernel too large",
+                dict(weight=np.zeros((2, 4, 9, 3), np.float32)),
+                {},
+                r"the dilated kernel \(9 x 3\) is larger than the padded input \(7 x 7\)",
+            ),
+            ("rank", dict(x=x[0]), {}, r"input 'input'"),
+        ],
+    )
 
 
 def _case_ids():
@@ -356,21 +404,38 @@ def test_bad_inputs_are_errors(index) -> None:
     v = {**base, **changes}
     a = {**attrs, **attr_changes}
     with pytest.raises(Exception, match=message):
-        run("DeformConv2d", "ortops", ortops_feeds(v["x"], v["offset"], v["weight"], v["bias"], v["mask"]), ["output"],
-            **a)
+        run(
+            "DeformConv2d",
+            "ortops",
+            ortops_feeds(v["x"], v["offset"], v["weight"], v["bias"], v["mask"]),
+            ["output"],
+            **a,
+        )
     for domain, op in MODULATED:
         with pytest.raises(Exception, match=message):
             run(op, domain, modulated_feeds(v["x"], v["offset"], v["mask"], v["weight"], v["bias"]), ["output"], **a)
     if "mask" not in changes and "bias" not in changes:
         with pytest.raises(Exception, match=message):
-            run("MMCVDeformConv2d", "mmcv", {"input": v["x"], "offset": v["offset"], "weight": v["weight"]},
-                ["output"], **a)
+            run(
+                "MMCVDeformConv2d",
+                "mmcv",
+                {"input": v["x"], "offset": v["offset"], "weight": v["weight"]},
+                ["output"],
+                **a,
+            )
 
 
 def test_ortops_mask_shape_error_mentions_empty_form() -> None:
     x, offset, mask, weight, bias, attrs = make_case(
         np.random.default_rng(0), 1, 2, 5, 5, 2, (3, 3), (1, 1), (1, 1), (1, 1), 1, 1
     )
-    with pytest.raises(Exception, match=r"ortops.DeformConv2d: input 'mask' must have shape \[1, 9, 5, 5\] .* or \[0\]"):
-        run("DeformConv2d", "ortops", ortops_feeds(x, offset, weight, bias, np.zeros((1, 2), np.float32)), ["output"],
-            **attrs)
+    with pytest.raises(
+        Exception, match=r"ortops.DeformConv2d: input 'mask' must have shape \[1, 9, 5, 5\] .* or \[0\]"
+    ):
+        run(
+            "DeformConv2d",
+            "ortops",
+            ortops_feeds(x, offset, weight, bias, np.zeros((1, 2), np.float32)),
+            ["output"],
+            **attrs,
+        )

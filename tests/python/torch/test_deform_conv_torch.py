@@ -55,8 +55,13 @@ IDS = [f"cfg{i}" for i in range(len(CONFIGS))]
 
 def onnx_attrs(config) -> dict:
     stride, padding, dilation, groups, dg = config[6:]
-    return dict(stride=list(pair(stride)), padding=list(pair(padding)), dilation=list(pair(dilation)), groups=groups,
-                deform_groups=dg)
+    return dict(
+        stride=list(pair(stride)),
+        padding=list(pair(padding)),
+        dilation=list(pair(dilation)),
+        groups=groups,
+        deform_groups=dg,
+    )
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=IDS)
@@ -163,9 +168,7 @@ class Model(torch.nn.Module):
         self.modulated = modulated
 
     def forward(self, x: torch.Tensor, offset: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return ortops.torch.deform_conv2d(
-            x, offset, self.weight, self.bias, 1, 1, 1, mask if self.modulated else None
-        )
+        return ortops.torch.deform_conv2d(x, offset, self.weight, self.bias, 1, 1, 1, mask if self.modulated else None)
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
