@@ -12,6 +12,14 @@ inline T BoxArea(const T* box, T offset) {
   return (box[2] - box[0] + offset) * (box[3] - box[1] + offset);
 }
 
+// Whether a and b overlap with positive width and height, in BoxIoU's arithmetic: when
+// not, BoxIoU's intersection is exactly 0.
+template <typename T>
+inline bool BoxesIntersect(const T* a, const T* b, T offset) {
+  return std::min(a[2], b[2]) - std::max(a[0], b[0]) + offset > 0 &&
+         std::min(a[3], b[3]) - std::max(a[1], b[1]) + offset > 0;
+}
+
 // IoU of a and b given their precomputed areas. 0/0 (two empty boxes) gives NaN, which
 // compares false against every threshold, as in the originals.
 template <typename T>

@@ -45,58 +45,86 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-// Box ids ordered as the original's linear scan picks them: highest score first, then the
-// lowest position in the working list. Removal and key changes of any id in O(log n).
+// The original's next pick: the highest score, then the lowest position in the working
+// list. A 4-ary heap of (score, position) snapshots of the remaining boxes: scores only
+// fall, so a snapshot ranks its box no lower than it should, as long as a box that moves
+// to a lower position is pushed again (Push). A current snapshot at the top is then the
+// pick; a stale one is refreshed in place. Decays thus cost nothing here.
 template <typename T>
-class SelectionHeap {
+class SelectionQueue {
  public:
-  SelectionHeap(const std::vector<T>& score, const std::vector<int64_t>& position)
-      : score_(score), position_(position), where_(score.size()), heap_(score.size()) {
-    for (size_t k = 0; k < heap_.size(); ++k) heap_[k] = static_cast<int64_t>(k), where_[k] = k;
-    for (size_t k = heap_.size() / 2; k-- > 0;) Down(k);
+  SelectionQueue(const std::vector<T>& score, const std::vector<int64_t>& position)
+      : score_(score), position_(position) {
+    heap_.reserve(2 * score.size());
+    for (size_t k = 0; k < score.size(); ++k) heap_.push_back(Current(static_cast<int64_t>(k)));
+    for (size_t k = heap_.size() / kArity + 1; k-- > 0;) SiftDown(k);
   }
-  int64_t Top() const { return heap_[0]; }
-  void Remove(int64_t id) {
-    const size_t k = where_[id];
-    Swap(k, heap_.size() - 1);
-    heap_.pop_back();
-    if (k < heap_.size()) Fix(k);
+
+  void Push(int64_t id) {
+    size_t k = heap_.size();
+    heap_.push_back(Current(id));
+    const Snapshot moving = heap_[k];
+    while (k > 0 && Before(moving, heap_[(k - 1) / kArity])) {
+      heap_[k] = heap_[(k - 1) / kArity];
+      k = (k - 1) / kArity;
+    }
+    heap_[k] = moving;
   }
-  void Update(int64_t id) { Fix(where_[id]); }
-  void Lowered(int64_t id) { Down(where_[id]); }  // its score went down
+
+  // The pick among the boxes for which remaining(id) holds; there must be one.
+  template <typename Remaining>
+  int64_t Pop(Remaining&& remaining) {
+    for (;;) {
+      Snapshot& top = heap_[0];
+      const int64_t id = top.id;
+      const bool current = top.score == score_[id] && top.position == position_[id];
+      if (remaining(id) && !current) {
+        top = Current(id);
+      } else {
+        top = heap_.back();
+        heap_.pop_back();
+      }
+      SiftDown(0);
+      if (remaining(id) && current) return id;
+    }
+  }
 
  private:
-  bool Before(int64_t a, int64_t b) const {
-    return score_[a] > score_[b] || (score_[a] == score_[b] && position_[a] < position_[b]);
+  static constexpr size_t kArity = 4;
+
+  struct Snapshot {
+    T score;
+    int32_t position, id;  // the kernel takes fewer than 2^31 boxes
+  };
+
+  Snapshot Current(int64_t id) const {
+    return {score_[id], static_cast<int32_t>(position_[id]), static_cast<int32_t>(id)};
   }
-  void Swap(size_t a, size_t b) {
-    std::swap(heap_[a], heap_[b]);
-    where_[heap_[a]] = a;
-    where_[heap_[b]] = b;
+  static bool Before(const Snapshot& a, const Snapshot& b) {
+    return a.score > b.score || (a.score == b.score && a.position < b.position);
   }
-  void Fix(size_t k) {
-    while (k > 0 && Before(heap_[k], heap_[(k - 1) / 2])) {
-      Swap(k, (k - 1) / 2);
-      k = (k - 1) / 2;
-    }
-    Down(k);
-  }
-  void Down(size_t k) {
+
+  void SiftDown(size_t k) {
+    const size_t size = heap_.size();
+    if (k >= size) return;
+    const Snapshot moving = heap_[k];
     for (;;) {
-      size_t best = k;
-      for (size_t child = 2 * k + 1; child <= 2 * k + 2 && child < heap_.size(); ++child) {
+      const size_t first = kArity * k + 1;
+      if (first >= size) break;
+      size_t best = first;
+      for (size_t child = first + 1; child < std::min(first + kArity, size); ++child) {
         if (Before(heap_[child], heap_[best])) best = child;
       }
-      if (best == k) return;
-      Swap(k, best);
+      if (!Before(heap_[best], moving)) break;
+      heap_[k] = heap_[best];
       k = best;
     }
+    heap_[k] = moving;
   }
 
   const std::vector<T>& score_;
   const std::vector<int64_t>& position_;
-  std::vector<size_t> where_;
-  std::vector<int64_t> heap_;
+  std::vector<Snapshot> heap_;
 };
 
 template <typename T>
@@ -123,6 +151,7 @@ class SoftNmsKernel : public KernelBase {
   void Compute(const KernelIO& io) const {
     const auto [boxes, scores] = nms::BoxesAndScores<T>(io);
     const int64_t count = boxes.dim(0);
+    Check(count < (int64_t{1} << 31), "input 'boxes' has ", count, " boxes; at most 2^31 - 1 are supported");
 
     const T offset = static_cast<T>(offset_);
     // Infinite scores (inf * 0) and infinite areas (inf / inf) make NaN scores, which the heap
@@ -186,46 +215,38 @@ class SoftNmsKernel : public KernelBase {
     }
   }
 
-  // The same selections in O((N + overlapping pairs) log N), when only boxes overlapping the
-  // selected one can change: every box has a positive area (so a pair that does not
-  // overlap has IoU exactly 0) and IoU 0 keeps weight 1. A heap ordered as the original's
-  // scan picks the next box; a grid finds the overlapping ones; drops replay the original's
-  // move-the-last-box order, which decides later ties.
+  // The same selections in about O(N log N + overlapping pairs), when only boxes
+  // overlapping the selected one can change: every box has a positive area (so a pair that
+  // does not overlap has IoU exactly 0) and IoU 0 keeps weight 1. A lazy heap ordered as
+  // the original's scan picks the next box; a grid finds the remaining overlapping ones;
+  // drops replay the original's move-the-last-box order, which decides later ties.
   void SelectIndexed(const T* boxes, int64_t count, std::vector<T>& score, std::vector<int64_t>& selected) const {
     const T offset = static_cast<T>(offset_);
     const T min_score = static_cast<T>(min_score_);
     std::vector<int64_t> work(static_cast<size_t>(count)), position(static_cast<size_t>(count));
     std::vector<T> area(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) work[i] = position[i] = i, area[i] = BoxArea(boxes + 4 * i, offset);
-    SelectionHeap<T> heap(score, position);
-    BoxGrid<T> grid(boxes, count, offset);
-    for (int64_t i = 0; i < count; ++i) grid.Insert(i);
-    std::vector<int64_t> seen(static_cast<size_t>(count), -1), near, drops, drop_positions;
-    std::vector<char> dropping(static_cast<size_t>(count), 0);
+    SelectionQueue<T> queue(score, position);
+    PackedBoxGrid<T> grid(boxes, count, offset);
+    std::vector<int64_t> drops, drop_positions;
+    std::vector<char> dropping(static_cast<size_t>(count), 0), remaining(static_cast<size_t>(count), 1);
     for (int64_t i = 0; i < count; ++i) {
-      // Keys change one at a time, each followed by its heap fix-up: sel leaves the heap
-      // before the swap changes the positions the heap orders by.
-      const int64_t sel = heap.Top(), best = position[sel], displaced = work[i];
-      heap.Remove(sel);
-      work[best] = displaced, position[displaced] = best;
+      // Remaining boxes hold positions [i, count); selected ones lower, dropped ones -1.
+      const int64_t sel = queue.Pop([&](int64_t k) { return remaining[k] != 0; });
+      const int64_t best = position[sel], displaced = work[i];
+      work[best] = displaced, position[displaced] = best;  // a higher position: no push
       work[i] = sel, position[sel] = i;
-      if (displaced != sel) heap.Update(displaced);
       selected.push_back(sel);
 
-      near.clear();
-      grid.AnyNear(sel, [&](int64_t k) {
-        if (seen[k] != i && position[k] > i && position[k] < count) seen[k] = i, near.push_back(k);
-        return false;
-      });
       drops.clear();
-      for (int64_t k : near) {
-        // IoU 0 keeps weight 1 here (see above): nothing changes, so skip exp and the heap.
-        const T iou = BoxIoU(boxes + 4 * sel, area[sel], boxes + 4 * k, area[k], offset);
-        if (iou == 0) continue;
-        score[k] *= Weight(iou);
-        heap.Lowered(k);
+      remaining[sel] = 0;
+      grid.Remove(sel);
+      const T* chosen = boxes + 4 * sel;
+      grid.ForEachOverlapping(sel, [&](int64_t k) {
+        // Boxes that do not overlap have IoU 0 and keep weight 1 (see above).
+        score[k] *= Weight(BoxIoU(chosen, area[sel], boxes + 4 * k, area[k], offset));
         if (score[k] < min_score) drops.push_back(k), dropping[k] = 1;
-      }
+      });
       if (i == 0) {  // the first pass also drops boxes that start below min_score
         for (int64_t pos = 1; pos < count; ++pos) {
           const int64_t k = work[pos];
@@ -238,13 +259,13 @@ class SoftNmsKernel : public KernelBase {
       for (int64_t p : drop_positions) {
         while (p < count && dropping[work[p]]) {
           const int64_t victim = work[p];
-          dropping[victim] = 0;
-          heap.Remove(victim);
+          dropping[victim] = 0, remaining[victim] = 0;
           position[victim] = -1;
+          grid.Remove(victim);
           const int64_t last = work[--count];
           if (p < count) {
             work[p] = last, position[last] = p;
-            heap.Update(last);
+            queue.Push(last);  // a lower position: its snapshots may rank it too low
           }
         }
       }
