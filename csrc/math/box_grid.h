@@ -184,6 +184,19 @@ class PackedBoxGrid {
     }
   }
 
+  // The box ids ordered by their first cell, so that boxes near each other are mostly
+  // near each other in the order too.
+  std::vector<int64_t> CellOrder() const {
+    std::vector<int64_t> first(static_cast<size_t>(cells_.size()) + 1, 0), order(range_.size());
+    const auto cell_of = [&](size_t i) {
+      return range_[i].Count() == 0 ? 0 : static_cast<size_t>(range_[i].y0 * cells_.columns() + range_[i].x0);
+    };
+    for (size_t i = 0; i < range_.size(); ++i) ++first[cell_of(i) + 1];
+    for (size_t c = 1; c < first.size(); ++c) first[c] += first[c - 1];
+    for (size_t i = 0; i < range_.size(); ++i) order[static_cast<size_t>(first[cell_of(i)]++)] = static_cast<int64_t>(i);
+    return order;
+  }
+
   // Takes box i, which must be in the set, out of it.
   void Remove(int64_t i) {
     const auto r = range_[static_cast<size_t>(i)];

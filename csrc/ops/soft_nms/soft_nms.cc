@@ -2,6 +2,8 @@
 #include "ops/soft_nms/soft_nms.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -45,86 +47,100 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-// The original's next pick: the highest score, then the lowest position in the working
-// list. A 4-ary heap of (score, position) snapshots of the remaining boxes: scores only
-// fall, so a snapshot ranks its box no lower than it should, as long as a box that moves
-// to a lower position is pushed again (Push). A current snapshot at the top is then the
-// pick; a stale one is refreshed in place. Decays thus cost nothing here.
+// Unsigned integers that order (score, position) as the original's scan does: higher
+// score first, then lower position; +0 and -0 tie, as they compare equal.
 template <typename T>
-class SelectionQueue {
+struct RankKey;
+template <>
+struct RankKey<float> {
+  using Type = uint64_t;
+  static Type Of(float score, int64_t position) {
+    return uint64_t{Monotone(std::bit_cast<uint32_t>(score + 0.0f))} << 32 | ~static_cast<uint32_t>(position);
+  }
+  static uint32_t Monotone(uint32_t bits) { return bits >> 31 ? ~bits : bits | 0x80000000u; }
+};
+template <>
+struct RankKey<double> {
+  __extension__ using Type = unsigned __int128;
+  static Type Of(double score, int64_t position) {
+    return Type{Monotone(std::bit_cast<uint64_t>(score + 0.0))} << 64 | ~static_cast<uint64_t>(position);
+  }
+  static uint64_t Monotone(uint64_t bits) { return bits >> 63 ? ~bits : bits | (uint64_t{1} << 63); }
+};
+
+// The original's next pick: the remaining box with the highest rank key. Keys sit in
+// blocks of 64 in an order where neighbouring boxes are mostly in the same block, each
+// block's best under a binary tree of bests. A key that falls below its block's best,
+// the common case of a decay, costs one store; a block whose best changed is rescanned
+// and its tree path redone when the next pick is asked for.
+template <typename T>
+class SelectionBoard {
  public:
-  SelectionQueue(const std::vector<T>& score, const std::vector<int64_t>& position)
-      : score_(score), position_(position) {
-    heap_.reserve(2 * score.size());
-    for (size_t k = 0; k < score.size(); ++k) heap_.push_back(Current(static_cast<int64_t>(k)));
-    for (size_t k = heap_.size() / kArity + 1; k-- > 0;) SiftDown(k);
-  }
+  using Key = typename RankKey<T>::Type;  // 0: not remaining
 
-  void Push(int64_t id) {
-    size_t k = heap_.size();
-    heap_.push_back(Current(id));
-    const Snapshot moving = heap_[k];
-    while (k > 0 && Before(moving, heap_[(k - 1) / kArity])) {
-      heap_[k] = heap_[(k - 1) / kArity];
-      k = (k - 1) / kArity;
+  SelectionBoard(const std::vector<int64_t>& order, const std::vector<T>& score, const std::vector<int64_t>& position)
+      : id_(order), slot_(order.size()), key_(order.size()) {
+    const size_t blocks = std::max<size_t>(1, (order.size() + kBlock - 1) / kBlock);
+    leaves_ = std::bit_ceil(blocks);
+    tree_.assign(2 * leaves_, Best{0, 0});
+    rescan_.assign(blocks, 1);
+    for (size_t s = 0; s < order.size(); ++s) {
+      slot_[static_cast<size_t>(order[s])] = s;
+      key_[s] = RankKey<T>::Of(score[static_cast<size_t>(order[s])], position[static_cast<size_t>(order[s])]);
     }
-    heap_[k] = moving;
+    for (size_t b = 0; b < blocks; ++b) dirty_.push_back(b);
   }
 
-  // The pick among the boxes for which remaining(id) holds; there must be one.
-  template <typename Remaining>
-  int64_t Pop(Remaining&& remaining) {
-    for (;;) {
-      Snapshot& top = heap_[0];
-      const int64_t id = top.id;
-      const bool current = top.score == score_[id] && top.position == position_[id];
-      if (remaining(id) && !current) {
-        top = Current(id);
-      } else {
-        top = heap_.back();
-        heap_.pop_back();
+  // Box id's key is now `key` (0 when it no longer remains).
+  void Set(int64_t id, Key key) {
+    const size_t s = slot_[static_cast<size_t>(id)], b = s / kBlock;
+    key_[s] = key;
+    Best& best = tree_[leaves_ + b];
+    if (key > best.key) {
+      best = {key, s};
+    } else if (s != best.slot || rescan_[b]) {
+      return;
+    } else {
+      rescan_[b] = 1;
+    }
+    dirty_.push_back(b);
+  }
+
+  // The remaining box with the highest key; there must be one.
+  int64_t Top() {
+    for (size_t b : dirty_) {
+      if (rescan_[b]) {
+        rescan_[b] = 0;
+        Best best{0, b * kBlock};
+        for (size_t s = b * kBlock; s < std::min(key_.size(), (b + 1) * kBlock); ++s) {
+          best = key_[s] > best.key ? Best{key_[s], s} : best;
+        }
+        tree_[leaves_ + b] = best;
       }
-      SiftDown(0);
-      if (remaining(id) && current) return id;
+      for (size_t node = (leaves_ + b) / 2; node >= 1; node /= 2) {
+        const Best& left = tree_[2 * node];
+        const Best& right = tree_[2 * node + 1];
+        tree_[node] = left.key >= right.key ? left : right;
+      }
     }
+    dirty_.clear();
+    return id_[tree_[1].slot];
   }
 
  private:
-  static constexpr size_t kArity = 4;
-
-  struct Snapshot {
-    T score;
-    int32_t position, id;  // the kernel takes fewer than 2^31 boxes
+  static constexpr size_t kBlock = 64;
+  struct Best {
+    Key key;
+    size_t slot;
   };
 
-  Snapshot Current(int64_t id) const {
-    return {score_[id], static_cast<int32_t>(position_[id]), static_cast<int32_t>(id)};
-  }
-  static bool Before(const Snapshot& a, const Snapshot& b) {
-    return a.score > b.score || (a.score == b.score && a.position < b.position);
-  }
-
-  void SiftDown(size_t k) {
-    const size_t size = heap_.size();
-    if (k >= size) return;
-    const Snapshot moving = heap_[k];
-    for (;;) {
-      const size_t first = kArity * k + 1;
-      if (first >= size) break;
-      size_t best = first;
-      for (size_t child = first + 1; child < std::min(first + kArity, size); ++child) {
-        if (Before(heap_[child], heap_[best])) best = child;
-      }
-      if (!Before(heap_[best], moving)) break;
-      heap_[k] = heap_[best];
-      k = best;
-    }
-    heap_[k] = moving;
-  }
-
-  const std::vector<T>& score_;
-  const std::vector<int64_t>& position_;
-  std::vector<Snapshot> heap_;
+  std::vector<int64_t> id_;   // by slot
+  std::vector<size_t> slot_;  // by id
+  std::vector<Key> key_;      // by slot
+  size_t leaves_ = 1;
+  std::vector<Best> tree_;    // node 1 the root, block b at leaves_ + b
+  std::vector<char> rescan_;  // by block: its best must be searched again
+  std::vector<size_t> dirty_;
 };
 
 template <typename T>
@@ -217,8 +233,8 @@ class SoftNmsKernel : public KernelBase {
 
   // The same selections in about O(N log N + overlapping pairs), when only boxes
   // overlapping the selected one can change: every box has a positive area (so a pair that
-  // does not overlap has IoU exactly 0) and IoU 0 keeps weight 1. A lazy heap ordered as
-  // the original's scan picks the next box; a grid finds the remaining overlapping ones;
+  // does not overlap has IoU exactly 0) and IoU 0 keeps weight 1. A board of rank keys
+  // picks the next box as the original's scan would; a grid finds the remaining overlapping ones;
   // drops replay the original's move-the-last-box order, which decides later ties.
   void SelectIndexed(const T* boxes, int64_t count, std::vector<T>& score, std::vector<int64_t>& selected) const {
     const T offset = static_cast<T>(offset_);
@@ -226,25 +242,27 @@ class SoftNmsKernel : public KernelBase {
     std::vector<int64_t> work(static_cast<size_t>(count)), position(static_cast<size_t>(count));
     std::vector<T> area(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) work[i] = position[i] = i, area[i] = BoxArea(boxes + 4 * i, offset);
-    SelectionQueue<T> queue(score, position);
     PackedBoxGrid<T> grid(boxes, count, offset);
+    SelectionBoard<T> board(grid.CellOrder(), score, position);
+    const auto rank = [&](int64_t k) { return RankKey<T>::Of(score[k], position[k]); };
     std::vector<int64_t> drops, drop_positions;
-    std::vector<char> dropping(static_cast<size_t>(count), 0), remaining(static_cast<size_t>(count), 1);
+    std::vector<char> dropping(static_cast<size_t>(count), 0);
     for (int64_t i = 0; i < count; ++i) {
-      // Remaining boxes hold positions [i, count); selected ones lower, dropped ones -1.
-      const int64_t sel = queue.Pop([&](int64_t k) { return remaining[k] != 0; });
+      const int64_t sel = board.Top();
       const int64_t best = position[sel], displaced = work[i];
-      work[best] = displaced, position[displaced] = best;  // a higher position: no push
+      work[best] = displaced, position[displaced] = best;
       work[i] = sel, position[sel] = i;
+      board.Set(displaced, rank(displaced));
+      board.Set(sel, 0);
       selected.push_back(sel);
 
       drops.clear();
-      remaining[sel] = 0;
       grid.Remove(sel);
       const T* chosen = boxes + 4 * sel;
       grid.ForEachOverlapping(sel, [&](int64_t k) {
         // Boxes that do not overlap have IoU 0 and keep weight 1 (see above).
         score[k] *= Weight(BoxIoU(chosen, area[sel], boxes + 4 * k, area[k], offset));
+        board.Set(k, rank(k));
         if (score[k] < min_score) drops.push_back(k), dropping[k] = 1;
       });
       if (i == 0) {  // the first pass also drops boxes that start below min_score
@@ -259,13 +277,14 @@ class SoftNmsKernel : public KernelBase {
       for (int64_t p : drop_positions) {
         while (p < count && dropping[work[p]]) {
           const int64_t victim = work[p];
-          dropping[victim] = 0, remaining[victim] = 0;
+          dropping[victim] = 0;
           position[victim] = -1;
+          board.Set(victim, 0);
           grid.Remove(victim);
           const int64_t last = work[--count];
           if (p < count) {
             work[p] = last, position[last] = p;
-            queue.Push(last);  // a lower position: its snapshots may rank it too low
+            board.Set(last, rank(last));
           }
         }
       }
