@@ -11,9 +11,9 @@
 
 namespace ortops {
 
-// The cells of a uniform grid over axis-aligned boxes (x1, y1, x2, y2), sized so that a
-// typical box covers a few cells (half the median box side was the fastest in
-// benchmarks/bench.py). Cell indices are a monotone function of x and y, so two boxes that
+// The cells of a uniform grid over axis-aligned boxes (x1, y1, x2, y2), with cells of
+// `cell_scale` times the median box side, so that a typical box covers a few cells. Cell
+// indices are a monotone function of x and y, so two boxes that
 // overlap with positive width and height share a cell.
 template <typename T>
 class GridCells {
@@ -24,7 +24,7 @@ class GridCells {
   };
 
   // `boxes` must be finite.
-  GridCells(const T* boxes, int64_t count, T offset) : boxes_(boxes), offset_(offset) {
+  GridCells(const T* boxes, int64_t count, T offset, double cell_scale) : boxes_(boxes), offset_(offset) {
     double min_x = 0, min_y = 0, max_x = 0, max_y = 0;
     std::vector<double> extents;
     extents.reserve(static_cast<size_t>(count));
@@ -46,7 +46,7 @@ class GridCells {
       // (allocated and, for wide queries, walked per call) much larger than the input.
       const double max_per_side = std::clamp(2 * std::sqrt(double(count)), 16.0, 1024.0);
       const double span = std::max(max_x - min_x, max_y - min_y);
-      cell_ = std::max({*middle * 0.5, span / max_per_side, 1e-30});
+      cell_ = std::max({*middle * cell_scale, span / max_per_side, 1e-30});
     }
     columns_ = static_cast<int64_t>((max_x - min_x) / cell_) + 1;
     rows_ = static_cast<int64_t>((max_y - min_y) / cell_) + 1;
@@ -79,8 +79,9 @@ class GridCells {
 template <typename T>
 class BoxGrid {
  public:
-  // `boxes` must be finite.
-  BoxGrid(const T* boxes, int64_t count, T offset) : cells_(boxes, count, offset) {
+  // `boxes` must be finite. Half the median box side was the fastest cell in
+  // benchmarks/bench.py.
+  BoxGrid(const T* boxes, int64_t count, T offset) : cells_(boxes, count, offset, 0.5) {
     head_.assign(static_cast<size_t>(cells_.size()), -1);
     entries_.reserve(static_cast<size_t>(count));
   }
@@ -141,9 +142,11 @@ class BoxGrid {
 template <typename T>
 class PackedBoxGrid {
  public:
-  // `boxes` must be finite and the box count below 2^31.
+  // `boxes` must be finite and the box count below 2^31. Cells of the median box side
+  // were the fastest for soft-NMS in benchmarks/bench.py (0.5x to 2x tried): a vectorised
+  // test of a few more boxes costs less than meeting a box in more cells.
   PackedBoxGrid(const T* boxes, int64_t count, T offset)
-      : boxes_(boxes), offset_(offset), cells_(boxes, count, offset), range_(static_cast<size_t>(count)) {
+      : boxes_(boxes), offset_(offset), cells_(boxes, count, offset, 1.0), range_(static_cast<size_t>(count)) {
     const auto cell_count = static_cast<size_t>(cells_.size());
     std::vector<int64_t> fill(cell_count + 1, 0);
     first_slot_.assign(static_cast<size_t>(count) + 1, 0);
@@ -177,7 +180,8 @@ class PackedBoxGrid {
         for (int64_t x = r.x0; x <= r.x1; ++x) {
           const auto e = static_cast<size_t>(end_[static_cast<size_t>(y * cells_.columns() + x)]++);
           x1_[e] = b[0], y1_[e] = b[1], x2_[e] = b[2], y2_[e] = b[3];
-          id_[e] = static_cast<int32_t>(i), column_[e] = static_cast<int32_t>(r.x0), row_[e] = static_cast<int32_t>(r.y0);
+          id_[e] = static_cast<int32_t>(i), column_[e] = static_cast<int32_t>(r.x0),
+          row_[e] = static_cast<int32_t>(r.y0);
           slot_[static_cast<size_t>(slot++)] = static_cast<int64_t>(e);
         }
       }
@@ -193,7 +197,8 @@ class PackedBoxGrid {
     };
     for (size_t i = 0; i < range_.size(); ++i) ++first[cell_of(i) + 1];
     for (size_t c = 1; c < first.size(); ++c) first[c] += first[c - 1];
-    for (size_t i = 0; i < range_.size(); ++i) order[static_cast<size_t>(first[cell_of(i)]++)] = static_cast<int64_t>(i);
+    for (size_t i = 0; i < range_.size(); ++i)
+      order[static_cast<size_t>(first[cell_of(i)]++)] = static_cast<int64_t>(i);
     return order;
   }
 

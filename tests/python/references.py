@@ -6,6 +6,8 @@ original kernels compute in it. No torch here: the ONNX-Runtime-level tests run 
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 
 import numpy as np
@@ -284,6 +286,18 @@ def _iou(a: np.ndarray, b: np.ndarray, offset) -> float:
         return inter / (area_a + area_b - inter)
 
 
+_LIBM = ctypes.CDLL(ctypes.util.find_library("m"))
+_LIBM.expf.restype, _LIBM.expf.argtypes = ctypes.c_float, [ctypes.c_float]
+
+
+def c_exp(x: np.floating) -> np.floating:
+    """exp from the C library, as the original C++ kernels call it (numpy's own SIMD exp
+    may differ in the last bit, which can reorder ties between decayed scores)."""
+    if isinstance(x, np.float32):
+        return np.float32(_LIBM.expf(float(x)))
+    return type(x)(math.exp(float(x)))
+
+
 def soft_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold, sigma, min_score, method: int, offset: int):
     """Soft-NMS with mmcv's working-list order: returns (dets [K, 5], indices [K])."""
     t = boxes.dtype.type
@@ -304,7 +318,7 @@ def soft_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold, sigma, min_sc
             elif method == 1:
                 weight = t(1) - iou if iou >= t(iou_threshold) else t(1)
             else:
-                weight = t(np.exp(-(iou * iou) / t(sigma)))
+                weight = t(c_exp(-(iou * iou) / t(sigma)))
             work[pos][1] = t(work[pos][1] * weight)
             if work[pos][1] < t(min_score):
                 work[pos] = work[n - 1]

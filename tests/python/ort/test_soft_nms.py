@@ -116,6 +116,37 @@ def test_indexed_and_all_pairs_paths_match_reference(seed, method, threshold, of
         np.testing.assert_allclose(dets, expected_dets, **TOLERANCE[np.float32])
 
 
+def grid_stress_sets(rng: np.random.Generator, dtype: type):
+    """Inputs aimed at the indexed path's grid and selection board: one dense cluster where
+    every box meets every other, tiny boxes spread far apart under a few boxes that cover
+    everything (more cells than boxes, wide boxes), and signed-zero and negative score ties."""
+    xy = rng.normal(50, 2, (160, 2))
+    dense = np.concatenate([xy, xy + rng.uniform(20, 30, (160, 2))], 1)
+    dense_scores = rng.choice([0.25, 0.5, 0.75, 1.0], 160)
+    xy = rng.uniform(0, 1e4, (120, 2))
+    spread = np.concatenate([xy, xy + rng.uniform(0.5, 3, (120, 2))], 1)
+    spread[:4] = [[-10, -10, 1e4 + 10, 1e4 + 10], [0, 0, 5e3, 5e3], [5e3, 5e3, 1e4, 1e4], [1e6, 1e6, 1e6 + 1, 1e6 + 1]]
+    spread_scores = rng.choice([0.1, 0.2, 0.3], 120)
+    zeros_scores = rng.choice([-0.0, 0.0, -0.5, 0.5], 160)
+    return [
+        (dense.astype(dtype), dense_scores.astype(dtype), 0.001),
+        (spread.astype(dtype), spread_scores.astype(dtype), 0.001),
+        (dense.astype(dtype), zeros_scores.astype(dtype), -1.0),
+    ]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("method", [1, 2])
+def test_indexed_path_on_dense_spread_and_signed_zero_inputs(dtype, method) -> None:
+    for boxes, scores, min_score in grid_stress_sets(np.random.default_rng(11), dtype):
+        dets, indices = soft(
+            "SoftNMS", "ortops", boxes, scores, iou_threshold=0.3, sigma=0.5, min_score=min_score, method=method
+        )
+        expected_dets, expected_indices = references.soft_nms(boxes, scores, 0.3, 0.5, min_score, method, 0)
+        np.testing.assert_array_equal(indices, expected_indices)
+        np.testing.assert_allclose(dets, expected_dets, **TOLERANCE[dtype])
+
+
 @pytest.mark.parametrize("domain,op", DOMAINS)
 def test_ties_follow_the_working_order_not_the_index(domain, op) -> None:
     """mmcv swaps the selected box to the front: selecting box 2 first moves box 0 behind box 1,
