@@ -1,5 +1,6 @@
 // Deformable convolution v1 and v2 (modulated), equal to torchvision.ops.deform_conv2d:
-// deformed im2col, then a GEMM through ONNX Runtime's own MatMul.
+// deformed im2col written one row per output position from a channels-last copy of the
+// image, then a GEMM through ONNX Runtime's own Gemm.
 #include "ops/deform_conv/deform_conv.h"
 
 #include <algorithm>
@@ -9,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/ort_matmul.h"
+#include "core/ort_gemm.h"
 
 namespace ortops::deform_conv {
 namespace {
@@ -61,7 +62,7 @@ constexpr IoSpec kOrtopsInputs[] = {
   "j * dilation_w + dx) bilinearly, where a point outside (-1, H) x (-1, W) reads 0 and each of its " \
   "four neighbours outside the map reads 0; the sample is multiplied by the mask (modulated form), "  \
   "then the samples of a group's channels are multiplied with its weights (a GEMM run by ONNX "       \
-  "Runtime's own MatMul) and the bias is added. Channel c uses deform group c / (C / deform_groups) " \
+  "Runtime's own Gemm) and the bias is added. Channel c uses deform group c / (C / deform_groups) "   \
   "whatever its convolution group (mmcv 1.7.2 got groups > 1 with deform_groups > 1 wrong; this "     \
   "follows torchvision). H_out = (H + 2 pad_h - dilation_h (kh - 1) - 1) / stride_h + 1, likewise "   \
   "W_out; both must be at least 1. An empty batch gives an empty output."
@@ -97,17 +98,14 @@ namespace {
 
 enum class Layout { kModulated, kV1, kOrtops };
 
-// One deformed sample: the four neighbours (offset into the channel plane, -1 when outside
-// the map), their bilinear weights, the mask, and whether all four neighbours are inside,
-// which spares the per-neighbour test. Read computes torchvision's
-// mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3) in that order, so a NaN or infinite mask
-// propagates as it does there.
+// One deformed sample: its four neighbours (pixel indices; the zero pixel after the last
+// when outside the map), their bilinear weights, and the mask that multiplies the
+// interpolated value.
 template <typename T>
 struct Sample {
-  int32_t offset[4];  // planes of 2^31 elements or more are refused in CheckShapes
+  int32_t pixel[4];  // planes of 2^31 - 1 elements or more are refused in CheckShapes
   T weight[4];
   T mask;
-  bool interior;
 };
 
 struct Geometry {
@@ -143,7 +141,7 @@ class DeformConvKernel : public KernelBase {
         dilation_(Pair(attrs, "dilation")),
         groups_(attrs.Int("groups")),
         deform_groups_(attrs.Int("deform_groups")),
-        matmul_(std::make_unique<OrtMatMul>(attrs.info(), OnnxType<T>())) {
+        gemm_(std::make_unique<OrtGemm>(attrs.info(), OnnxType<T>())) {
     // The bound keeps every later product of an attribute and a tensor dim inside int64.
     constexpr int64_t kLimit = int64_t{1} << 31;
     Check(stride_[0] >= 1 && stride_[1] >= 1 && stride_[0] < kLimit && stride_[1] < kLimit,
@@ -176,53 +174,45 @@ class DeformConvKernel : public KernelBase {
       }
       return;
     }
+    // The image is read channels-last, with one extra pixel of zeros that neighbours
+    // outside the map point to: a sample then reads each of its four neighbours as one
+    // contiguous run of channels. The column matrix is written one row per position,
+    // columns ordered (tap, channel), and the weights reordered to match.
+    const int64_t pixels = g.height * g.width;
+    const Scratch<T> image_nhwc = io.Allocate<T>(static_cast<size_t>((pixels + 1) * g.channels));
+    const Scratch<T> weights = io.Allocate<T>(static_cast<size_t>(g.out_channels * rows));
+    for (int64_t o = 0; o < g.out_channels; ++o) {
+      for (int64_t c = 0; c < group_channels; ++c) {
+        for (int64_t k = 0; k < taps; ++k) {
+          weights[(o * taps + k) * group_channels + c] = weight.data[(o * group_channels + c) * taps + k];
+        }
+      }
+    }
     // Positions are processed in chunks; scratch comes from the session's allocator, whose
     // arena hands the same memory back run after run, once per Compute.
-    const int64_t per_position = rows * static_cast<int64_t>(sizeof(T)) +
-                                 deform_groups_ * taps * static_cast<int64_t>(sizeof(Sample<T>)) +
-                                 group_out * static_cast<int64_t>(sizeof(T));
+    const int64_t per_position = (rows + group_out) * static_cast<int64_t>(sizeof(T));
     const int64_t chunk = std::min(positions, std::max(kMinChunk, kChunkBytes / per_position / kSlice * kSlice));
-    const Scratch<Sample<T>> samples = io.Allocate<Sample<T>>(static_cast<size_t>(deform_groups_ * taps * chunk));
     const Scratch<T> columns = io.Allocate<T>(static_cast<size_t>(rows * chunk));
     // When one chunk covers the image the GEMM writes straight into the output.
     const Scratch<T> product = io.Allocate<T>(chunk < positions ? static_cast<size_t>(group_out * chunk) : 0);
-    const int64_t channels_per_deform_group = g.channels / deform_groups_;
 
     for (int64_t n = 0; n < g.batch; ++n) {
-      const T* image = input.data + n * g.channels * g.height * g.width;
+      ToChannelsLast(io, input.data + n * g.channels * pixels, g.channels, pixels, image_nhwc.data());
       const T* offset_n = offset.data + n * 2 * deform_groups_ * taps * positions;
       const T* mask_n = mask ? mask + n * deform_groups_ * taps * positions : nullptr;
       for (int64_t start = 0; start < positions; start += chunk) {
         const int64_t width = std::min(chunk, positions - start);
         const int64_t slices = (width + kSlice - 1) / kSlice;
-        // Sampling weights once per (deform group, tap, position), shared by the channels
-        // of the deform group in every convolution group.
-        io.ParallelFor(static_cast<size_t>(deform_groups_ * taps * slices), [&](size_t task) {
-          const int64_t line = static_cast<int64_t>(task) / slices;  // d * taps + k
-          const int64_t begin = static_cast<int64_t>(task) % slices * kSlice;
-          Locate(g, line, start + begin, start + std::min(width, begin + kSlice), offset_n, mask_n,
-                 samples.data() + line * width + begin);
-        });
         for (int64_t group = 0; group < groups_; ++group) {
-          const int64_t first_channel = group * group_channels;
-          // Tasks are (tap, slice of the chunk) and loop over the group's channels inside,
-          // so a slice's samples stay in cache while every channel reads through them.
-          io.ParallelFor(static_cast<size_t>(taps * slices), [&](size_t task) {
-            const int64_t k = static_cast<int64_t>(task) / slices;
-            const int64_t begin = static_cast<int64_t>(task) % slices * kSlice;
-            const int64_t end = std::min(width, begin + kSlice);
-            for (int64_t local = 0; local < group_channels; ++local) {
-              const int64_t c = first_channel + local;
-              const T* plane = image + c * g.height * g.width;
-              const Sample<T>* sample = samples.data() + (c / channels_per_deform_group * taps + k) * width;
-              T* column = columns.data() + (local * taps + k) * width;
-              for (int64_t p = begin; p < end; ++p) column[p] = Read(sample[p], plane);
-            }
+          io.ParallelFor(static_cast<size_t>(slices), [&](size_t slice) {
+            const int64_t begin = static_cast<int64_t>(slice) * kSlice;
+            FillColumns(g, group, start + begin, start + std::min(width, begin + kSlice), offset_n, mask_n,
+                        image_nhwc.data(), columns.data() + begin * rows);
           });
           T* out = output + (n * g.out_channels + group * group_out) * positions + start;
           T* target = width == positions ? out : product.data();
-          matmul_->Run(io.context(), weight.data + group * group_out * rows, columns.data(), target, group_out, rows,
-                       width);
+          gemm_->Run(io.context(), weights.data() + group * group_out * rows, columns.data(), target, group_out, rows,
+                     width);
           for (int64_t o = 0; o < group_out; ++o) {
             const T b = bias ? bias[group * group_out + o] : T(0);
             const T* src = target + o * width;
@@ -254,9 +244,9 @@ class DeformConvKernel : public KernelBase {
           "input 'weight' must have shape [C_out, C / groups = ", g.channels / groups_, ", kh, kw], got ",
           ShapeText{weight.shape});
     Check(g.kernel_h >= 1 && g.kernel_w >= 1, "input 'weight' has an empty kernel: ", ShapeText{weight.shape});
-    Check(Product(g.height, g.width, "input 'input' plane size") < (int64_t{1} << 31), "input 'input' ",
+    Check(Product(g.height, g.width, "input 'input' plane size") < (int64_t{1} << 31) - 1, "input 'input' ",
           ShapeText{input.shape}, " has planes of ", g.height, " x ", g.width,
-          " elements, more than this op supports (2^31)");
+          " elements, more than this op supports (2^31 - 2)");
     // Attributes are below 2^31 and dims below 2^31 (planes are), so these cannot overflow
     // except through the kernel extent, which Product checks.
     const int64_t extent_h = Product(dilation_[0], g.kernel_h - 1, "the dilated kernel height") + 1;
@@ -304,28 +294,64 @@ class DeformConvKernel : public KernelBase {
     }
   }
 
-  // The samples of line = d * taps + k (deform group d, kernel tap k) at positions
-  // [begin, end) of the image.
-  void Locate(const Geometry& g, int64_t line, int64_t begin, int64_t end, const T* offset, const T* mask,
-              Sample<T>* out) const {
+  // image[c, pixel] -> out[pixel, c] for `pixels` pixels, then one pixel of zeros.
+  static void ToChannelsLast(const KernelIO& io, const T* image, int64_t channels, int64_t pixels, T* out) {
+    constexpr int64_t kTile = 64;
+    const int64_t tiles = (pixels + kTile - 1) / kTile;
+    io.ParallelFor(static_cast<size_t>(tiles), [&](size_t tile) {
+      const int64_t first = static_cast<int64_t>(tile) * kTile, last = std::min(pixels, first + kTile);
+      for (int64_t c = 0; c < channels; ++c) {
+        for (int64_t p = first; p < last; ++p) out[p * channels + c] = image[c * pixels + p];
+      }
+    });
+    std::fill_n(out + pixels * channels, channels, T(0));
+  }
+
+  // Rows [begin, end) of the column matrix of convolution group `group`: for each output
+  // position, its samples at every tap of every input channel of the group, columns
+  // ordered (tap, channel). `columns` points at row `begin`.
+  void FillColumns(const Geometry& g, int64_t group, int64_t begin, int64_t end, const T* offset, const T* mask,
+                   const T* image, T* columns) const {
     const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
-    const int64_t d = line / taps, k = line % taps, i = k / g.kernel_w, j = k % g.kernel_w;
-    const T* dy = offset + (d * 2 * taps + 2 * k) * positions;
-    const T* dx = dy + positions;
-    const T* m = mask ? mask + line * positions : nullptr;
+    const int64_t group_channels = g.channels / groups_, rows = group_channels * taps;
+    const int64_t per_deform_group = g.channels / deform_groups_;
+    const int64_t first_channel = group * group_channels, end_channel = first_channel + group_channels;
+    const int64_t first_d = first_channel / per_deform_group, end_d = (end_channel - 1) / per_deform_group + 1;
     for (int64_t p = begin; p < end; ++p) {
       const int64_t oy = p / g.out_w, ox = p % g.out_w;
-      // As torchvision: the integer base position, converted, plus the offset.
-      const T y = static_cast<T>(oy * stride_[0] - padding_[0] + i * dilation_[0]) + dy[p];
-      const T x = static_cast<T>(ox * stride_[1] - padding_[1] + j * dilation_[1]) + dx[p];
-      out[p - begin] = Bilinear(y, x, g.height, g.width, m ? m[p] : T(1));
+      T* row = columns + (p - begin) * rows;
+      for (int64_t k = 0; k < taps; ++k) {
+        const int64_t i = k / g.kernel_w, j = k % g.kernel_w;
+        for (int64_t d = first_d; d < end_d; ++d) {
+          const int64_t line = d * taps + k;
+          // As torchvision: the integer base position, converted, plus the offset.
+          const T y = static_cast<T>(oy * stride_[0] - padding_[0] + i * dilation_[0]) +
+                      offset[(d * 2 * taps + 2 * k) * positions + p];
+          const T x = static_cast<T>(ox * stride_[1] - padding_[1] + j * dilation_[1]) +
+                      offset[(d * 2 * taps + 2 * k + 1) * positions + p];
+          const Sample<T> s = Bilinear(y, x, g.height, g.width, mask ? mask[line * positions + p] : T(1));
+          const int64_t c0 = std::max(first_channel, d * per_deform_group);
+          const int64_t c1 = std::min(end_channel, (d + 1) * per_deform_group);
+          const T* v0 = image + s.pixel[0] * g.channels + c0;
+          const T* v1 = image + s.pixel[1] * g.channels + c0;
+          const T* v2 = image + s.pixel[2] * g.channels + c0;
+          const T* v3 = image + s.pixel[3] * g.channels + c0;
+          T* out = row + k * group_channels + (c0 - first_channel);
+          const T w0 = s.weight[0], w1 = s.weight[1], w2 = s.weight[2], w3 = s.weight[3], m = s.mask;
+          // torchvision's mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3), in that order, so NaN or
+          // infinite masks and values propagate as they do there.
+          for (int64_t c = 0; c < c1 - c0; ++c) out[c] = m * (w0 * v0[c] + w1 * v1[c] + w2 * v2[c] + w3 * v3[c]);
+        }
+      }
     }
   }
 
   // torchvision's deform-conv rule: outside (-1, H) x (-1, W) reads 0; each neighbour
   // outside the map reads 0. A NaN coordinate reads 0 too (the negated test below).
+  // Neighbours that read 0 point at the zero pixel H * W, with weight 0.
   static Sample<T> Bilinear(T y, T x, int64_t height, int64_t width, T mask) {
-    Sample<T> s{{-1, -1, -1, -1}, {0, 0, 0, 0}, mask, false};
+    const auto zero = static_cast<int32_t>(height * width);
+    Sample<T> s{{zero, zero, zero, zero}, {0, 0, 0, 0}, mask};
     if (!(y > T(-1) && y < static_cast<T>(height) && x > T(-1) && x < static_cast<T>(width))) return s;
     const T y0 = std::floor(y), x0 = std::floor(x);
     const auto yl = static_cast<int64_t>(y0), xl = static_cast<int64_t>(x0);
@@ -336,28 +362,17 @@ class DeformConvKernel : public KernelBase {
       for (int b = 0; b < 2; ++b) {
         const int v = 2 * a + b;
         if (ys[a] >= 0 && ys[a] < height && xs[b] >= 0 && xs[b] < width) {
-          s.offset[v] = static_cast<int32_t>(ys[a] * width + xs[b]);
+          s.pixel[v] = static_cast<int32_t>(ys[a] * width + xs[b]);
           s.weight[v] = wy[a] * wx[b];
         }
       }
     }
-    s.interior = s.offset[0] >= 0 && s.offset[1] >= 0 && s.offset[2] >= 0 && s.offset[3] >= 0;
     return s;
-  }
-
-  static T Read(const Sample<T>& s, const T* plane) {
-    if (s.interior) {
-      return s.mask * (s.weight[0] * plane[s.offset[0]] + s.weight[1] * plane[s.offset[1]] +
-                       s.weight[2] * plane[s.offset[2]] + s.weight[3] * plane[s.offset[3]]);
-    }
-    T value[4];
-    for (int v = 0; v < 4; ++v) value[v] = s.offset[v] >= 0 ? plane[s.offset[v]] : T(0);
-    return s.mask * (s.weight[0] * value[0] + s.weight[1] * value[1] + s.weight[2] * value[2] + s.weight[3] * value[3]);
   }
 
   std::array<int64_t, 2> stride_, padding_, dilation_;
   int64_t groups_, deform_groups_;
-  std::unique_ptr<OrtMatMul> matmul_;
+  std::unique_ptr<OrtGemm> gemm_;
 };
 
 template <typename T>
