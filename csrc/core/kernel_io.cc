@@ -155,13 +155,24 @@ void* KernelIO::RawOutput(size_t index, const Shape& shape) const {
   return Data(value);
 }
 
-ScratchBuffer::ScratchBuffer(OrtKernelContext* context, size_t bytes) {
-  if (bytes == 0) return;
+namespace {
+
+// The session's CPU allocator, to be released with ReleaseAllocator.
+OrtAllocator* GetCpuAllocator(OrtKernelContext* context) {
   OrtMemoryInfo* cpu = nullptr;
   ThrowOnError(Api().CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &cpu));
-  OrtStatus* status = Api().KernelContext_GetAllocator(context, cpu, &allocator_);
+  OrtAllocator* allocator = nullptr;
+  OrtStatus* status = Api().KernelContext_GetAllocator(context, cpu, &allocator);
   Api().ReleaseMemoryInfo(cpu);
   ThrowOnError(status);
+  return allocator;
+}
+
+}  // namespace
+
+ScratchBuffer::ScratchBuffer(OrtKernelContext* context, size_t bytes) {
+  if (bytes == 0) return;
+  allocator_ = GetCpuAllocator(context);
   data_ = allocator_->Alloc(allocator_, bytes);
   if (data_ == nullptr) {
     Api().ReleaseAllocator(allocator_);
@@ -180,6 +191,15 @@ ScratchBuffer& ScratchBuffer::operator=(ScratchBuffer&& other) noexcept {
   std::swap(allocator_, other.allocator_);
   std::swap(data_, other.data_);
   return *this;
+}
+
+KernelIO::~KernelIO() {
+  if (allocator_) Api().ReleaseAllocator(allocator_);
+}
+
+OrtAllocator* KernelIO::SessionCpuAllocator() const {
+  if (allocator_ == nullptr) allocator_ = GetCpuAllocator(context_);
+  return allocator_;
 }
 
 void KernelIO::RunParallel(void (*fn)(void*, size_t), size_t total, void* data) const {

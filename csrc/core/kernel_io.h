@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <ostream>
 #include <span>
 #include <string>
@@ -85,6 +87,39 @@ class Scratch {
   size_t size_ = 0;
 };
 
+// A std allocator over the session's CPU allocator (whose arena reuses memory from run to
+// run), for containers that live within one Compute: KernelIO::Allocator hands them out
+// and owns the handle they share.
+template <typename T>
+class SessionAllocator {
+ public:
+  using value_type = T;
+  explicit SessionAllocator(OrtAllocator* allocator) noexcept : allocator_(allocator) {}
+  template <typename U>
+  SessionAllocator(const SessionAllocator<U>& other) noexcept : allocator_(other.allocator_) {}
+
+  T* allocate(size_t count) {
+    void* data = allocator_->Alloc(allocator_, count * sizeof(T));  // std::vector bounds count
+    if (data == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(data);
+  }
+  void deallocate(T* data, size_t) noexcept { allocator_->Free(allocator_, data); }
+
+  template <typename U>
+  bool operator==(const SessionAllocator<U>& other) const noexcept {
+    return allocator_ == other.allocator_;
+  }
+
+ private:
+  template <typename>
+  friend class SessionAllocator;
+  OrtAllocator* allocator_;
+};
+
+// A vector of per-call scratch from the session's allocator.
+template <typename T>
+using ScratchVector = std::vector<T, SessionAllocator<T>>;
+
 template <typename T>
 struct ConstTensor {
   const T* data = nullptr;
@@ -98,6 +133,9 @@ struct ConstTensor {
 class KernelIO {
  public:
   KernelIO(OrtKernelContext* context, std::span<const IoSpec> inputs) : context_(context), input_specs_(inputs) {}
+  ~KernelIO();
+  KernelIO(const KernelIO&) = delete;
+  KernelIO& operator=(const KernelIO&) = delete;
 
   // False for an optional input the node leaves out.
   bool Has(size_t index) const;
@@ -134,6 +172,19 @@ class KernelIO {
   template <typename T>
   Scratch<T> Allocate(size_t count) const {
     return Scratch<T>(context_, count);
+  }
+
+  // The session's allocator for containers of this call (ScratchVector); they must not
+  // outlive this KernelIO.
+  template <typename T = std::byte>
+  SessionAllocator<T> Allocator() const {
+    return SessionAllocator<T>(SessionCpuAllocator());
+  }
+
+  // `count` value-initialised elements of scratch from the session's allocator.
+  template <typename T>
+  ScratchVector<T> Vector(size_t count, const T& value = T()) const {
+    return ScratchVector<T>(count, value, Allocator<T>());
   }
 
   // For kernels that invoke ONNX Runtime ops of their own (OrtApi::InvokeOp).
@@ -177,9 +228,11 @@ class KernelIO {
   static void* Data(OrtValue* value);
   void RunParallel(void (*fn)(void*, size_t), size_t total, void* data) const;
   std::string_view InputName(size_t index) const;
+  OrtAllocator* SessionCpuAllocator() const;
 
   OrtKernelContext* context_;
   std::span<const IoSpec> input_specs_;
+  mutable OrtAllocator* allocator_ = nullptr;  // obtained on first use
 };
 
 }  // namespace ortops

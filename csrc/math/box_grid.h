@@ -5,17 +5,22 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "math/box_iou.h"
 
 namespace ortops {
 
+// The grids take the allocator of their per-call storage (kernels pass the session's).
+template <typename Allocator, typename U>
+using GridVector = std::vector<U, typename std::allocator_traits<Allocator>::template rebind_alloc<U>>;
+
 // The cells of a uniform grid over axis-aligned boxes (x1, y1, x2, y2), with cells of
 // `cell_scale` times the median box side, so that a typical box covers a few cells. Cell
-// indices are a monotone function of x and y, so two boxes that
-// overlap with positive width and height share a cell.
-template <typename T>
+// indices are a monotone function of x and y, so two boxes that overlap with positive
+// width and height share a cell.
+template <typename T, typename Allocator = std::allocator<T>>
 class GridCells {
  public:
   struct Range {
@@ -24,9 +29,10 @@ class GridCells {
   };
 
   // `boxes` must be finite.
-  GridCells(const T* boxes, int64_t count, T offset, double cell_scale) : boxes_(boxes), offset_(offset) {
+  GridCells(const T* boxes, int64_t count, T offset, double cell_scale, const Allocator& allocator)
+      : boxes_(boxes), offset_(offset) {
     double min_x = 0, min_y = 0, max_x = 0, max_y = 0;
-    std::vector<double> extents;
+    GridVector<Allocator, double> extents(allocator);
     extents.reserve(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) {
       const T* b = boxes + 4 * i;
@@ -76,12 +82,13 @@ class GridCells {
 // only the boxes that share a cell with the queried one. Every box that overlaps it with
 // positive width and height is visited; others may be visited too, and a box may be
 // visited more than once.
-template <typename T>
+template <typename T, typename Allocator = std::allocator<T>>
 class BoxGrid {
  public:
   // `boxes` must be finite. Half the median box side was the fastest cell in
   // benchmarks/bench.py.
-  BoxGrid(const T* boxes, int64_t count, T offset) : cells_(boxes, count, offset, 0.5) {
+  BoxGrid(const T* boxes, int64_t count, T offset, const Allocator& allocator = Allocator())
+      : cells_(boxes, count, offset, 0.5, allocator), head_(allocator), entries_(allocator), wide_(allocator) {
     head_.assign(static_cast<size_t>(cells_.size()), -1);
     entries_.reserve(static_cast<size_t>(count));
   }
@@ -128,10 +135,10 @@ class BoxGrid {
     int32_t next;
   };
 
-  GridCells<T> cells_;
-  std::vector<int32_t> head_;
-  std::vector<Entry> entries_;
-  std::vector<int64_t> wide_;
+  GridCells<T, Allocator> cells_;
+  GridVector<Allocator, int32_t> head_;
+  GridVector<Allocator, Entry> entries_;
+  GridVector<Allocator, int64_t> wide_;
 };
 
 // All boxes of a set bucketed once, for queries that visit every box overlapping a given
@@ -139,16 +146,33 @@ class BoxGrid {
 // each selected box, then drops some). Each cell holds its boxes' coordinates contiguously,
 // one array per coordinate, so a query tests a whole cell in a loop the compiler
 // vectorises; a removal moves the cell's last box into the gap.
-template <typename T>
+template <typename T, typename Allocator = std::allocator<T>>
 class PackedBoxGrid {
  public:
   // `boxes` must be finite and the box count below 2^31. Cells of the median box side
   // were the fastest for soft-NMS in benchmarks/bench.py (0.5x to 2x tried): a vectorised
   // test of a few more boxes costs less than meeting a box in more cells.
-  PackedBoxGrid(const T* boxes, int64_t count, T offset)
-      : boxes_(boxes), offset_(offset), cells_(boxes, count, offset, 1.0), range_(static_cast<size_t>(count)) {
+  PackedBoxGrid(const T* boxes, int64_t count, T offset, const Allocator& allocator = Allocator())
+      : boxes_(boxes),
+        offset_(offset),
+        cells_(boxes, count, offset, 1.0, allocator),
+        range_(static_cast<size_t>(count), allocator),
+        first_slot_(allocator),
+        slot_(allocator),
+        begin_(allocator),
+        end_(allocator),
+        x1_(allocator),
+        y1_(allocator),
+        x2_(allocator),
+        y2_(allocator),
+        id_(allocator),
+        column_(allocator),
+        row_(allocator),
+        hit_(allocator),
+        found_(allocator),
+        wide_(allocator) {
     const auto cell_count = static_cast<size_t>(cells_.size());
-    std::vector<int64_t> fill(cell_count + 1, 0);
+    GridVector<Allocator, int64_t> fill(cell_count + 1, 0, allocator);
     first_slot_.assign(static_cast<size_t>(count) + 1, 0);
     for (int64_t i = 0; i < count; ++i) {
       const auto r = range_[static_cast<size_t>(i)] = cells_.Of(i);
@@ -166,7 +190,7 @@ class PackedBoxGrid {
       fill[c + 1] += fill[c];
     }
     begin_.assign(fill.begin(), fill.end() - 1);
-    end_ = begin_;
+    end_.assign(begin_.begin(), begin_.end());
     const auto entries = static_cast<size_t>(fill.back());
     for (auto* column : {&x1_, &y1_, &x2_, &y2_}) column->resize(entries);
     id_.resize(entries), column_.resize(entries), row_.resize(entries), slot_.resize(entries);
@@ -190,8 +214,9 @@ class PackedBoxGrid {
 
   // The box ids ordered by their first cell, so that boxes near each other are mostly
   // near each other in the order too.
-  std::vector<int64_t> CellOrder() const {
-    std::vector<int64_t> first(static_cast<size_t>(cells_.size()) + 1, 0), order(range_.size());
+  GridVector<Allocator, int64_t> CellOrder() const {
+    GridVector<Allocator, int64_t> first(static_cast<size_t>(cells_.size()) + 1, 0, id_.get_allocator());
+    GridVector<Allocator, int64_t> order(range_.size(), 0, id_.get_allocator());
     const auto cell_of = [&](size_t i) {
       return range_[i].Count() == 0 ? 0 : static_cast<size_t>(range_[i].y0 * cells_.columns() + range_[i].x0);
     };
@@ -266,15 +291,15 @@ class PackedBoxGrid {
 
   const T* boxes_;
   T offset_;
-  GridCells<T> cells_;
-  std::vector<typename GridCells<T>::Range> range_;
-  std::vector<int64_t> first_slot_;  // box i's entries, one per cell, at slot_[first_slot_[i]...]
-  std::vector<int64_t> slot_;
-  std::vector<int64_t> begin_, end_;  // each cell's entries
-  std::vector<T> x1_, y1_, x2_, y2_;
-  std::vector<int32_t> id_, column_, row_;  // column_/row_: the box's first cell
-  std::vector<int32_t> hit_, found_;        // one cell's query results
-  std::vector<int32_t> wide_;
+  GridCells<T, Allocator> cells_;
+  GridVector<Allocator, typename GridCells<T, Allocator>::Range> range_;
+  GridVector<Allocator, int64_t> first_slot_;  // box i's entries, one per cell, at slot_[first_slot_[i]...]
+  GridVector<Allocator, int64_t> slot_;
+  GridVector<Allocator, int64_t> begin_, end_;  // each cell's entries
+  GridVector<Allocator, T> x1_, y1_, x2_, y2_;
+  GridVector<Allocator, int32_t> id_, column_, row_;  // column_/row_: the box's first cell
+  GridVector<Allocator, int32_t> hit_, found_;        // one cell's query results
+  GridVector<Allocator, int32_t> wide_;
 };
 
 }  // namespace ortops

@@ -152,7 +152,7 @@ class MatrixInverseKernel : public KernelBase {
     T* y = io.Output<T>(0, x.shape);
     if (x.size() == 0) return;
     const size_t matrix_size = static_cast<size_t>(m * m);
-    std::vector<Outcome> outcomes(static_cast<size_t>(batch), Outcome::kInverted);
+    ScratchVector<Outcome> outcomes = io.Vector<Outcome>(static_cast<size_t>(batch), Outcome::kInverted);
     // Chunks of whole matrices: the scratch is allocated once per chunk and reused.
     io.ParallelForRanges(static_cast<size_t>(batch), 256, [&](size_t begin, size_t end) {
       const Scratch<double> doubles = io.Allocate<double>(2 * matrix_size);

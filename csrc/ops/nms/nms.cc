@@ -58,22 +58,22 @@ class NmsKernel : public KernelBase {
     bool finite = true;
     for (int64_t i = 0; i < count * 4; ++i) finite &= std::isfinite(boxes.data[i]);
 
-    std::vector<int64_t> order(count);
+    ScratchVector<int64_t> order = io.Vector<int64_t>(static_cast<size_t>(count));
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores.data[a] > scores.data[b]; });
 
     const T offset = static_cast<T>(offset_);
     const T threshold = static_cast<T>(iou_threshold_);
-    std::vector<T> areas(count);
+    ScratchVector<T> areas = io.Vector<T>(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) areas[i] = BoxArea(boxes.data + 4 * i, offset);
     auto overlaps = [&](int64_t kept, int64_t candidate) {
       return BoxIoU(boxes.data + 4 * kept, areas[kept], boxes.data + 4 * candidate, areas[candidate], offset) >
              threshold;
     };
 
-    std::vector<int64_t> kept;
+    ScratchVector<int64_t> kept(io.Allocator<int64_t>());
     if (threshold >= 0 && finite) {
-      BoxGrid<T> grid(boxes.data, count, offset);
+      BoxGrid<T, SessionAllocator<T>> grid(boxes.data, count, offset, io.Allocator<T>());
       for (int64_t i : order) {
         if (grid.AnyNear(i, [&](int64_t k) { return overlaps(k, i); })) continue;
         kept.push_back(i);

@@ -69,15 +69,17 @@ class NmsMatchKernel : public KernelBase {
     for (int64_t i = 0; i < boxes.size(); ++i) Check(!std::isnan(boxes.data[i]), "input 'boxes' contains NaN");
     for (int64_t i = 0; i < scores.size(); ++i) Check(!std::isnan(scores.data[i]), "input 'scores' contains NaN");
 
-    std::vector<std::vector<std::array<int64_t, 4>>> rows(static_cast<size_t>(batch * classes));
+    using Rows = ScratchVector<std::array<int64_t, 4>>;
+    ScratchVector<Rows> rows(static_cast<size_t>(batch * classes), Rows(io.Allocator<std::array<int64_t, 4>>()),
+                             io.Allocator<Rows>());
     io.ParallelFor(rows.size(), [&](size_t task) {
       const int64_t b = static_cast<int64_t>(task) / classes, c = static_cast<int64_t>(task) % classes;
       const T* box = boxes.data + b * count * 4;
       const T* score = scores.data + (b * classes + c) * count;
-      std::vector<int64_t> order(static_cast<size_t>(count));
+      ScratchVector<int64_t> order = io.Vector<int64_t>(static_cast<size_t>(count));
       std::iota(order.begin(), order.end(), 0);
       std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return score[x] > score[y]; });
-      std::vector<char> suppressed(static_cast<size_t>(count), 0);
+      ScratchVector<char> suppressed = io.Vector<char>(static_cast<size_t>(count));
       auto& out = rows[task];
       for (int64_t rank = 0; rank < count; ++rank) {
         const int64_t i = order[rank];

@@ -107,15 +107,17 @@ class NmsRotatedKernel : public KernelBase {
     for (size_t i = 0; use_grid && i < 4 * total_boxes; ++i) use_grid = std::isfinite(bounds[i]);
 
     // Kept box indices per (batch, class) pair, each pair on its own task and buffer.
-    std::vector<std::vector<int64_t>> kept(static_cast<size_t>(batch * classes));
+    ScratchVector<ScratchVector<int64_t>> kept(static_cast<size_t>(batch * classes),
+                                               ScratchVector<int64_t>(io.Allocator<int64_t>()),
+                                               io.Allocator<ScratchVector<int64_t>>());
     io.ParallelFor(kept.size(), [&](size_t pair) {
       const int64_t b = static_cast<int64_t>(pair) / classes;
       const T* score = scores.data + static_cast<int64_t>(pair) * count;
       const RotatedRect* batch_rects = rects.data() + b * count;
       if (use_grid) {
-        SelectOneClassWithGrid(batch_rects, bounds.data() + 4 * b * count, score, count, kept[pair]);
+        SelectOneClassWithGrid(io, batch_rects, bounds.data() + 4 * b * count, score, count, kept[pair]);
       } else {
-        SelectOneClass(batch_rects, score, count, kept[pair]);
+        SelectOneClass(io, batch_rects, score, count, kept[pair]);
       }
     });
 
@@ -134,8 +136,8 @@ class NmsRotatedKernel : public KernelBase {
 
  private:
   // Boxes in descending score order, ties by index (stable).
-  static std::vector<int64_t> ScoreOrder(const T* score, int64_t count) {
-    std::vector<int64_t> order(static_cast<size_t>(count));
+  static ScratchVector<int64_t> ScoreOrder(const KernelIO& io, const T* score, int64_t count) {
+    ScratchVector<int64_t> order = io.Vector<int64_t>(static_cast<size_t>(count));
     std::iota(order.begin(), order.end(), int64_t{0});
     std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return score[x] > score[y]; });
     return order;
@@ -144,14 +146,14 @@ class NmsRotatedKernel : public KernelBase {
   // Greedy NMS testing each box against the kept boxes whose bounds share a grid cell with it.
   // The kept set is the same as the plain scan's; kept boxes at or below the score threshold
   // stay in the grid (they suppress) but are not emitted.
-  void SelectOneClassWithGrid(const RotatedRect* rects, const double* bounds, const T* score, int64_t count,
-                              std::vector<int64_t>& kept) const {
+  void SelectOneClassWithGrid(const KernelIO& io, const RotatedRect* rects, const double* bounds, const T* score,
+                              int64_t count, ScratchVector<int64_t>& kept) const {
     const double iou_threshold = iou_threshold_;
     const T score_threshold = static_cast<T>(score_threshold_);
-    BoxGrid<double> grid(bounds, count, 0.0);
+    BoxGrid<double, SessionAllocator<double>> grid(bounds, count, 0.0, io.Allocator<double>());
     // A kept box spanning several cells is visited once per shared cell: test it only once.
-    std::vector<int64_t> tested_for(static_cast<size_t>(count), -1);
-    for (const int64_t i : ScoreOrder(score, count)) {
+    ScratchVector<int64_t> tested_for = io.Vector<int64_t>(static_cast<size_t>(count), -1);
+    for (const int64_t i : ScoreOrder(io, score, count)) {
       const auto suppresses = [&](int64_t k) {
         int64_t& last = tested_for[static_cast<size_t>(k)];
         if (last == i) return false;
@@ -166,9 +168,10 @@ class NmsRotatedKernel : public KernelBase {
 
   // The same selection as a plain scan of every later box, for negative thresholds (where
   // even disjoint boxes suppress each other) and bounds that overflow.
-  void SelectOneClass(const RotatedRect* rects, const T* score, int64_t count, std::vector<int64_t>& kept) const {
-    const std::vector<int64_t> order = ScoreOrder(score, count);
-    std::vector<char> suppressed(static_cast<size_t>(count), 0);  // by rank
+  void SelectOneClass(const KernelIO& io, const RotatedRect* rects, const T* score, int64_t count,
+                      ScratchVector<int64_t>& kept) const {
+    const ScratchVector<int64_t> order = ScoreOrder(io, score, count);
+    ScratchVector<char> suppressed = io.Vector<char>(static_cast<size_t>(count));  // by rank
     const double iou_threshold = iou_threshold_;
     const T score_threshold = static_cast<T>(score_threshold_);
     for (size_t rank = 0; rank < order.size(); ++rank) {

@@ -83,8 +83,9 @@ class RoiAlignKernel : public KernelBase {
         plane > 0 && roi_pooling::ChannelsLastPays(roi_count, bins, pooling_.sampling_ratio, channels, input.shape);
     const Scratch<T> nhwc = channels_last ? roi_pooling::ToChannelsLast(io, input) : Scratch<T>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
-      std::vector<BilinearTap<T>> taps;
-      std::vector<T> value(channels_last ? static_cast<size_t>(channels) : 0), acc(value.size());
+      ScratchVector<BilinearTap<T>> taps(io.Allocator<BilinearTap<T>>());
+      ScratchVector<T> value = io.Vector<T>(channels_last ? static_cast<size_t>(channels) : 0);
+      ScratchVector<T> acc = io.Vector<T>(value.size());
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const T* roi = rois.data + 5 * r;
         const Geometry g = RoiGeometry(roi);

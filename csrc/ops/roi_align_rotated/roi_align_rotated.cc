@@ -86,7 +86,7 @@ class RoiAlignRotatedKernel : public KernelBase {
       roi_pooling::CheckTapCount(grid_h, grid_w, bins);
       const T start_h = -roi_height / T(2), start_w = -roi_width / T(2);
 
-      std::vector<BilinearTap<T>> taps(static_cast<size_t>(bins * grid_h * grid_w));
+      ScratchVector<BilinearTap<T>> taps = io.Vector<BilinearTap<T>>(static_cast<size_t>(bins * grid_h * grid_w));
       size_t t = 0;
       for (int64_t ph = 0; ph < pooling_.output_height; ++ph) {
         for (int64_t pw = 0; pw < pooling_.output_width; ++pw) {

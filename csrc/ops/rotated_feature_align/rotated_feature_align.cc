@@ -69,7 +69,7 @@ class RotatedFeatureAlignKernel : public KernelBase {
     const int64_t plane = height * width;
     io.ParallelFor(static_cast<size_t>(batch * height), [&](size_t task) {
       const int64_t n = static_cast<int64_t>(task) / height, h = static_cast<int64_t>(task) % height;
-      std::vector<BilinearTap<T>> taps(static_cast<size_t>(width * points_));
+      ScratchVector<BilinearTap<T>> taps = io.Vector<BilinearTap<T>>(static_cast<size_t>(width * points_));
       for (int64_t w = 0; w < width; ++w)
         SamplePoints(boxes.data + ((n * height + h) * width + w) * 5, height, width, &taps[w * points_]);
       for (int64_t c = 0; c < channels; ++c) {

@@ -78,8 +78,14 @@ class SelectionBoard {
  public:
   using Key = typename RankKey<T>::Type;  // 0: not remaining
 
-  SelectionBoard(const std::vector<int64_t>& order, const std::vector<T>& score, const std::vector<int64_t>& position)
-      : id_(order), slot_(order.size()), key_(order.size()) {
+  SelectionBoard(const ScratchVector<int64_t>& order, const ScratchVector<T>& score,
+                 const ScratchVector<int64_t>& position)
+      : id_(order),
+        slot_(order.size(), 0, order.get_allocator()),
+        key_(order.size(), 0, order.get_allocator()),
+        tree_(order.get_allocator()),
+        rescan_(order.get_allocator()),
+        dirty_(order.get_allocator()) {
     const size_t blocks = std::max<size_t>(1, (order.size() + kBlock - 1) / kBlock);
     leaves_ = std::bit_ceil(blocks);
     tree_.assign(2 * leaves_, Best{0, 0});
@@ -134,13 +140,13 @@ class SelectionBoard {
     size_t slot;
   };
 
-  std::vector<int64_t> id_;   // by slot
-  std::vector<size_t> slot_;  // by id
-  std::vector<Key> key_;      // by slot
+  ScratchVector<int64_t> id_;   // by slot
+  ScratchVector<size_t> slot_;  // by id
+  ScratchVector<Key> key_;      // by slot
   size_t leaves_ = 1;
-  std::vector<Best> tree_;    // node 1 the root, block b at leaves_ + b
-  std::vector<char> rescan_;  // by block: its best must be searched again
-  std::vector<size_t> dirty_;
+  ScratchVector<Best> tree_;    // node 1 the root, block b at leaves_ + b
+  ScratchVector<char> rescan_;  // by block: its best must be searched again
+  ScratchVector<size_t> dirty_;
 };
 
 template <typename T>
@@ -179,13 +185,13 @@ class SoftNmsKernel : public KernelBase {
                 b[2] - b[0] + offset > 0 && b[3] - b[1] + offset > 0 && std::isfinite(BoxArea(b, offset)) &&
                 std::isfinite(scores.data[i]);
     }
-    std::vector<int64_t> selected;
+    ScratchVector<int64_t> selected(io.Allocator<int64_t>());
     selected.reserve(static_cast<size_t>(count));
-    std::vector<T> score(scores.data, scores.data + count);
+    ScratchVector<T> score(scores.data, scores.data + count, io.Allocator<T>());
     if (indexed) {
-      SelectIndexed(boxes.data, count, score, selected);
+      SelectIndexed(io, boxes.data, count, score, selected);
     } else {
-      SelectAllPairs(boxes.data, count, score, selected);
+      SelectAllPairs(io, boxes.data, count, score, selected);
     }
     // A selected box's score no longer changes: it is its decayed score at selection.
     const auto kept = static_cast<int64_t>(selected.size());
@@ -205,10 +211,11 @@ class SoftNmsKernel : public KernelBase {
   // box that does not overlap the selected one can still change (a threshold <= 0 in the
   // naive or linear method, empty or infinite boxes whose IoU is NaN, infinite scores).
   // `selected` receives the box ids in selection order; `score` ends decayed.
-  void SelectAllPairs(const T* boxes, int64_t count, std::vector<T>& score, std::vector<int64_t>& selected) const {
+  void SelectAllPairs(const KernelIO& io, const T* boxes, int64_t count, ScratchVector<T>& score,
+                      ScratchVector<int64_t>& selected) const {
     const T offset = static_cast<T>(offset_);
-    std::vector<int64_t> work(static_cast<size_t>(count));
-    std::vector<T> area(static_cast<size_t>(count));
+    ScratchVector<int64_t> work = io.Vector<int64_t>(static_cast<size_t>(count));
+    ScratchVector<T> area = io.Vector<T>(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) work[i] = i, area[i] = BoxArea(boxes + 4 * i, offset);
     const T min_score = static_cast<T>(min_score_);
     for (int64_t i = 0; i < count; ++i) {
@@ -236,17 +243,19 @@ class SoftNmsKernel : public KernelBase {
   // does not overlap has IoU exactly 0) and IoU 0 keeps weight 1. A board of rank keys
   // picks the next box as the original's scan would; a grid finds the remaining overlapping ones;
   // drops replay the original's move-the-last-box order, which decides later ties.
-  void SelectIndexed(const T* boxes, int64_t count, std::vector<T>& score, std::vector<int64_t>& selected) const {
+  void SelectIndexed(const KernelIO& io, const T* boxes, int64_t count, ScratchVector<T>& score,
+                     ScratchVector<int64_t>& selected) const {
     const T offset = static_cast<T>(offset_);
     const T min_score = static_cast<T>(min_score_);
-    std::vector<int64_t> work(static_cast<size_t>(count)), position(static_cast<size_t>(count));
-    std::vector<T> area(static_cast<size_t>(count));
+    ScratchVector<int64_t> work = io.Vector<int64_t>(static_cast<size_t>(count));
+    ScratchVector<int64_t> position = io.Vector<int64_t>(static_cast<size_t>(count));
+    ScratchVector<T> area = io.Vector<T>(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) work[i] = position[i] = i, area[i] = BoxArea(boxes + 4 * i, offset);
-    PackedBoxGrid<T> grid(boxes, count, offset);
+    PackedBoxGrid<T, SessionAllocator<T>> grid(boxes, count, offset, io.Allocator<T>());
     SelectionBoard<T> board(grid.CellOrder(), score, position);
     const auto rank = [&](int64_t k) { return RankKey<T>::Of(score[k], position[k]); };
-    std::vector<int64_t> drops, drop_positions;
-    std::vector<char> dropping(static_cast<size_t>(count), 0);
+    ScratchVector<int64_t> drops(io.Allocator<int64_t>()), drop_positions(io.Allocator<int64_t>());
+    ScratchVector<char> dropping = io.Vector<char>(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) {
       const int64_t sel = board.Top();
       const int64_t best = position[sel], displaced = work[i];
