@@ -181,13 +181,14 @@ class DeformConvKernel : public KernelBase {
     const int64_t pixels = g.height * g.width;
     const Scratch<T> image_nhwc = io.Allocate<T>(static_cast<size_t>((pixels + 1) * g.channels));
     const Scratch<T> weights = io.Allocate<T>(static_cast<size_t>(g.out_channels * rows));
-    for (int64_t o = 0; o < g.out_channels; ++o) {
+    io.ParallelFor(static_cast<size_t>(g.out_channels), [&](size_t channel) {
+      const auto o = static_cast<int64_t>(channel);
       for (int64_t c = 0; c < group_channels; ++c) {
         for (int64_t k = 0; k < taps; ++k) {
           weights[(o * taps + k) * group_channels + c] = weight.data[(o * group_channels + c) * taps + k];
         }
       }
-    }
+    });
     // Positions are processed in chunks; scratch comes from the session's allocator, whose
     // arena hands the same memory back run after run, once per Compute.
     const int64_t per_position = (rows + group_out) * static_cast<int64_t>(sizeof(T));
@@ -213,12 +214,13 @@ class DeformConvKernel : public KernelBase {
           T* target = width == positions ? out : product.data();
           gemm_->Run(io.context(), weights.data() + group * group_out * rows, columns.data(), target, group_out, rows,
                      width);
-          for (int64_t o = 0; o < group_out; ++o) {
+          io.ParallelFor(static_cast<size_t>(group_out), [&](size_t channel) {
+            const auto o = static_cast<int64_t>(channel);
             const T b = bias ? bias[group * group_out + o] : T(0);
             const T* src = target + o * width;
             T* dst = out + o * positions;
             for (int64_t p = 0; p < width; ++p) dst[p] = src[p] + b;
-          }
+          });
         }
       }
     }
