@@ -35,11 +35,11 @@ def _nms_match(
         for c in range(scores.shape[1]):
             score = scores[b, c]
             order = torch.sort(score, descending=True, stable=True).indices.tolist()
-            suppressed = torch.zeros(len(order), dtype=torch.bool)
+            suppressed = torch.zeros(len(order), dtype=torch.bool, device=boxes.device)
             for rank, i in enumerate(order):
                 if suppressed[i]:
                     continue
-                later = torch.tensor(order[rank + 1 :], dtype=torch.long)
+                later = torch.tensor(order[rank + 1 :], dtype=torch.long, device=boxes.device)
                 later = later[~suppressed[later]]
                 width = (torch.minimum(x2[i], x2[later]) - torch.maximum(x1[i], x1[later])).clamp(min=0)
                 height = (torch.minimum(y2[i], y2[later]) - torch.maximum(y1[i], y1[later])).clamp(min=0)
@@ -50,7 +50,7 @@ def _nms_match(
                 suppressed[matched] = True
                 if float(score[i]) > score_limit:
                     rows += [[b, c, i, int(j)] for j in matched]
-    return torch.tensor(rows, dtype=torch.int64).reshape(-1, 4)
+    return torch.tensor(rows, dtype=torch.int64, device=boxes.device).reshape(-1, 4)
 
 
 @_nms_match.register_fake

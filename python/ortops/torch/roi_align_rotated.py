@@ -43,10 +43,11 @@ def _roi_align_rotated(
             continue
         bin_h, bin_w = roi_h / output_height, roi_w / output_width
         dtype = input.dtype
-        ph = torch.arange(output_height, dtype=dtype)[:, None, None, None]
-        iy = (torch.arange(grid_h, dtype=dtype) + 0.5)[None, :, None, None]
-        pw = torch.arange(output_width, dtype=dtype)[None, None, :, None]
-        ix = (torch.arange(grid_w, dtype=dtype) + 0.5)[None, None, None, :]
+        device = input.device
+        ph = torch.arange(output_height, dtype=dtype, device=device)[:, None, None, None]
+        iy = (torch.arange(grid_h, dtype=dtype, device=device) + 0.5)[None, :, None, None]
+        pw = torch.arange(output_width, dtype=dtype, device=device)[None, None, :, None]
+        ix = (torch.arange(grid_w, dtype=dtype, device=device) + 0.5)[None, None, None, :]
         yy = -roi_h / 2 + ph * bin_h + iy * bin_h / grid_h
         xx = -roi_w / 2 + pw * bin_w + ix * bin_w / grid_w
         y = yy * torch.cos(theta) - xx * torch.sin(theta) + center_h

@@ -60,10 +60,10 @@ def _soft_nms(
     work = list(range(len(scores)))  # mmcv's working order: it decides ties
     count, i = len(work), 0
     while i < count:
-        rest = torch.tensor(work[i:count])
+        rest = torch.tensor(work[i:count], device=boxes.device)
         best = i + int(torch.argmax(scores[rest]))  # first maximum in working order
         work[i], work[best] = work[best], work[i]
-        others = torch.tensor(work[i + 1 : count], dtype=torch.long)
+        others = torch.tensor(work[i + 1 : count], dtype=torch.long, device=boxes.device)
         if len(others):
             iou = _box_iou(boxes[work[i]], boxes[others], offset)
             if method == 0:
@@ -82,7 +82,7 @@ def _soft_nms(
                 else:
                     pos += 1
         i += 1
-    kept = torch.tensor(work[:count], dtype=torch.long)
+    kept = torch.tensor(work[:count], dtype=torch.long, device=boxes.device)
     dets = torch.cat([boxes[kept].reshape(-1, 4), scores[kept].reshape(-1, 1)], 1)
     return dets, kept
 
