@@ -147,6 +147,28 @@ def test_indexed_path_on_dense_spread_and_signed_zero_inputs(dtype, method) -> N
         np.testing.assert_allclose(dets, expected_dets, **TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("method", [1, 2])
+def test_indexed_path_equals_the_literal_replay_on_thousands_of_boxes(dtype, method) -> None:
+    """Too many boxes for the Python reference: the kernel's own all-pairs path (the original's
+    loop, taken when any box is empty) is the reference. The empty box comes last with a score
+    below min_score, so the first pass drops it without moving any other box."""
+    rng = np.random.default_rng(21)
+    centers = rng.uniform(0, 1000, (60, 2))[rng.integers(0, 60, 3000)]
+    xy = centers + rng.normal(0, 8, (3000, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(20, 120, (3000, 2))], 1).astype(dtype)
+    scores = (np.round(rng.random(3000) * 64) / 64).astype(dtype)  # many exact ties
+    attrs = dict(iou_threshold=0.3, sigma=0.5, min_score=0.01, method=method)
+    dets, indices = soft("SoftNMS", "ortops", boxes, scores, **attrs)
+    empty = np.array([[5000, 5000, 5000, 5000]], dtype)
+    all_dets, all_indices = soft(
+        "SoftNMS", "ortops", np.concatenate([boxes, empty]), np.append(scores, dtype(0)), **attrs
+    )
+    np.testing.assert_array_equal(indices, all_indices)
+    np.testing.assert_array_equal(dets, all_dets)
+    assert 100 < len(indices) < 3000
+
+
 @pytest.mark.parametrize("domain,op", DOMAINS)
 def test_ties_follow_the_working_order_not_the_index(domain, op) -> None:
     """mmcv swaps the selected box to the front: selecting box 2 first moves box 0 behind box 1,
