@@ -331,18 +331,19 @@ def soft_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold, sigma, min_sc
 
 
 def nms_match(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_threshold: float) -> np.ndarray:
-    """mmdeploy's NMSMatch as the spec says, ties by lower index: rows (batch, class, kept, suppressed).
+    """mmdeploy's NMSMatch, one pair at a time: rows (batch, class, kept, suppressed).
 
-    The thresholds arrive as float32 tensors, so their float32 values are compared.
+    Box arithmetic in the boxes' dtype; 1e-10 added to the union in float64 and the quotient
+    rounded to float32 (the original's return type); the thresholds arrive as float32
+    tensors, so their float32 values are compared. Equal scores: lower index first.
     """
-    iou_threshold, score_threshold = float(np.float32(iou_threshold)), float(np.float32(score_threshold))
+    iou_limit, score_limit = np.float32(iou_threshold), float(np.float32(score_threshold))
     rows = []
-    b_count, n = boxes.shape[:2]
-    for b in range(b_count):
+    for b in range(boxes.shape[0]):
         for c in range(scores.shape[1]):
             s = scores[b, c]
-            order = sorted(range(n), key=lambda i: (-s[i], i))
-            suppressed = set()
+            order = sorted(range(boxes.shape[1]), key=lambda i: (-s[i], i))
+            suppressed: set[int] = set()
             for rank, i in enumerate(order):
                 if i in suppressed:
                     continue
@@ -351,15 +352,15 @@ def nms_match(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score
                     if j in suppressed:
                         continue
                     a, o = boxes[b, i], boxes[b, j]
-                    t = type(a[0])  # box arithmetic in the boxes' dtype, the final division in float64
+                    t = type(a[0])
                     w = max(t(0), min(a[2], o[2]) - max(a[0], o[0]))
                     h = max(t(0), min(a[3], o[3]) - max(a[1], o[1]))
-                    area_a, area_o = (a[2] - a[0]) * (a[3] - a[1]), (o[2] - o[0]) * (o[3] - o[1])
                     inter = w * h
-                    if float(inter) / (float(area_a + area_o - inter) + 1e-10) >= iou_threshold:
+                    union = (a[2] - a[0]) * (a[3] - a[1]) + (o[2] - o[0]) * (o[3] - o[1]) - inter
+                    if np.float32(float(inter) / (float(union) + 1e-10)) >= iou_limit:
                         suppressed.add(j)
                         matched.append(j)
-                if float(s[i]) > score_threshold and matched:
+                if float(s[i]) > score_limit:
                     rows += [[b, c, i, j] for j in matched]
     return np.array(rows, np.int64).reshape(-1, 4)
 

@@ -1,49 +1,15 @@
-"""NMSMatch (mmdeploy, ortops) against a slow loop written from the spec."""
+"""NMSMatch (mmdeploy, ortops) against the slow loop written from the spec in references.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import references
 from onnx import TensorProto, helper, numpy_helper
 
 from ortest import IR_VERSION, run, session
 
 DOMAINS = [("mmdeploy", "NMSMatch"), ("ortops", "NMSMatch")]
-
-
-def reference(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_threshold: float) -> np.ndarray:
-    """mmdeploy's NMSMatch, one pair at a time: rows (batch, class, kept, suppressed).
-
-    Box arithmetic in the boxes' dtype; 1e-10 added to the union in float64 and the quotient
-    rounded to float32 (the original's return type); thresholds are float32 values. Equal
-    scores: lower index first.
-    """
-    iou_limit, score_limit = np.float32(iou_threshold), float(np.float32(score_threshold))
-    rows = []
-    for b in range(boxes.shape[0]):
-        for c in range(scores.shape[1]):
-            s = scores[b, c]
-            order = sorted(range(boxes.shape[1]), key=lambda i: (-s[i], i))
-            suppressed: set[int] = set()
-            for rank, i in enumerate(order):
-                if i in suppressed:
-                    continue
-                matched = []
-                for j in order[rank + 1 :]:
-                    if j in suppressed:
-                        continue
-                    a, o = boxes[b, i], boxes[b, j]
-                    t = type(a[0])
-                    w = max(t(0), min(a[2], o[2]) - max(a[0], o[0]))
-                    h = max(t(0), min(a[3], o[3]) - max(a[1], o[1]))
-                    inter = w * h
-                    union = (a[2] - a[0]) * (a[3] - a[1]) + (o[2] - o[0]) * (o[3] - o[1]) - inter
-                    if np.float32(float(inter) / (float(union) + 1e-10)) >= iou_limit:
-                        suppressed.add(j)
-                        matched.append(j)
-                if float(s[i]) > score_limit:
-                    rows += [[b, c, i, j] for j in matched]
-    return np.array(rows, np.int64).reshape(-1, 4)
 
 
 def case(rng: np.random.Generator, b: int, c: int, n: int, dtype: type = np.float32):
@@ -72,7 +38,7 @@ def test_matches_reference(domain, op, dtype, shape, iou, score) -> None:
     boxes, scores = case(np.random.default_rng(sum(shape)), *shape, dtype)
     got = match(op, domain, boxes, scores, iou, score)
     assert got.dtype == np.int64 and got.shape[1:] == (4,)
-    np.testing.assert_array_equal(got, reference(boxes, scores, iou, score))
+    np.testing.assert_array_equal(got, references.nms_match(boxes, scores, iou, score))
 
 
 def test_reference_by_hand() -> None:
@@ -81,7 +47,7 @@ def test_reference_by_hand() -> None:
     scores = np.array([[[0.5, 0.9, 0.8, 0.3, 0.2]]], np.float32)
     # Order 1, 2, 0, 3, 4. Box 1 suppresses 0 (IoU 0.8) then 3 (0.8/0.9); box 2 suppresses 4 (0.9).
     expected = [[0, 0, 1, 0], [0, 0, 1, 3], [0, 0, 2, 4]]
-    np.testing.assert_array_equal(reference(boxes, scores, 0.75, 0.0), expected)
+    np.testing.assert_array_equal(references.nms_match(boxes, scores, 0.75, 0.0), expected)
     np.testing.assert_array_equal(match("NMSMatch", "ortops", boxes, scores, 0.75, 0.0), expected)
 
 
@@ -119,7 +85,7 @@ def test_empty_and_infinite_boxes() -> None:
     scores = np.array([[[0.9, 0.8, 0.7, 0.6, 0.5]]], np.float32)
     for iou in (0.0, 0.5):
         got = match("NMSMatch", "ortops", boxes, scores, iou, 0.0)
-        np.testing.assert_array_equal(got, reference(boxes, scores, iou, 0.0))
+        np.testing.assert_array_equal(got, references.nms_match(boxes, scores, iou, 0.0))
     assert match("NMSMatch", "ortops", boxes, scores, 0.0, 0.0).shape[0] > 0  # IoU 0 reaches a threshold of 0
 
 
@@ -127,7 +93,7 @@ def test_empty_and_infinite_boxes() -> None:
 def test_thread_counts_agree(threads: int) -> None:
     boxes, scores = case(np.random.default_rng(4), 3, 5, 40)
     np.testing.assert_array_equal(
-        match("NMSMatch", "ortops", boxes, scores, 0.4, 0.2, threads), reference(boxes, scores, 0.4, 0.2)
+        match("NMSMatch", "ortops", boxes, scores, 0.4, 0.2, threads), references.nms_match(boxes, scores, 0.4, 0.2)
     )
 
 
@@ -158,7 +124,7 @@ def test_node_as_mmdeploy_exported_it() -> None:
     )
     boxes, scores = case(np.random.default_rng(7), 1, 3, 25)
     (got,) = session(model).run(None, {"boxes": boxes, "scores": scores})
-    np.testing.assert_array_equal(got, reference(boxes, scores, 0.45, 0.05))
+    np.testing.assert_array_equal(got, references.nms_match(boxes, scores, 0.45, 0.05))
 
 
 @pytest.mark.parametrize("domain,op", DOMAINS)

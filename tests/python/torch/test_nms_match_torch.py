@@ -1,9 +1,10 @@
-"""ortops.torch.nms_match: eager against a slow loop over torch tensors, and export round trips."""
+"""ortops.torch.nms_match: eager against the slow loop of references.py, and export round trips."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import references
 import torch
 
 import ortops.torch
@@ -12,35 +13,8 @@ from roundtrip import EXPORTERS, custom_nodes, export, run_onnx
 
 
 def reference(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, score_threshold: float) -> list:
-    """The spec, one pair of boxes at a time: IoU = inter / (union + 1e-10) in float64 over the
-    boxes' own arithmetic, rounded to float32; thresholds as float32 values; ties by lower index."""
-    iou_limit = torch.tensor(iou_threshold, dtype=torch.float32)
-    score_limit = float(torch.tensor(score_threshold, dtype=torch.float32))
-    rows = []
-    for b in range(boxes.shape[0]):
-        for c in range(scores.shape[1]):
-            s = scores[b, c].tolist()
-            order = sorted(range(boxes.shape[1]), key=lambda i: (-s[i], i))
-            suppressed: set[int] = set()
-            for rank, i in enumerate(order):
-                if i in suppressed:
-                    continue
-                matched = []
-                for j in order[rank + 1 :]:
-                    if j in suppressed:
-                        continue
-                    a, o = boxes[b, i], boxes[b, j]
-                    zero = a.new_zeros(())
-                    inter = torch.maximum(zero, torch.minimum(a[2], o[2]) - torch.maximum(a[0], o[0])) * torch.maximum(
-                        zero, torch.minimum(a[3], o[3]) - torch.maximum(a[1], o[1])
-                    )
-                    union = (a[2] - a[0]) * (a[3] - a[1]) + (o[2] - o[0]) * (o[3] - o[1]) - inter
-                    if torch.tensor(float(inter) / (float(union) + 1e-10), dtype=torch.float32) >= iou_limit:
-                        suppressed.add(j)
-                        matched.append(j)
-                if s[i] > score_limit:
-                    rows += [[b, c, i, j] for j in matched]
-    return rows
+    """The slow loop of references.py, on the tensors' values."""
+    return references.nms_match(boxes.numpy(), scores.numpy(), iou_threshold, score_threshold).tolist()
 
 
 def case(b: int, c: int, n: int, seed: int = 0, dtype: torch.dtype = torch.float32):
