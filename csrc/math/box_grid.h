@@ -28,6 +28,10 @@ class GridCells {
     int64_t Count() const { return x0 > x1 ? 0 : (x1 - x0 + 1) * (y1 - y0 + 1); }
   };
 
+  // A box over more cells than this is kept in a list of its own, which every query visits,
+  // instead of in each of its cells.
+  static constexpr int64_t kMaxCellsPerBox = 16;
+
   // `boxes` must be finite.
   GridCells(const T* boxes, int64_t count, T offset, double cell_scale, const Allocator& allocator)
       : boxes_(boxes), offset_(offset) {
@@ -58,8 +62,8 @@ class GridCells {
     rows_ = static_cast<int64_t>((max_y - min_y) / cell_) + 1;
   }
 
-  int64_t columns() const { return columns_; }
   int64_t size() const { return columns_ * rows_; }
+  size_t Index(int64_t x, int64_t y) const { return static_cast<size_t>(y * columns_ + x); }
 
   Range Of(int64_t i) const {
     const T* b = boxes_ + 4 * i;
@@ -103,7 +107,7 @@ class BoxGrid {
     const auto r = cells_.Of(i);
     for (int64_t y = r.y0; y <= r.y1; ++y) {
       for (int64_t x = r.x0; x <= r.x1; ++x) {
-        for (int32_t e = head_[static_cast<size_t>(y * cells_.columns() + x)]; e >= 0; e = entries_[e].next) {
+        for (int32_t e = head_[cells_.Index(x, y)]; e >= 0; e = entries_[e].next) {
           if (visit(entries_[e].box)) return true;
         }
       }
@@ -114,13 +118,13 @@ class BoxGrid {
   void Insert(int64_t i) {
     const auto r = cells_.Of(i);
     if (r.Count() == 0) return;
-    if (r.Count() > kMaxCellsPerBox) {
+    if (r.Count() > GridCells<T, Allocator>::kMaxCellsPerBox) {
       wide_.push_back(i);
       return;
     }
     for (int64_t y = r.y0; y <= r.y1; ++y) {
       for (int64_t x = r.x0; x <= r.x1; ++x) {
-        int32_t& head = head_[static_cast<size_t>(y * cells_.columns() + x)];
+        int32_t& head = head_[cells_.Index(x, y)];
         entries_.push_back({i, head});
         head = static_cast<int32_t>(entries_.size() - 1);
       }
@@ -128,8 +132,6 @@ class BoxGrid {
   }
 
  private:
-  static constexpr int64_t kMaxCellsPerBox = 16;
-
   struct Entry {
     int64_t box;
     int32_t next;
@@ -181,7 +183,7 @@ class PackedBoxGrid {
       if (r.Count() > kMaxCellsPerBox) wide_.push_back(static_cast<int32_t>(i));
       if (!packed) continue;
       for (int64_t y = r.y0; y <= r.y1; ++y) {
-        for (int64_t x = r.x0; x <= r.x1; ++x) ++fill[static_cast<size_t>(y * cells_.columns() + x) + 1];
+        for (int64_t x = r.x0; x <= r.x1; ++x) ++fill[cells_.Index(x, y) + 1];
       }
     }
     size_t largest = 0;
@@ -202,7 +204,7 @@ class PackedBoxGrid {
       int64_t slot = first_slot_[static_cast<size_t>(i)];
       for (int64_t y = r.y0; y <= r.y1; ++y) {
         for (int64_t x = r.x0; x <= r.x1; ++x) {
-          const auto e = static_cast<size_t>(end_[static_cast<size_t>(y * cells_.columns() + x)]++);
+          const auto e = static_cast<size_t>(end_[cells_.Index(x, y)]++);
           x1_[e] = b[0], y1_[e] = b[1], x2_[e] = b[2], y2_[e] = b[3];
           id_[e] = static_cast<int32_t>(i), column_[e] = static_cast<int32_t>(r.x0),
           row_[e] = static_cast<int32_t>(r.y0);
@@ -218,7 +220,7 @@ class PackedBoxGrid {
     GridVector<Allocator, int64_t> first(static_cast<size_t>(cells_.size()) + 1, 0, id_.get_allocator());
     GridVector<Allocator, int64_t> order(range_.size(), 0, id_.get_allocator());
     const auto cell_of = [&](size_t i) {
-      return range_[i].Count() == 0 ? 0 : static_cast<size_t>(range_[i].y0 * cells_.columns() + range_[i].x0);
+      return range_[i].Count() == 0 ? 0 : cells_.Index(range_[i].x0, range_[i].y0);
     };
     for (size_t i = 0; i < range_.size(); ++i) ++first[cell_of(i) + 1];
     for (size_t c = 1; c < first.size(); ++c) first[c] += first[c - 1];
@@ -235,10 +237,10 @@ class PackedBoxGrid {
       return;
     }
     int64_t slot = first_slot_[static_cast<size_t>(i)];
-    for (int64_t y = r.y0; y <= r.y1 && r.Count() > 0; ++y) {
+    for (int64_t y = r.y0; y <= r.y1; ++y) {  // an empty range (Count() 0) has y0 > y1 too
       for (int64_t x = r.x0; x <= r.x1; ++x) {
         const auto e = static_cast<size_t>(slot_[static_cast<size_t>(slot++)]);
-        const auto last = static_cast<size_t>(--end_[static_cast<size_t>(y * cells_.columns() + x)]);
+        const auto last = static_cast<size_t>(--end_[cells_.Index(x, y)]);
         if (e == last) continue;
         x1_[e] = x1_[last], y1_[e] = y1_[last], x2_[e] = x2_[last], y2_[e] = y2_[last];
         id_[e] = id_[last], column_[e] = column_[last], row_[e] = row_[last];
@@ -258,11 +260,11 @@ class PackedBoxGrid {
     for (int32_t k : wide_) {
       if (BoxesIntersect(q, boxes_ + 4 * k, offset_)) visit(int64_t{k});
     }
-    const auto r = cells_.Of(i);
+    const auto r = range_[static_cast<size_t>(i)];
     const T q_x1 = q[0], q_y1 = q[1], q_x2 = q[2], q_y2 = q[3], offset = offset_;
     for (int64_t y = r.y0; y <= r.y1; ++y) {
       for (int64_t x = r.x0; x <= r.x1; ++x) {
-        const auto cell = static_cast<size_t>(y * cells_.columns() + x);
+        const auto cell = cells_.Index(x, y);
         const auto begin = static_cast<size_t>(begin_[cell]), size = static_cast<size_t>(end_[cell]) - begin;
         // A pair is met in every cell the two share; it counts in the first of them, the
         // cell (max of first columns, max of first rows). In the query's first column
@@ -287,7 +289,7 @@ class PackedBoxGrid {
   }
 
  private:
-  static constexpr int64_t kMaxCellsPerBox = 16;
+  static constexpr int64_t kMaxCellsPerBox = GridCells<T, Allocator>::kMaxCellsPerBox;
 
   const T* boxes_;
   T offset_;

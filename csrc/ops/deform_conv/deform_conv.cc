@@ -155,7 +155,7 @@ class DeformConvKernel : public KernelBase {
   }
 
   void Compute(const KernelIO& io) const {
-    constexpr size_t kWeightIndex = kLayout == Layout::kOrtops ? 2 : kLayout == Layout::kModulated ? 3 : 2;
+    constexpr size_t kWeightIndex = kLayout == Layout::kModulated ? 3 : 2;  // after the mask there
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> offset = io.Input<T>(1, 4);
     const ConstTensor<T> weight = io.Input<T>(kWeightIndex, 4);

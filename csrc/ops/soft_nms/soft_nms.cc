@@ -69,7 +69,7 @@ struct RankKey<double> {
 };
 
 // The original's next pick: the remaining box with the highest rank key. Keys sit in
-// blocks of 64 in an order where neighbouring boxes are mostly in the same block, each
+// blocks of 256 in an order where neighbouring boxes are mostly in the same block, each
 // block's best under a binary tree of bests. A key that falls below its block's best,
 // the common case of a decay, costs one store; a block whose best changed is rescanned
 // and its tree path redone when the next pick is asked for.
@@ -188,7 +188,7 @@ class SoftNmsKernel : public KernelBase {
     Check(count < (int64_t{1} << 31), "input 'boxes' has ", count, " boxes; at most 2^31 - 1 are supported");
 
     const T offset = static_cast<T>(offset_);
-    // Infinite scores (inf * 0) and infinite areas (inf / inf) make NaN scores, which the heap
+    // Infinite scores (inf * 0) and infinite areas (inf / inf) make NaN scores, which rank keys
     // cannot order as the original's scan does: those inputs take the all-pairs path.
     bool indexed = method_ == 2 || iou_threshold_ > 0;
     for (int64_t i = 0; i < count && indexed; ++i) {
@@ -299,7 +299,6 @@ class SoftNmsKernel : public KernelBase {
         while (p < count && dropping[work[p]]) {
           const int64_t victim = work[p];
           dropping[victim] = 0;
-          position[victim] = -1;
           board.Set(victim, 0);
           grid.Remove(victim);
           const int64_t last = work[--count];
