@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/channels_last.h"
 #include "core/ort_gemm.h"
 
 namespace ortops::deform_conv {
@@ -180,6 +181,7 @@ class DeformConvKernel : public KernelBase {
     // columns ordered (tap, channel), and the weights reordered to match.
     const int64_t pixels = g.height * g.width;
     const Scratch<T> image_nhwc = io.Allocate<T>(static_cast<size_t>((pixels + 1) * g.channels));
+    std::fill_n(image_nhwc.data() + pixels * g.channels, g.channels, T(0));
     const Scratch<T> weights = io.Allocate<T>(static_cast<size_t>(g.out_channels * rows));
     io.ParallelFor(static_cast<size_t>(g.out_channels), [&](size_t channel) {
       const auto o = static_cast<int64_t>(channel);
@@ -294,19 +296,6 @@ class DeformConvKernel : public KernelBase {
             kLayout == Layout::kOrtops ? "] (C_out) or [0], got " : "] (C_out), got ", ShapeText{b.shape});
       return b.data;
     }
-  }
-
-  // image[c, pixel] -> out[pixel, c] for `pixels` pixels, then one pixel of zeros.
-  static void ToChannelsLast(const KernelIO& io, const T* image, int64_t channels, int64_t pixels, T* out) {
-    constexpr int64_t kTile = 64;
-    const int64_t tiles = (pixels + kTile - 1) / kTile;
-    io.ParallelFor(static_cast<size_t>(tiles), [&](size_t tile) {
-      const int64_t first = static_cast<int64_t>(tile) * kTile, last = std::min(pixels, first + kTile);
-      for (int64_t c = 0; c < channels; ++c) {
-        for (int64_t p = first; p < last; ++p) out[p * channels + c] = image[c * pixels + p];
-      }
-    });
-    std::fill_n(out + pixels * channels, channels, T(0));
   }
 
   // Rows [begin, end) of the column matrix of convolution group `group`: for each output

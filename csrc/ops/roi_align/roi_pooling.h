@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/channels_last.h"
 #include "core/error.h"
 #include "core/kernel_io.h"
 #include "math/bilinear.h"
@@ -89,20 +90,15 @@ void AveragePool(const T* map, const BilinearTap<T>* taps, int64_t bins, int64_t
   }
 }
 
-// [N, C, H, W] -> [N, H, W, C], so that a bilinear tap reads all channels contiguously.
+// [N, C, H, W] -> [N, H, W, C] in scratch memory.
 template <typename T>
 Scratch<T> ToChannelsLast(const KernelIO& io, const ConstTensor<T>& input) {
-  const int64_t batch = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
+  const int64_t batch = input.dim(0), channels = input.dim(1), pixels = input.dim(2) * input.dim(3);
   Scratch<T> out = io.Allocate<T>(static_cast<size_t>(input.size()));
-  io.ParallelFor(static_cast<size_t>(batch * height), [&](size_t task) {
-    const int64_t n = static_cast<int64_t>(task) / height, y = static_cast<int64_t>(task) % height;
-    const T* src = input.data + (n * channels * height + y) * width;
-    T* dst = out.data() + static_cast<int64_t>(task) * width * channels;
-    for (int64_t c = 0; c < channels; ++c) {
-      const T* row = src + c * height * width;
-      for (int64_t x = 0; x < width; ++x) dst[x * channels + c] = row[x];
-    }
-  });
+  for (int64_t n = 0; n < batch; ++n) {
+    ortops::ToChannelsLast(io, input.data + n * channels * pixels, channels, pixels,
+                           out.data() + n * pixels * channels);
+  }
   return out;
 }
 
