@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -413,8 +414,16 @@ def rotated_iou(a, b) -> float:
     return inter / union if union != 0 else float("nan")
 
 
-def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_threshold: float) -> np.ndarray:
-    """mmdeploy's NMSRotated as the spec says: rows (batch, class, box)."""
+def nms_rotated(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    iou_threshold: float,
+    score_threshold: float,
+    iou: Callable[[np.ndarray, np.ndarray], float] | None = None,
+) -> np.ndarray:
+    """mmdeploy's NMSRotated as the spec says: rows (batch, class, box). `iou` (default
+    rotated_iou) lets a test bring a rotated IoU computed another way."""
+    iou = iou or rotated_iou
     iou_threshold, score_threshold = float(np.float32(iou_threshold)), float(np.float32(score_threshold))
     rows = []
     for b in range(boxes.shape[0]):
@@ -423,7 +432,7 @@ def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, sco
             order = sorted(range(boxes.shape[1]), key=lambda i: (-s[i], i))
             kept: list[int] = []
             for i in order:
-                if all(not (rotated_iou(boxes[b, k], boxes[b, i]) > iou_threshold) for k in kept):
+                if all(not (iou(boxes[b, k], boxes[b, i]) > iou_threshold) for k in kept):
                     kept.append(i)
             rows += [[b, c, i] for i in kept if float(s[i]) > score_threshold]
     return np.array(rows, np.int64).reshape(-1, 3)

@@ -13,6 +13,7 @@ import math
 import numpy as np
 import onnx
 import pytest
+import references
 from onnx import TensorProto, helper
 
 from ortest import IR_VERSION, run, session
@@ -96,18 +97,8 @@ def ref_iou(a, b) -> float:
 
 
 def ref_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_threshold: float) -> np.ndarray:
-    """The spec as a slow loop: per batch and class, greedy in (score desc, index asc) order."""
-    iou_threshold, score_threshold = float(np.float32(iou_threshold)), float(np.float32(score_threshold))
-    rows = []
-    for b in range(boxes.shape[0]):
-        for c in range(scores.shape[1]):
-            s = scores[b, c]
-            kept: list[int] = []
-            for i in sorted(range(boxes.shape[1]), key=lambda i: (-s[i], i)):
-                if all(ref_iou(boxes[b, k], boxes[b, i]) <= iou_threshold for k in kept):
-                    kept.append(i)
-            rows += [[b, c, i] for i in kept if s[i] > score_threshold]
-    return np.array(rows, np.int64).reshape(-1, 3)
+    """The slow greedy loop of references.py over this file's hull-based IoU."""
+    return references.nms_rotated(boxes, scores, iou_threshold, score_threshold, iou=ref_iou)
 
 
 def margin_to(boxes: np.ndarray, threshold: float) -> float:

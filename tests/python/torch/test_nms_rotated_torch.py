@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pytest
+import references
 import torch
 
 import ortops.torch
@@ -59,17 +60,10 @@ def ref_iou(a, b) -> float:
 
 
 def ref_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, score_threshold: float) -> np.ndarray:
-    iou_threshold, score_threshold = float(np.float32(iou_threshold)), float(np.float32(score_threshold))
-    boxes, scores = boxes.double().tolist(), scores.double().tolist()
-    rows = []
-    for b, batch in enumerate(boxes):
-        for c, s in enumerate(scores[b]):
-            kept: list[int] = []
-            for i in sorted(range(len(batch)), key=lambda i: (-s[i], i)):
-                if all(ref_iou(batch[k], batch[i]) <= iou_threshold for k in kept):
-                    kept.append(i)
-            rows += [[b, c, i] for i in kept if s[i] > score_threshold]
-    return np.array(rows, np.int64).reshape(-1, 3)
+    """The slow greedy loop of references.py over this file's clipping IoU, in float64."""
+    return references.nms_rotated(
+        boxes.double().numpy(), scores.double().numpy(), iou_threshold, score_threshold, iou=ref_iou
+    )
 
 
 def clear_of(boxes: torch.Tensor, threshold: float) -> bool:
