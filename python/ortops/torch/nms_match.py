@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ortops.torch._boxes import check_batched_boxes_and_scores
 from ortops.torch._export import onnx_opset, register_export, typed
 
 
@@ -11,13 +12,7 @@ from ortops.torch._export import onnx_opset, register_export, typed
 def _nms_match(
     boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: torch.Tensor, score_threshold: torch.Tensor
 ) -> torch.Tensor:
-    if boxes.dim() != 3 or boxes.shape[2] != 4:
-        raise ValueError(f"ortops.nms_match: boxes must have shape [B, N, 4], got {list(boxes.shape)}")
-    if scores.dim() != 3 or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
-        raise ValueError(
-            f"ortops.nms_match: scores must have shape [B, C, N] = [{boxes.shape[0]}, C, {boxes.shape[1]}], "
-            f"got {list(scores.shape)}"
-        )
+    check_batched_boxes_and_scores("nms_match", boxes, scores, 4)
     for name, t in (("iou_threshold", iou_threshold), ("score_threshold", score_threshold)):
         if t.numel() != 1:
             raise ValueError(f"ortops.nms_match: {name} must hold one value, got shape {list(t.shape)}")

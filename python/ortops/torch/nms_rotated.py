@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch.onnx import symbolic_helper
 
+from ortops.torch._boxes import check_batched_boxes_and_scores
 from ortops.torch._export import onnx_opset, register_export, typed
 
 # Corner signs in order around the rectangle: (-w/2, -h/2), (w/2, -h/2), (w/2, h/2), (-w/2, h/2).
@@ -112,13 +113,7 @@ def _as_float32(value: float) -> float:
 def _nms_rotated(
     boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, score_threshold: float
 ) -> torch.Tensor:
-    if boxes.dim() != 3 or boxes.shape[2] != 5:
-        raise ValueError(f"ortops.nms_rotated: boxes must have shape [B, N, 5], got {list(boxes.shape)}")
-    if scores.dim() != 3 or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
-        raise ValueError(
-            f"ortops.nms_rotated: scores must have shape [B, C, N] = [{boxes.shape[0]}, C, {boxes.shape[1]}], "
-            f"got {list(scores.shape)}"
-        )
+    check_batched_boxes_and_scores("nms_rotated", boxes, scores, 5)
     if not boxes.is_floating_point() or scores.dtype != boxes.dtype:
         raise ValueError(
             f"ortops.nms_rotated: boxes and scores must share a float dtype, got {boxes.dtype}, {scores.dtype}"
