@@ -46,12 +46,6 @@ inline void RotatedCornerOffsets(double w, double h, double theta, Point2 out[4]
   for (int i = 0; i < 4; ++i) out[i] = {c * dx[i] - s * dy[i], s * dx[i] + c * dy[i]};
 }
 
-// The four corners in absolute coordinates, in order around the rectangle.
-inline void RotatedCorners(double cx, double cy, double w, double h, double theta, Point2 out[4]) {
-  RotatedCornerOffsets(w, h, theta, out);
-  for (int i = 0; i < 4; ++i) out[i] = {cx + out[i].x, cy + out[i].y};
-}
-
 // A rotated box prepared for many pairwise tests.
 struct RotatedRect {
   Point2 center;
