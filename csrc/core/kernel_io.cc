@@ -170,21 +170,15 @@ OrtAllocator* GetCpuAllocator(OrtKernelContext* context) {
 
 }  // namespace
 
-ScratchBuffer::ScratchBuffer(OrtKernelContext* context, size_t bytes) {
+ScratchBuffer::ScratchBuffer(OrtAllocator* allocator, size_t bytes) {
   if (bytes == 0) return;
-  allocator_ = GetCpuAllocator(context);
-  data_ = allocator_->Alloc(allocator_, bytes);
-  if (data_ == nullptr) {
-    Api().ReleaseAllocator(allocator_);
-    allocator_ = nullptr;
-    Fail("could not allocate ", bytes, " bytes of scratch memory");
-  }
+  data_ = allocator->Alloc(allocator, bytes);
+  if (data_ == nullptr) Fail("could not allocate ", bytes, " bytes of scratch memory");
+  allocator_ = allocator;
 }
 
 ScratchBuffer::~ScratchBuffer() {
-  if (allocator_ == nullptr) return;
-  allocator_->Free(allocator_, data_);
-  Api().ReleaseAllocator(allocator_);
+  if (allocator_ != nullptr) allocator_->Free(allocator_, data_);
 }
 
 ScratchBuffer& ScratchBuffer::operator=(ScratchBuffer&& other) noexcept {
@@ -198,7 +192,7 @@ KernelIO::~KernelIO() {
 }
 
 OrtAllocator* KernelIO::SessionCpuAllocator() const {
-  if (allocator_ == nullptr) allocator_ = GetCpuAllocator(context_);
+  std::call_once(allocator_once_, [this] { allocator_ = GetCpuAllocator(context_); });
   return allocator_;
 }
 

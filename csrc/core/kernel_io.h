@@ -56,11 +56,12 @@ class Attributes {
 };
 
 // Uninitialised scratch memory from the session's CPU allocator (whose arena reuses it
-// from run to run), returned to it when this goes out of scope.
+// from run to run), returned to it when this goes out of scope. The allocator handle
+// belongs to the KernelIO that hands the buffer out.
 class ScratchBuffer {
  public:
   ScratchBuffer() = default;
-  ScratchBuffer(OrtKernelContext* context, size_t bytes);
+  ScratchBuffer(OrtAllocator* allocator, size_t bytes);
   ~ScratchBuffer();
   ScratchBuffer(ScratchBuffer&& other) noexcept { *this = std::move(other); }
   ScratchBuffer& operator=(ScratchBuffer&& other) noexcept;
@@ -77,7 +78,7 @@ template <typename T>
 class Scratch {
  public:
   Scratch() = default;
-  Scratch(OrtKernelContext* context, size_t count) : buffer_(context, count * sizeof(T)), size_(count) {}
+  Scratch(OrtAllocator* allocator, size_t count) : buffer_(allocator, count * sizeof(T)), size_(count) {}
   T* data() const { return static_cast<T*>(buffer_.data()); }
   size_t size() const { return size_; }
   T& operator[](size_t i) const { return data()[i]; }
@@ -171,11 +172,11 @@ class KernelIO {
   // `count` uninitialised elements of scratch from the session's allocator.
   template <typename T>
   Scratch<T> Allocate(size_t count) const {
-    return Scratch<T>(context_, count);
+    return Scratch<T>(count == 0 ? nullptr : SessionCpuAllocator(), count);
   }
 
   // The session's allocator for containers of this call (ScratchVector); they must not
-  // outlive this KernelIO.
+  // outlive this KernelIO. Safe to call from ParallelFor tasks.
   template <typename T = std::byte>
   SessionAllocator<T> Allocator() const {
     return SessionAllocator<T>(SessionCpuAllocator());
@@ -232,7 +233,9 @@ class KernelIO {
 
   OrtKernelContext* context_;
   std::span<const IoSpec> input_specs_;
-  mutable OrtAllocator* allocator_ = nullptr;  // obtained on first use
+  // Obtained on first use, which may come from several ParallelFor tasks at once.
+  mutable std::once_flag allocator_once_;
+  mutable OrtAllocator* allocator_ = nullptr;
 };
 
 }  // namespace ortops
