@@ -82,7 +82,9 @@ class CustomOp : public OrtCustomOp {
     CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) -> OrtStatus* {
       const CustomOp& self = Self(op);
       try {
-        *kernel = new Kernel(Attributes(info, kSchema.attributes), self.def_);
+        const Attributes attributes(info, kSchema.attributes);
+        attributes.CheckTypes();
+        *kernel = new Kernel(attributes, self.def_);
         return nullptr;
       } catch (...) {
         return StatusFromCurrentException(self.def_);

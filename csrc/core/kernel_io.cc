@@ -31,11 +31,52 @@ const char* TypeName(ONNXTensorElementDataType type) {
   }
 }
 
-// Reads an attribute; false if the node does not have it.
+// True if the call succeeded; a failure status is released.
 bool TryStatus(OrtStatus* status) {
   if (status == nullptr) return true;
   Api().ReleaseStatus(status);
   return false;
+}
+
+const char* AttrTypeName(AttrType type) {
+  switch (type) {
+    case AttrType::kInt: return "int";
+    case AttrType::kFloat: return "float";
+    case AttrType::kString: return "string";
+    case AttrType::kInts: return "ints";
+  }
+  return "?";
+}
+
+// The number of values the node's array attribute `name` holds when read as T, or -1 if it
+// cannot be read as an array. ONNX Runtime's array reads check neither the attribute's type
+// nor that it is an array: an INT or FLOATS attribute reads as zero int64 values.
+template <typename T, typename ReadArray>
+int64_t ArraySize(const OrtKernelInfo* info, const char* name, ReadArray read) {
+  size_t size = 0;
+  if (!TryStatus(read(info, name, nullptr, &size))) return -1;
+  return static_cast<int64_t>(size);
+}
+
+constexpr const char* kEmptyList = "an empty list";
+
+// The ONNX type of the node's attribute `name`, or nullptr if the node has none of that
+// name. ONNX Runtime fails a typed scalar read both when the attribute is absent and when it
+// has another type, so each type is tried in turn: without this, a float threshold stored
+// as INT (or as a string) would silently become the default.
+const char* StoredAttrType(const OrtKernelInfo* info, const char* name) {
+  int64_t int_value = 0;
+  if (TryStatus(Api().KernelInfoGetAttribute_int64(info, name, &int_value))) return "int";
+  float float_value = 0;
+  if (TryStatus(Api().KernelInfoGetAttribute_float(info, name, &float_value))) return "float";
+  size_t size = 0;
+  if (TryStatus(Api().KernelInfoGetAttribute_string(info, name, nullptr, &size))) return "string";
+  const int64_t ints = ArraySize<int64_t>(info, name, Api().KernelInfoGetAttributeArray_int64);
+  const int64_t floats = ArraySize<float>(info, name, Api().KernelInfoGetAttributeArray_float);
+  if (ints > 0) return "ints";
+  if (floats > 0) return "floats";
+  if (ints == 0 || floats == 0) return kEmptyList;
+  return nullptr;  // absent (or a type the C API cannot read, such as a tensor)
 }
 
 std::vector<int64_t> ParseInts(std::string_view text) {
@@ -54,6 +95,21 @@ std::vector<int64_t> ParseInts(std::string_view text) {
 
 }  // namespace
 
+void Attributes::CheckTypes() const {
+  for (const AttrSpec& spec : specs_) {
+    const std::string name(spec.name);
+    const char* stored = StoredAttrType(info_, name.c_str());
+    if (stored == nullptr || stored == std::string_view(AttrTypeName(spec.type))) continue;
+    if (stored == kEmptyList && spec.type == AttrType::kInts) continue;
+    Fail("attribute '", name, "' must be of type ", AttrTypeName(spec.type), ", got ", stored);
+  }
+}
+
+// Called when the typed read failed, which CheckTypes has made mean "absent".
+void Attributes::RequireDefault(const AttrSpec& spec) const {
+  Check(!spec.default_value.empty(), "attribute '", spec.name, "' (", AttrTypeName(spec.type), ") is required");
+}
+
 const AttrSpec& Attributes::Spec(std::string_view name, AttrType type) const {
   for (const AttrSpec& spec : specs_) {
     if (spec.name == name) {
@@ -68,7 +124,7 @@ int64_t Attributes::Int(std::string_view name) const {
   const AttrSpec& spec = Spec(name, AttrType::kInt);
   int64_t value = 0;
   if (TryStatus(Api().KernelInfoGetAttribute_int64(info_, spec.name.data(), &value))) return value;
-  Check(!spec.default_value.empty(), "attribute '", name, "' (int) is required");
+  RequireDefault(spec);
   return ParseInts(spec.default_value).at(0);
 }
 
@@ -76,7 +132,7 @@ float Attributes::Float(std::string_view name) const {
   const AttrSpec& spec = Spec(name, AttrType::kFloat);
   float value = 0;
   if (TryStatus(Api().KernelInfoGetAttribute_float(info_, spec.name.data(), &value))) return value;
-  Check(!spec.default_value.empty(), "attribute '", name, "' (float) is required");
+  RequireDefault(spec);
   // from_chars, unlike strtof, ignores the process locale (a host app may use "0,5").
   const std::string_view text = spec.default_value;
   std::from_chars(text.data(), text.data() + text.size(), value);
@@ -92,7 +148,7 @@ std::string Attributes::String(std::string_view name) const {
     value.resize(size > 0 ? size - 1 : 0);  // size counts the terminating NUL
     return value;
   }
-  Check(!spec.default_value.empty(), "attribute '", name, "' (string) is required");
+  RequireDefault(spec);
   return std::string(spec.default_value);
 }
 
@@ -104,7 +160,7 @@ std::vector<int64_t> Attributes::Ints(std::string_view name) const {
     ThrowOnError(Api().KernelInfoGetAttributeArray_int64(info_, spec.name.data(), values.data(), &size));
     return values;
   }
-  Check(!spec.default_value.empty(), "attribute '", name, "' (ints) is required");
+  RequireDefault(spec);
   return ParseInts(spec.default_value);
 }
 

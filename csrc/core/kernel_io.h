@@ -36,10 +36,16 @@ std::ostream& operator<<(std::ostream& out, ShapeText shape);
 int64_t NumElements(const Shape& shape);
 
 // Attributes of one node, read once when the kernel is created. Names must appear in the
-// op's schema: a missing attribute takes the schema's default, or is an error if it has none.
+// op's schema: a missing attribute takes the schema's default, or is an error if it has none;
+// one stored with another ONNX type is an error. (ONNX Runtime gives a custom op no way to
+// list a node's attribute names, so names the op does not know are left to check_model.)
 class Attributes {
  public:
   Attributes(const OrtKernelInfo* info, std::span<const AttrSpec> specs) : info_(info), specs_(specs) {}
+
+  // Fails if an attribute of the schema is stored with another ONNX type. The adapter calls
+  // this before the kernel reads anything, so unread (ignored) attributes are checked too.
+  void CheckTypes() const;
 
   int64_t Int(std::string_view name) const;
   float Float(std::string_view name) const;
@@ -51,6 +57,7 @@ class Attributes {
 
  private:
   const AttrSpec& Spec(std::string_view name, AttrType type) const;
+  void RequireDefault(const AttrSpec& spec) const;
   const OrtKernelInfo* info_;
   std::span<const AttrSpec> specs_;
 };
