@@ -7,27 +7,41 @@ from collections.abc import Callable
 import torch
 from torch.onnx import symbolic_helper
 
+from ortops.torch import _kernel as kernel
+from ortops.torch._autograd import register_reference_autograd
 from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
+
+
+def _scan(onnx_op: str, input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    check_dtypes(onnx_op, onnx_op.lower(), input)
+    if input.device.type != "cpu":
+        values, indices = (torch.cummax if onnx_op == "CumMax" else torch.cummin)(input, dim)
+        return values, indices
+    values, indices = kernel.run(onnx_op, (input,), {"dim": dim}, [input.shape, input.shape])
+    return values, indices
 
 
 @torch.library.custom_op("ortops::cummax", mutates_args=())
 def _cummax(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    values, indices = torch.cummax(input, dim)
-    return values, indices
+    return _scan("CumMax", input, dim)
 
 
 @torch.library.custom_op("ortops::cummin", mutates_args=())
 def _cummin(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    values, indices = torch.cummin(input, dim)
-    return values, indices
+    return _scan("CumMin", input, dim)
 
 
 def _fake(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    check_dtypes("CumMax", "cummax", input)
     return torch.empty_like(input), torch.empty_like(input, dtype=torch.int64)
 
 
 _cummax.register_fake(_fake)
 _cummin.register_fake(_fake)
+# The values' gradient flows to the position each came from, as torch's own.
+register_reference_autograd(_cummax, lambda input, dim: torch.cummax(input, dim), differentiable=(0,))
+register_reference_autograd(_cummin, lambda input, dim: torch.cummin(input, dim), differentiable=(0,))
 
 
 def cummax(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 from torch.onnx import symbolic_helper
 
+from ortops.torch import _kernel
+from ortops.torch._autograd import register_reference_autograd
 from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
 
 
 def _pair(v: int | tuple[int, int]) -> list[int]:
@@ -42,8 +45,7 @@ def _absent(t: torch.Tensor) -> bool:
     return t.dim() == 1 and t.shape[0] == 0
 
 
-@torch.library.custom_op("ortops::deform_conv2d", mutates_args=())
-def _deform_conv2d(
+def _reference(
     input: torch.Tensor,
     offset: torch.Tensor,
     weight: torch.Tensor,
@@ -55,6 +57,7 @@ def _deform_conv2d(
     groups: int,
     deform_groups: int,
 ) -> torch.Tensor:
+    """The kernel's semantics in differentiable torch ops (non-CPU tensors and gradients)."""
     n, c, h, w = input.shape
     c_out, _, kh, kw = weight.shape
     out_h = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
@@ -81,8 +84,35 @@ def _deform_conv2d(
     return out if _absent(bias) else out + bias[None, :, None, None]
 
 
+@torch.library.custom_op("ortops::deform_conv2d", mutates_args=())
+def _deform_conv2d(
+    input: torch.Tensor,
+    offset: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    mask: torch.Tensor,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    deform_groups: int,
+) -> torch.Tensor:
+    tensors = (input, offset, weight, bias, mask)
+    check_dtypes("DeformConv2d", "deform_conv2d", *tensors)
+    attributes = (stride, padding, dilation, groups, deform_groups)
+    if input.device.type != "cpu":
+        return _reference(*tensors, *attributes)
+    names = ("stride", "padding", "dilation", "groups", "deform_groups")
+    shape = (input.shape[0], weight.shape[0], offset.shape[2], offset.shape[3])
+    return _kernel.run("DeformConv2d", tensors, dict(zip(names, attributes)), [shape])[0]
+
+
+register_reference_autograd(_deform_conv2d, _reference, differentiable=(0, 1, 2, 3, 4))
+
+
 @_deform_conv2d.register_fake
 def _(input, offset, weight, bias, mask, stride, padding, dilation, groups, deform_groups):  # noqa: ANN001, ANN202
+    check_dtypes("DeformConv2d", "deform_conv2d", input, offset, weight, bias, mask)
     return input.new_empty((input.shape[0], weight.shape[0], offset.shape[2], offset.shape[3]))
 
 
@@ -116,6 +146,9 @@ def deform_conv2d(
     Returns:
         ``Tensor[N, C_out, H_out, W_out]`` with
         ``H_out = (H + 2 * pad_h - dilation_h * (kh - 1) - 1) // stride_h + 1`` (likewise W_out).
+
+    CPU tensors run ortops' kernel; others a torch implementation of the same semantics.
+    Differentiable with respect to input, offset, weight, bias and mask.
     """
     _check(input.dim() == 4 and offset.dim() == 4 and weight.dim() == 4, "input, offset and weight must be 4-D")
     stride_, padding_, dilation_ = _pair(stride), _pair(padding), _pair(dilation)

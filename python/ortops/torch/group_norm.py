@@ -5,18 +5,36 @@ from __future__ import annotations
 import torch
 from torch.onnx import symbolic_helper
 
+from ortops.torch import _kernel as kernel
+from ortops.torch._autograd import register_reference_autograd
 from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
+
+
+def _reference(
+    input: torch.Tensor, num_groups: int, weight: torch.Tensor, bias: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """The kernel's semantics are torch's (non-CPU tensors and gradients)."""
+    return torch.nn.functional.group_norm(input, num_groups, weight, bias, eps)
 
 
 @torch.library.custom_op("ortops::group_norm", mutates_args=())
 def _group_norm(
     input: torch.Tensor, num_groups: int, weight: torch.Tensor, bias: torch.Tensor, eps: float
 ) -> torch.Tensor:
-    return torch.nn.functional.group_norm(input, num_groups, weight, bias, eps)
+    check_dtypes("GroupNorm", "group_norm", input, weight, bias)
+    if input.device.type != "cpu":
+        return _reference(input, num_groups, weight, bias, eps)
+    attributes = {"num_groups": num_groups, "epsilon": eps}
+    return kernel.run("GroupNorm", (input, weight, bias), attributes, [input.shape])[0]
+
+
+register_reference_autograd(_group_norm, _reference, differentiable=(0, 2, 3))
 
 
 @_group_norm.register_fake
 def _(input: torch.Tensor, num_groups: int, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    check_dtypes("GroupNorm", "group_norm", input, weight, bias)
     return torch.empty_like(input)
 
 

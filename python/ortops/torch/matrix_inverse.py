@@ -4,20 +4,35 @@ from __future__ import annotations
 
 import torch
 
+from ortops.torch import _kernel as kernel
+from ortops.torch._autograd import register_reference_autograd
 from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
 
 
-@torch.library.custom_op("ortops::matrix_inverse", mutates_args=())
-def _matrix_inverse(input: torch.Tensor) -> torch.Tensor:
-    if input.dim() < 2 or input.shape[-1] != input.shape[-2]:
-        raise ValueError(f"ortops.matrix_inverse: input must be [..., M, M], got {list(input.shape)}")
+def _reference(input: torch.Tensor) -> torch.Tensor:
+    """Non-CPU tensors and gradients."""
     # LAPACK leaves each inverse column-major; the op promises a contiguous result (as the fake
     # below says and as ONNX Runtime returns), whatever the input's strides.
     return torch.linalg.inv(input).contiguous()
 
 
+@torch.library.custom_op("ortops::matrix_inverse", mutates_args=())
+def _matrix_inverse(input: torch.Tensor) -> torch.Tensor:
+    check_dtypes("MatrixInverse", "matrix_inverse", input)
+    if input.dim() < 2 or input.shape[-1] != input.shape[-2]:
+        raise ValueError(f"ortops.matrix_inverse: input must be [..., M, M], got {list(input.shape)}")
+    if input.device.type != "cpu":
+        return _reference(input)
+    return kernel.run("MatrixInverse", (input,), {}, [input.shape])[0]
+
+
+register_reference_autograd(_matrix_inverse, _reference, differentiable=(0,))
+
+
 @_matrix_inverse.register_fake
 def _(input: torch.Tensor) -> torch.Tensor:
+    check_dtypes("MatrixInverse", "matrix_inverse", input)
     return input.new_empty(input.shape)
 
 

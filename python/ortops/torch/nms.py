@@ -5,34 +5,26 @@ from __future__ import annotations
 import torch
 from torch.onnx import symbolic_helper
 
+from ortops.torch import _kernel as kernel
 from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
 
 
 @torch.library.custom_op("ortops::nms", mutates_args=())
 def _nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, offset: int) -> torch.Tensor:
+    check_dtypes("NMS", "nms", boxes, scores)
     if boxes.dim() != 2 or boxes.shape[1] != 4:
         raise ValueError(f"ortops.nms: boxes must have shape [N, 4], got {list(boxes.shape)}")
     if scores.shape != boxes.shape[:1]:
         raise ValueError(f"ortops.nms: scores must have shape [{boxes.shape[0]}], got {list(scores.shape)}")
-    order = torch.sort(scores, descending=True, stable=True).indices
-    sorted_boxes = boxes[order]
-    x1, y1, x2, y2 = sorted_boxes.unbind(1)
-    areas = (x2 - x1 + offset) * (y2 - y1 + offset)
-    left = torch.maximum(x1[:, None], x1[None, :])
-    top = torch.maximum(y1[:, None], y1[None, :])
-    right = torch.minimum(x2[:, None], x2[None, :])
-    bottom = torch.minimum(y2[:, None], y2[None, :])
-    inter = (right - left + offset).clamp(min=0) * (bottom - top + offset).clamp(min=0)
-    overlaps = (inter / (areas[:, None] + areas[None, :] - inter)) > iou_threshold
-    keep = torch.ones(len(order), dtype=torch.bool, device=boxes.device)
-    for i in range(len(order)):
-        if keep[i]:
-            keep[i + 1 :] &= ~overlaps[i, i + 1 :]
-    return order[keep]
+    # Any device: the boxes are few and the greedy loop sequential, so the CPU kernel serves CUDA too.
+    (indices,) = kernel.run("NMS", (boxes.cpu(), scores.cpu()), {"iou_threshold": iou_threshold, "offset": offset})
+    return indices.to(boxes.device)
 
 
 @_nms.register_fake
 def _(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, offset: int) -> torch.Tensor:
+    check_dtypes("NMS", "nms", boxes, scores)
     kept = torch.library.get_ctx().new_dynamic_size()
     return boxes.new_empty((kept,), dtype=torch.int64)
 
@@ -49,6 +41,9 @@ def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, offset:
     Returns:
         ``Tensor[K]`` int64 indices of the kept boxes, highest score first; ties in score
         keep the lower index first. Equal to ``torchvision.ops.nms`` when ``offset`` is 0.
+
+    Runs ortops' CPU kernel (for CUDA tensors too: boxes and scores are copied to the CPU
+    and the indices back). Not differentiable: the result is a selection of indices.
     """
     return torch.ops.ortops.nms(boxes, scores, float(iou_threshold), int(offset))
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import torch
 
+from ortops.torch import _kernel as kernel
 from ortops.torch._boxes import check_batched_boxes_and_scores
 from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
 
 
 @torch.library.custom_op("ortops::nms_match", mutates_args=())
 def _nms_match(
     boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: torch.Tensor, score_threshold: torch.Tensor
 ) -> torch.Tensor:
+    check_dtypes("NMSMatch", "nms_match", boxes, scores, iou_threshold, score_threshold)
     check_batched_boxes_and_scores("nms_match", boxes, scores, 4)
     for name, t in (("iou_threshold", iou_threshold), ("score_threshold", score_threshold)):
         if t.numel() != 1:
@@ -23,33 +26,14 @@ def _nms_match(
     score_limit = float(score_threshold.reshape(-1)[0].float())
     if iou_limit != iou_limit or score_limit != score_limit:
         raise ValueError("ortops.nms_match: the thresholds must not be NaN")
-    rows: list[list[int]] = []
-    for b in range(boxes.shape[0]):
-        x1, y1, x2, y2 = boxes[b].unbind(1)
-        areas = (x2 - x1) * (y2 - y1)
-        for c in range(scores.shape[1]):
-            score = scores[b, c]
-            order = torch.sort(score, descending=True, stable=True).indices.tolist()
-            suppressed = torch.zeros(len(order), dtype=torch.bool, device=boxes.device)
-            for rank, i in enumerate(order):
-                if suppressed[i]:
-                    continue
-                later = torch.tensor(order[rank + 1 :], dtype=torch.long, device=boxes.device)
-                later = later[~suppressed[later]]
-                width = (torch.minimum(x2[i], x2[later]) - torch.maximum(x1[i], x1[later])).clamp(min=0)
-                height = (torch.minimum(y2[i], y2[later]) - torch.maximum(y1[i], y1[later])).clamp(min=0)
-                inter = width * height
-                # 1e-10 added in float64, the quotient rounded to float32, as the original computes it.
-                iou = (inter.double() / ((areas[i] + areas[later] - inter).double() + 1e-10)).float()
-                matched = later[iou >= iou_limit]
-                suppressed[matched] = True
-                if float(score[i]) > score_limit:
-                    rows += [[b, c, i, int(j)] for j in matched]
-    return torch.tensor(rows, dtype=torch.int64, device=boxes.device).reshape(-1, 4)
+    # Any device: the CPU kernel serves CUDA tensors too (the selection is sequential).
+    (matches,) = kernel.run("NMSMatch", (boxes.cpu(), scores.cpu(), iou_threshold.cpu(), score_threshold.cpu()), {})
+    return matches.to(boxes.device)
 
 
 @_nms_match.register_fake
 def _(boxes, scores, iou_threshold, score_threshold):  # noqa: ANN001, ANN202
+    check_dtypes("NMSMatch", "nms_match", boxes, scores, iou_threshold, score_threshold)
     return boxes.new_empty((torch.library.get_ctx().new_dynamic_size(), 4), dtype=torch.int64)
 
 

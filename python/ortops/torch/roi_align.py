@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 from torch.onnx import symbolic_helper
 
+from ortops.torch import _kernel as kernel
+from ortops.torch._autograd import register_reference_autograd
 from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
 from ortops.torch._sampling import roi_align_sample
 
 # The kernel's bounds (csrc/ops/roi_align/roi_pooling.h): past them the op would run for
@@ -100,8 +103,7 @@ def _pool_rois(
     return values.amax(-1) if max_mode else values.sum(-1) / (grid_h * grid_w)
 
 
-@torch.library.custom_op("ortops::roi_align", mutates_args=())
-def _roi_align(
+def _reference(
     input: torch.Tensor,
     rois: torch.Tensor,
     output_height: int,
@@ -111,7 +113,7 @@ def _roi_align(
     mode: str,
     aligned: int,
 ) -> torch.Tensor:
-    _check(input, rois, output_height, output_width, mode, aligned)
+    """The kernel's semantics in differentiable torch ops (non-CPU tensors and gradients)."""
     r, c = rois.shape[0], input.shape[1]
     out = input.new_zeros((r, c, output_height, output_width))
     if r == 0 or c == 0:
@@ -141,6 +143,31 @@ def _roi_align(
     return out
 
 
+@torch.library.custom_op("ortops::roi_align", mutates_args=())
+def _roi_align(
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    output_height: int,
+    output_width: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    mode: str,
+    aligned: int,
+) -> torch.Tensor:
+    _check(input, rois, output_height, output_width, mode, aligned)
+    args = (output_height, output_width, spatial_scale, sampling_ratio, mode, aligned)
+    if input.device.type != "cpu":
+        return _reference(input, rois, *args)
+    attributes = dict(
+        zip(("output_height", "output_width", "spatial_scale", "sampling_ratio", "mode", "aligned"), args)
+    )
+    shape = (rois.shape[0], input.shape[1], output_height, output_width)
+    return kernel.run("RoIAlign", (input, rois), attributes, [shape])[0]
+
+
+register_reference_autograd(_roi_align, _reference, differentiable=(0,))
+
+
 @_roi_align.register_fake
 def _(
     input: torch.Tensor,
@@ -152,6 +179,7 @@ def _(
     mode: str,
     aligned: int,
 ) -> torch.Tensor:
+    check_dtypes("RoIAlign", "roi_align", input, rois)
     return input.new_empty((rois.shape[0], input.shape[1], output_height, output_width))
 
 
@@ -181,6 +209,9 @@ def roi_align(
 
     Returns:
         ``Tensor[R, C, output_height, output_width]``.
+
+    CPU tensors run ortops' kernel; others a torch implementation of the same semantics.
+    Differentiable with respect to ``input`` (not ``rois``, as torchvision's).
     """
     height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
     return torch.ops.ortops.roi_align(

@@ -7,12 +7,14 @@ import math
 import torch
 from torch.onnx import symbolic_helper
 
+from ortops.torch import _kernel as kernel
+from ortops.torch._autograd import register_reference_autograd
 from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
 from ortops.torch._sampling import roi_align_sample
 
 
-@torch.library.custom_op("ortops::roi_align_rotated", mutates_args=())
-def _roi_align_rotated(
+def _reference(
     input: torch.Tensor,
     rois: torch.Tensor,
     output_height: int,
@@ -22,11 +24,7 @@ def _roi_align_rotated(
     aligned: int,
     clockwise: int,
 ) -> torch.Tensor:
-    if input.dim() != 4 or rois.dim() != 2 or rois.shape[1] != 6:
-        raise ValueError(
-            f"ortops.roi_align_rotated: need input [N, C, H, W] and rois [R, 6], "
-            f"got {list(input.shape)} and {list(rois.shape)}"
-        )
+    """The kernel's semantics in differentiable torch ops (non-CPU tensors and gradients)."""
     r, c = rois.shape[0], input.shape[1]
     out = input.new_zeros((r, c, output_height, output_width))
     shift = 0.5 if aligned else 0.0
@@ -58,6 +56,34 @@ def _roi_align_rotated(
     return out
 
 
+@torch.library.custom_op("ortops::roi_align_rotated", mutates_args=())
+def _roi_align_rotated(
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    output_height: int,
+    output_width: int,
+    spatial_scale: float,
+    sampling_ratio: int,
+    aligned: int,
+    clockwise: int,
+) -> torch.Tensor:
+    check_dtypes("RoIAlignRotated", "roi_align_rotated", input, rois)
+    if input.dim() != 4 or rois.dim() != 2 or rois.shape[1] != 6:
+        raise ValueError(
+            f"ortops.roi_align_rotated: need input [N, C, H, W] and rois [R, 6], "
+            f"got {list(input.shape)} and {list(rois.shape)}"
+        )
+    args = (output_height, output_width, spatial_scale, sampling_ratio, aligned, clockwise)
+    if input.device.type != "cpu":
+        return _reference(input, rois, *args)
+    names = ("output_height", "output_width", "spatial_scale", "sampling_ratio", "aligned", "clockwise")
+    shape = (rois.shape[0], input.shape[1], output_height, output_width)
+    return kernel.run("RoIAlignRotated", (input, rois), dict(zip(names, args)), [shape])[0]
+
+
+register_reference_autograd(_roi_align_rotated, _reference, differentiable=(0,))
+
+
 @_roi_align_rotated.register_fake
 def _(
     input: torch.Tensor,
@@ -69,6 +95,7 @@ def _(
     aligned: int,
     clockwise: int,
 ) -> torch.Tensor:
+    check_dtypes("RoIAlignRotated", "roi_align_rotated", input, rois)
     return input.new_empty((rois.shape[0], input.shape[1], output_height, output_width))
 
 

@@ -5,21 +5,29 @@ from __future__ import annotations
 import torch
 from torch.onnx import symbolic_helper
 
+from ortops.torch import _kernel as kernel
+from ortops.torch._autograd import register_reference_autograd
 from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
 from ortops.torch._sampling import roi_align_sample
 
 
-@torch.library.custom_op("ortops::rotated_feature_align", mutates_args=())
-def _rotated_feature_align(
-    features: torch.Tensor, best_rbboxes: torch.Tensor, spatial_scale: float, points: int
-) -> torch.Tensor:
-    n, c, h, w = features.shape
+def _check(features: torch.Tensor, best_rbboxes: torch.Tensor, points: int) -> None:
+    check_dtypes("RotatedFeatureAlign", "rotated_feature_align", features, best_rbboxes)
+    if features.dim() != 4:
+        raise ValueError(f"ortops.rotated_feature_align: features must be [N, C, H, W], got {list(features.shape)}")
+    n, _, h, w = features.shape
     if best_rbboxes.shape != (n, h, w, 5):
         raise ValueError(
             f"ortops.rotated_feature_align: best_rbboxes must be [{n}, {h}, {w}, 5], got {list(best_rbboxes.shape)}"
         )
     if points not in (1, 5):
         raise ValueError(f"ortops.rotated_feature_align: points must be 1 or 5, got {points}")
+
+
+def _reference(features: torch.Tensor, best_rbboxes: torch.Tensor, spatial_scale: float, points: int) -> torch.Tensor:
+    """The kernel's semantics in differentiable torch ops (non-CPU tensors and gradients)."""
+    n = features.shape[0]
     x, y = best_rbboxes[..., 0] * spatial_scale, best_rbboxes[..., 1] * spatial_scale
     xs, ys = [x], [y]
     if points == 5:
@@ -38,8 +46,23 @@ def _rotated_feature_align(
     return features + samples.sum(-1)
 
 
+@torch.library.custom_op("ortops::rotated_feature_align", mutates_args=())
+def _rotated_feature_align(
+    features: torch.Tensor, best_rbboxes: torch.Tensor, spatial_scale: float, points: int
+) -> torch.Tensor:
+    _check(features, best_rbboxes, points)
+    if features.device.type != "cpu":
+        return _reference(features, best_rbboxes, spatial_scale, points)
+    attributes = {"spatial_scale": spatial_scale, "points": points}
+    return kernel.run("RotatedFeatureAlign", (features, best_rbboxes), attributes, [features.shape])[0]
+
+
+register_reference_autograd(_rotated_feature_align, _reference, differentiable=(0,))
+
+
 @_rotated_feature_align.register_fake
 def _(features: torch.Tensor, best_rbboxes: torch.Tensor, spatial_scale: float, points: int) -> torch.Tensor:
+    check_dtypes("RotatedFeatureAlign", "rotated_feature_align", features, best_rbboxes)
     return torch.empty_like(features)
 
 

@@ -5,18 +5,11 @@ from __future__ import annotations
 import torch
 from torch.onnx import symbolic_helper
 
+from ortops.torch import _kernel as kernel
 from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
 
 _METHODS = {"naive": 0, "linear": 1, "gaussian": 2}
-
-
-def _box_iou(box: torch.Tensor, others: torch.Tensor, offset: int) -> torch.Tensor:
-    width = (torch.minimum(box[2], others[:, 2]) - torch.maximum(box[0], others[:, 0]) + offset).clamp(min=0)
-    height = (torch.minimum(box[3], others[:, 3]) - torch.maximum(box[1], others[:, 1]) + offset).clamp(min=0)
-    area = (box[2] - box[0] + offset) * (box[3] - box[1] + offset)
-    areas = (others[:, 2] - others[:, 0] + offset) * (others[:, 3] - others[:, 1] + offset)
-    inter = width * height
-    return inter / (area + areas - inter)
 
 
 def _check(
@@ -55,40 +48,17 @@ def _soft_nms(
     method: int,
     offset: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    check_dtypes("SoftNMS", "soft_nms", boxes, scores)
     _check(boxes, scores, iou_threshold, sigma, min_score, method, offset)
-    scores = scores.clone()
-    work = list(range(len(scores)))  # mmcv's working order: it decides ties
-    count, i = len(work), 0
-    while i < count:
-        rest = torch.tensor(work[i:count], device=boxes.device)
-        best = i + int(torch.argmax(scores[rest]))  # first maximum in working order
-        work[i], work[best] = work[best], work[i]
-        others = torch.tensor(work[i + 1 : count], dtype=torch.long, device=boxes.device)
-        if len(others):
-            iou = _box_iou(boxes[work[i]], boxes[others], offset)
-            if method == 0:
-                weight = torch.where(iou >= iou_threshold, 0.0, 1.0).to(scores.dtype)
-            elif method == 1:
-                weight = torch.where(iou >= iou_threshold, 1 - iou, torch.ones_like(iou))
-            else:
-                weight = torch.exp(-(iou * iou) / sigma)
-            scores[others] = scores[others] * weight
-            dropped = set(others[scores[others] < min_score].tolist())
-            pos = i + 1
-            while pos < count:  # a dropped box is replaced by the last one, visited next
-                if work[pos] in dropped:
-                    work[pos] = work[count - 1]
-                    count -= 1
-                else:
-                    pos += 1
-        i += 1
-    kept = torch.tensor(work[:count], dtype=torch.long, device=boxes.device)
-    dets = torch.cat([boxes[kept].reshape(-1, 4), scores[kept].reshape(-1, 1)], 1)
-    return dets, kept
+    # Any device: the selection is sequential, so the CPU kernel serves CUDA tensors too.
+    attributes = {"iou_threshold": iou_threshold, "sigma": sigma, "min_score": min_score, "method": method}
+    dets, kept = kernel.run("SoftNMS", (boxes.cpu(), scores.cpu()), {**attributes, "offset": offset})
+    return dets.to(boxes.device), kept.to(boxes.device)
 
 
 @_soft_nms.register_fake
 def _(boxes, scores, iou_threshold, sigma, min_score, method, offset):  # noqa: ANN001, ANN202
+    check_dtypes("SoftNMS", "soft_nms", boxes, scores)
     kept = torch.library.get_ctx().new_dynamic_size()
     return boxes.new_empty((kept, 5)), boxes.new_empty((kept,), dtype=torch.int64)
 
@@ -122,8 +92,10 @@ def soft_nms(
         replaced by the last remaining one, so ties are not always broken by the lower index.
 
     Raises:
-        ValueError: on wrong shapes, NaN in the inputs, an unknown method or offset, or
-            ``sigma <= 0`` with the gaussian method.
+        ValueError: on wrong shapes or dtypes, NaN in the inputs, an unknown method or offset,
+            or ``sigma <= 0`` with the gaussian method.
+
+    Runs ortops' CPU kernel (for CUDA tensors too, through copies). Not differentiable.
     """
     if isinstance(method, str) and method not in _METHODS:
         raise ValueError(f"ortops.soft_nms: method must be one of {sorted(_METHODS)} or 0, 1, 2, got {method!r}")

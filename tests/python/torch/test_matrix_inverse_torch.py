@@ -10,7 +10,7 @@ import ortops.torch
 
 from roundtrip import EXPORTERS, custom_nodes, export, run_onnx
 
-# Eager calls torch.linalg.inv, so it matches exactly up to the final .contiguous().
+# Eager CPU calls run the same kernel as ONNX Runtime (tolerances below).
 # ONNX Runtime's kernel computes in float64: against torch's float32 LAPACK the difference is
 # torch's own error, ~cond(A) * M * eps32; these matrices (random + M * I) have cond < 3.
 ONNX_TOLERANCE = {torch.float32: {"rtol": 2e-5, "atol": 1e-6}, torch.float64: {"rtol": 1e-12, "atol": 1e-14}}
@@ -32,8 +32,8 @@ class InverseModel(torch.nn.Module):
 @pytest.mark.parametrize("batch,m", [((), 1), ((3,), 4), ((2, 2), 16), ((0,), 3)])
 def test_eager_matches_torch(dtype: torch.dtype, batch: tuple[int, ...], m: int) -> None:
     x = matrices(batch, m, dtype)
-    got = ortops.torch.matrix_inverse(x)
-    torch.testing.assert_close(got, torch.linalg.inv(x), rtol=0, atol=0)
+    got = ortops.torch.matrix_inverse(x)  # ortops' LU kernel against LAPACK's
+    torch.testing.assert_close(got, torch.linalg.inv(x), **ONNX_TOLERANCE[dtype])
     assert got.is_contiguous()
 
 
@@ -41,7 +41,7 @@ def test_eager_non_contiguous_input() -> None:
     x = matrices((3,), 5, torch.float64).transpose(-1, -2)
     assert not x.is_contiguous()
     got = ortops.torch.matrix_inverse(x)
-    torch.testing.assert_close(got, torch.linalg.inv(x.contiguous()), rtol=0, atol=0)
+    torch.testing.assert_close(got, torch.linalg.inv(x.contiguous()), **ONNX_TOLERANCE[torch.float64])
     assert got.is_contiguous()
 
 
@@ -55,7 +55,7 @@ def test_fake_matches_eager(layout: str) -> None:
 def test_eager_errors() -> None:
     with pytest.raises(ValueError, match=r"\[..., M, M\], got \[2, 3\]"):
         ortops.torch.matrix_inverse(torch.zeros(2, 3))
-    with pytest.raises(RuntimeError, match="singular"):
+    with pytest.raises(ValueError, match="matrix 0 of 1 in input 'X' is singular"):
         ortops.torch.matrix_inverse(torch.zeros(2, 2))
 
 

@@ -73,7 +73,7 @@ EAGER_BAD = [
     ("dtype", torch.zeros(1, 5, dtype=torch.float64), {}, r"need float32 or float64 input and rois"),
     ("mode", torch.zeros(1, 5), {"mode": "sum"}, r"mode must be 'avg' or 'max', got 'sum'"),
     ("huge roi", torch.tensor([[0, 0, 0, 1e9, 1e9]]), {}, r"samples per bin along one axis"),
-    ("huge sampling", torch.zeros(1, 5), {"sampling_ratio": 8192}, r"more samples per bin than this op allows"),
+    ("huge sampling", torch.zeros(1, 5), {"sampling_ratio": 8192}, r"samples per bin, more than this op allows"),
 ]
 
 
