@@ -67,3 +67,21 @@ def register_reference_autograd(
         return tuple(result)
 
     op.register_autograd(backward, setup_context=setup_context)
+
+
+def register_no_gradient(op: torch._library.custom_ops.CustomOpDef, function: str) -> None:
+    """Makes a backward through ``op`` (a selection: the NMS family) fail with a clear message.
+
+    Without this, torch would only warn that no autograd formula was registered.
+    """
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        pass
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        raise RuntimeError(
+            f"ortops.{function} has no gradient: it selects boxes, a step function of its inputs. "
+            "Detach its inputs (or its outputs) before calling backward."
+        )
+
+    op.register_autograd(backward, setup_context=setup_context)

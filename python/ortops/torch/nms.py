@@ -6,6 +6,7 @@ import torch
 from torch.onnx import symbolic_helper
 
 from ortops.torch import _kernel as kernel
+from ortops.torch._autograd import register_no_gradient
 from ortops.torch._export import onnx_opset, register_export, typed
 from ortops.torch._kernel import check_dtypes
 
@@ -20,6 +21,9 @@ def _nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, offset
     # Any device: the boxes are few and the greedy loop sequential, so the CPU kernel serves CUDA too.
     (indices,) = kernel.run("NMS", (boxes.cpu(), scores.cpu()), {"iou_threshold": iou_threshold, "offset": offset})
     return indices.to(boxes.device)
+
+
+register_no_gradient(_nms, "nms")
 
 
 @_nms.register_fake

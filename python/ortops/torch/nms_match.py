@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ortops.torch import _kernel as kernel
+from ortops.torch._autograd import register_no_gradient
 from ortops.torch._boxes import check_batched_boxes_and_scores
 from ortops.torch._export import onnx_opset, register_export, typed
 from ortops.torch._kernel import check_dtypes
@@ -29,6 +30,9 @@ def _nms_match(
     # Any device: the CPU kernel serves CUDA tensors too (the selection is sequential).
     (matches,) = kernel.run("NMSMatch", (boxes.cpu(), scores.cpu(), iou_threshold.cpu(), score_threshold.cpu()), {})
     return matches.to(boxes.device)
+
+
+register_no_gradient(_nms_match, "nms_match")
 
 
 @_nms_match.register_fake

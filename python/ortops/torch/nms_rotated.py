@@ -6,6 +6,7 @@ import torch
 from torch.onnx import symbolic_helper
 
 from ortops.torch import _kernel as kernel
+from ortops.torch._autograd import register_no_gradient
 from ortops.torch._boxes import check_batched_boxes_and_scores
 from ortops.torch._export import onnx_opset, register_export, typed
 from ortops.torch._kernel import check_dtypes
@@ -27,6 +28,9 @@ def _nms_rotated(
     attributes = {"iou_threshold": iou_threshold, "score_threshold": score_threshold}
     (selected,) = kernel.run("NMSRotated", (boxes.cpu(), scores.cpu()), attributes)
     return selected.to(boxes.device)
+
+
+register_no_gradient(_nms_rotated, "nms_rotated")
 
 
 @_nms_rotated.register_fake

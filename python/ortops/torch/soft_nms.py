@@ -6,6 +6,7 @@ import torch
 from torch.onnx import symbolic_helper
 
 from ortops.torch import _kernel as kernel
+from ortops.torch._autograd import register_no_gradient
 from ortops.torch._export import onnx_opset, register_export, typed
 from ortops.torch._kernel import check_dtypes
 
@@ -54,6 +55,9 @@ def _soft_nms(
     attributes = {"iou_threshold": iou_threshold, "sigma": sigma, "min_score": min_score, "method": method}
     dets, kept = kernel.run("SoftNMS", (boxes.cpu(), scores.cpu()), {**attributes, "offset": offset})
     return dets.to(boxes.device), kept.to(boxes.device)
+
+
+register_no_gradient(_soft_nms, "soft_nms")
 
 
 @_soft_nms.register_fake
