@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import onnx
@@ -33,6 +35,114 @@ def _onnx_type(name: str) -> str:
     return {"float32": "tensor(float)", "float64": "tensor(double)", "int64": "tensor(int64)"}[name]
 
 
+# An input or output doc starts with its shape in backticks: `[R, C, output_height, output_width]`.
+_SHAPE = re.compile(r"^`\[([^\]]*)\]`")
+_SAME_SHAPE = "same shape"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _dims(doc: str) -> list[str] | None:
+    """The documented shape's dimensions (``["R", "C", "output_height", ...]``), or None."""
+    match = _SHAPE.match(doc)
+    return [d.strip() for d in match.group(1).split(",")] if match else None
+
+
+def shape_rule(op: OpInfo, output: int) -> list[str] | None:
+    """How output ``output``'s shape follows from the inputs: its documented dims, or None for
+    "same shape as the first input". Every output of every op has one (tests check this).
+
+    A dim is a number, an attribute name, "..." (the first input's leading dims), or a symbol
+    bound by an input's documented shape; any other symbol (NMS's K) is data-dependent.
+    """
+    doc = op.outputs[output].doc
+    if doc.startswith(_SAME_SHAPE):
+        return None
+    dims = _dims(doc)
+    if dims is None:
+        raise ValueError(f"{op.qualified_name}: output {op.outputs[output].name} documents no shape")
+    return dims
+
+
+def _infer(op: OpInfo) -> Callable[[Any], None]:
+    import onnx
+
+    rules = [shape_rule(op, i) for i in range(len(op.outputs))]
+    attribute_defaults = {a.name: a.default for a in op.attributes if a.type == "int"}
+    type_param = next((i for i, p in enumerate(op.inputs) if len(p.types) > 1), None)
+
+    def infer(ctx: Any) -> None:
+        shapes = []  # per input: its TensorShapeProto dims, or None if unknown
+        for i in range(min(ctx.get_num_inputs(), len(op.inputs))):
+            t = ctx.get_input_type(i) if ctx.has_input(i) else None
+            known = t is not None and t.HasField("tensor_type") and t.tensor_type.HasField("shape")
+            shapes.append(list(t.tensor_type.shape.dim) if known else None)
+        symbols: dict[str, Any] = {}
+        for spec, dims in zip(op.inputs, shapes):
+            documented = _dims(spec.doc)
+            if documented is None or dims is None:
+                continue
+            if "..." in documented:
+                lead = len(dims) - (len(documented) - 1)
+                symbols.setdefault("...", dims[:lead])
+                documented = [d for d in documented if d != "..."]
+                dims = dims[lead:]
+            if len(documented) != len(dims):
+                continue  # the kernel reports the rank; inference just learns nothing
+            for name, dim in zip(documented, dims):
+                if _IDENTIFIER.match(name) and (dim.HasField("dim_value") or dim.HasField("dim_param")):
+                    symbols.setdefault(name, dim)
+
+        def attribute(name: str) -> int | None:
+            try:
+                return ctx.get_attribute(name).i
+            except Exception:  # absent: the schema's default
+                default = attribute_defaults.get(name)
+                return int(default) if default else None
+
+        for index, (spec, rule) in enumerate(zip(op.outputs, rules)):
+            if len(spec.types) > 1 and type_param is not None:
+                source = ctx.get_input_type(type_param)
+                elem_type = source.tensor_type.elem_type if source is not None else 0
+            else:
+                elem_type = {"float32": 1, "float64": 11, "int64": 7}[spec.types[0]]
+            out = onnx.TypeProto()
+            out.tensor_type.elem_type = elem_type
+            shape = out.tensor_type.shape
+            if rule is None:
+                if not shapes or shapes[0] is None:
+                    ctx.set_output_type(index, _unshaped(out))
+                    continue
+                shape.dim.extend(shapes[0])
+            else:
+                for name in rule:
+                    if name == "...":
+                        if "..." not in symbols:
+                            break
+                        shape.dim.extend(symbols["..."])
+                        continue
+                    dim = shape.dim.add()
+                    if name.isdigit():
+                        dim.dim_value = int(name)
+                    elif any(a.name == name for a in op.attributes):
+                        value = attribute(name)
+                        if value is not None:
+                            dim.dim_value = value
+                    elif name in symbols:
+                        dim.CopyFrom(symbols[name])
+                else:
+                    ctx.set_output_type(index, out)
+                    continue
+                out = _unshaped(out)  # "..." with an input of unknown shape: rank unknown
+            ctx.set_output_type(index, out)
+
+    return infer
+
+
+def _unshaped(t: Any) -> Any:
+    t.tensor_type.ClearField("shape")
+    return t
+
+
 def make_schema(op: OpInfo) -> onnx.defs.OpSchema:
     """The ``onnx.defs.OpSchema`` of one op from the manifest."""
     import onnx
@@ -46,7 +156,7 @@ def make_schema(op: OpInfo) -> onnx.defs.OpSchema:
         )
         for a in op.attributes
     ]
-    return onnx.defs.OpSchema(
+    schema = onnx.defs.OpSchema(
         op.name,
         op.domain,
         op.since_version,
@@ -56,12 +166,18 @@ def make_schema(op: OpInfo) -> onnx.defs.OpSchema:
         type_constraints=constraints,
         attributes=attributes,
     )
+    if hasattr(schema, "set_type_and_shape_inference_function"):  # onnx 1.17 on
+        schema.set_type_and_shape_inference_function(_infer(op))
+    return schema
 
 
 def register_onnx_schemas() -> None:
     """Registers every op of the library with ``onnx.defs`` (once; later calls do nothing).
 
-    After this, ``onnx.checker`` and onnxscript (the ``dynamo=True`` exporter) know the ops.
+    After this, ``onnx.checker``, ``onnx.shape_inference`` (strict mode included: every op
+    infers its output types, and its output shapes where they follow from the input shapes
+    and attributes) and onnxscript (the ``dynamo=True`` exporter) know the ops.
+    ``ortops.torch`` calls it on import. Needs onnx 1.16 or newer; inference needs 1.17.
     """
     import onnx
 

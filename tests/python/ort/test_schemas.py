@@ -1,0 +1,132 @@
+"""The ONNX schemas that ortops.register_onnx_schemas() adds: types and shapes under strict
+shape inference, for every op of every domain, against shapes written out in the test."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from onnx import TensorProto, helper, shape_inference
+
+import ortops
+from ortops._schemas import shape_rule
+
+F, D, I64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64
+HAS_INFERENCE = hasattr(onnx.defs.OpSchema, "set_type_and_shape_inference_function")
+
+# (domain, op, inputs (name, type, shape), attributes, expected outputs (type, shape));
+# "?" is a data-dependent dim.
+CASES = [
+    ("ortops", "NMS", [("b", F, ["N", 4]), ("s", F, ["N"])], {}, [(I64, ["?"])]),
+    ("mmcv", "NonMaxSuppression", [("b", D, [9, 4]), ("s", D, [9])], {}, [(I64, ["?"])]),
+    ("ortops", "SoftNMS", [("b", F, ["N", 4]), ("s", F, ["N"])], {}, [(F, ["?", 5]), (I64, ["?"])]),
+    (
+        "mmdeploy",
+        "NMSMatch",
+        [("b", F, [1, 9, 4]), ("s", F, [1, 3, 9]), ("t", F, [1]), ("u", F, [1])],
+        {},
+        [(I64, ["?", 4])],
+    ),
+    ("ortops", "NMSRotated", [("b", D, [2, 9, 5]), ("s", D, [2, 3, 9])], {}, [(I64, ["?", 3])]),
+    (
+        "ortops",
+        "RoIAlign",
+        [("x", F, ["N", 256, 50, 60]), ("r", F, ["R", 5])],
+        {"output_height": 7, "output_width": 5},
+        [(F, ["R", 256, 7, 5])],
+    ),
+    ("mmcv", "MMCVRoiAlign", [("x", D, [2, 8, 5, 6]), ("r", D, [3, 5])], {}, [(D, [3, 8, 1, 1])]),
+    (
+        "mmdeploy",
+        "MMCVRoIAlignRotated",
+        [("x", F, [2, 8, 5, 6]), ("r", F, ["R", 6])],
+        {"output_height": 3, "output_width": 4},
+        [(F, ["R", 8, 3, 4])],
+    ),
+    ("mmcv", "MMCVRotatedFeatureAlign", [("x", F, [2, 8, 5, 6]), ("b", F, [2, 5, 6, 5])], {}, [(F, [2, 8, 5, 6])]),
+    ("mmcv", "grid_sampler", [("x", F, ["N", 8, 30, 30]), ("g", F, ["N", 5, 6, 2])], {}, [(F, ["N", 8, 5, 6])]),
+    ("ortops", "CornerPool", [("x", D, [2, 8, 5, 6])], {}, [(D, [2, 8, 5, 6])]),
+    ("mmcv", "cummin", [("x", I64, [3, "W"])], {"dim": 1}, [(I64, [3, "W"]), (I64, [3, "W"])]),
+    (
+        "ortops",
+        "DeformConv2d",
+        [("x", F, [1, 16, 20, 20]), ("o", F, [1, 18, 10, 10]), ("w", F, [32, 16, 3, 3]), ("b", F, [0]), ("m", F, [0])],
+        {},
+        [(F, [1, 32, 10, 10])],
+    ),
+    (
+        "mmcv",
+        "MMCVModulatedDeformConv2d",
+        [
+            ("x", F, ["N", 16, 20, 20]),
+            ("o", F, ["N", 18, "H", "W"]),
+            ("m", F, ["N", 9, "H", "W"]),
+            ("w", F, [32, 16, 3, 3]),
+        ],
+        {},
+        [(F, ["N", 32, "H", "W"])],
+    ),
+    (
+        "mmcv",
+        "MMCVDeformConv2d",
+        [("x", F, [1, 16, 20, 20]), ("o", F, [1, 18, 20, 20]), ("w", F, [8, 16, 3, 3])],
+        {},
+        [(F, [1, 8, 20, 20])],
+    ),
+    (
+        "ortops",
+        "GroupNorm",
+        [("x", F, [2, 8, 3, 3, 3]), ("s", F, [8]), ("b", F, [8])],
+        {"num_groups": 2},
+        [(F, [2, 8, 3, 3, 3])],
+    ),
+    ("ortops", "MatrixInverse", [("x", D, [2, 3, "M", "M"])], {}, [(D, [2, 3, "M", "M"])]),
+]
+
+
+def _model(domain: str, op: str, inputs: list, attributes: dict, outputs: int) -> onnx.ModelProto:
+    graph_inputs = [helper.make_tensor_value_info(n, t, shape) for n, t, shape in inputs]
+    names = [f"out{i}" for i in range(outputs)]
+    node = helper.make_node(op, [n for n, _, _ in inputs], names, domain=domain, **attributes)
+    graph = helper.make_graph([node], "g", graph_inputs, [helper.make_value_info(n, onnx.TypeProto()) for n in names])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)]
+    return helper.make_model(graph, ir_version=8, opset_imports=opsets)
+
+
+def _dims(value: onnx.ValueInfoProto) -> list:
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in value.type.tensor_type.shape.dim]
+
+
+@pytest.mark.skipif(not HAS_INFERENCE, reason="onnx < 1.17 cannot register Python inference functions")
+@pytest.mark.parametrize(("domain", "op", "inputs", "attributes", "expected"), CASES, ids=lambda v: str(v))
+def test_strict_shape_inference(domain: str, op: str, inputs: list, attributes: dict, expected: list) -> None:
+    ortops.register_onnx_schemas()
+    model = _model(domain, op, inputs, attributes, len(expected))
+    inferred = shape_inference.infer_shapes(model, strict_mode=True, check_type=True)
+    values = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
+    for i, (elem_type, shape) in enumerate(expected):
+        value = values[f"out{i}"]
+        assert value.type.tensor_type.elem_type == elem_type
+        got = _dims(value)
+        assert len(got) == len(shape)
+        for g, want in zip(got, shape):
+            if want != "?":
+                assert g == want, (got, shape)
+
+
+def test_every_op_of_every_domain_is_covered_and_has_shape_rules() -> None:
+    covered = {(domain, op) for domain, op, *_ in CASES}
+    kernels = {op.kernel for op in ortops.ops() if (op.domain, op.name) in covered}
+    assert kernels == {op.kernel for op in ortops.ops()}
+    for op in ortops.ops():
+        for i in range(len(op.outputs)):
+            shape_rule(op, i)  # raises if an output documents no shape
+
+
+@pytest.mark.skipif(not HAS_INFERENCE, reason="onnx < 1.17 cannot register Python inference functions")
+def test_inputs_of_unknown_shape_still_give_types_and_ranks() -> None:
+    ortops.register_onnx_schemas()
+    model = _model("ortops", "RoIAlign", [("x", D, None), ("r", D, None)], {"output_height": 3}, 1)
+    inferred = shape_inference.infer_shapes(model, strict_mode=True)
+    (value,) = inferred.graph.output
+    assert value.type.tensor_type.elem_type == D
+    assert _dims(value)[2:] == [3, 1]  # output_width's default
