@@ -302,7 +302,7 @@ def _summary(values: np.ndarray) -> str:
 
     if values.dtype == object or values.size == 0 or values.size > 20:
         return ""
-    return " = " + np.array2string(values.reshape(-1) if values.ndim > 1 else values, max_line_width=10**6)
+    return " = " + np.array2string(values, max_line_width=10**6).replace("\n", "")
 
 
 def _profile_summary(path: str, warmup: int) -> list[str]:
