@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ortops._check import ModelProblem, check_model
 from ortops._schemas import register_onnx_schemas
 
 if TYPE_CHECKING:
@@ -32,8 +33,10 @@ __version__ = "0.1.0"
 __all__ = [
     "AttributeInfo",
     "InputInfo",
+    "ModelProblem",
     "OpInfo",
     "__version__",
+    "check_model",
     "domains",
     "get_library_path",
     "ops",

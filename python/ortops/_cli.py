@@ -1,0 +1,548 @@
+"""The ``ortops`` command: inspect a model's custom ops, run a model with ortops registered.
+
+``ortops inspect MODEL.onnx`` lists the nodes outside ONNX Runtime's own domains and what
+:func:`ortops.check_model` finds (exit 0: runs with ortops, 1: does not, 2: bad usage or not
+a model). ``ortops run MODEL.onnx`` runs it on given or random inputs and prints timings,
+outputs and, with ``--profile``, ONNX Runtime's time per op type and node. ``ortops ops``
+prints the op table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+    import onnxruntime
+
+
+# Exit statuses.
+OK = 0
+CANNOT_RUN = 1
+USAGE = 2
+
+_PROVIDER_ALIASES = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "trt": "TensorrtExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "dml": "DmlExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
+}
+
+# ONNX Runtime's tensor type strings (NodeArg.type) and numpy dtypes.
+_ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(double)": "float64",
+    "tensor(float16)": "float16",
+    "tensor(int8)": "int8",
+    "tensor(int16)": "int16",
+    "tensor(int32)": "int32",
+    "tensor(int64)": "int64",
+    "tensor(uint8)": "uint8",
+    "tensor(uint16)": "uint16",
+    "tensor(uint32)": "uint32",
+    "tensor(uint64)": "uint64",
+    "tensor(bool)": "bool",
+    "tensor(string)": "object",
+}
+
+
+class UsageError(Exception):
+    """A problem with the command line or its files: reported on one line, exit status 2."""
+
+
+class CannotRun(Exception):
+    """The model cannot run (unknown ops, load or run failure): exit status 1."""
+
+
+def _fail(message: str) -> NoReturn:
+    raise UsageError(message)
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+def _check_file(path: str) -> None:
+    if not os.path.exists(path):
+        _fail(f"{path}: no such file")
+    if os.path.isdir(path):
+        _fail(f"{path}: is a directory, not an ONNX model")
+
+
+def _load(path: str) -> onnx.ModelProto:
+    """The model at ``path`` (without external weights); UsageError if it is not one."""
+    _check_file(path)
+    try:
+        from ortops._check import load_model
+    except ImportError as e:  # pragma: no cover - onnx is imported lazily in load_model
+        _fail(f"this command needs the onnx package ({e})")
+    try:
+        return load_model(path)
+    except ImportError:
+        _fail("this command needs the onnx package: pip install onnx")
+    except (OSError, ValueError) as e:
+        _fail(str(e))
+
+
+# --- inspect ------------------------------------------------------------------------------
+
+
+def _providers_by_op() -> dict[tuple[str, str], list[str]]:
+    from ortops import ops
+
+    table: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for op in ops():
+        if op.execution_provider not in table[op.domain, op.name]:
+            table[op.domain, op.name].append(op.execution_provider)
+    return table
+
+
+def inspect_report(path: str) -> dict[str, Any]:
+    """What ``ortops inspect`` prints, as a JSON-ready dict (UsageError if not a model)."""
+    from ortops._check import STANDARD_DOMAINS, check_model, iter_nodes
+
+    model = _load(path)
+    problems = check_model(model)
+    implemented = _providers_by_op()
+    groups: Counter[tuple[str, str, int | None, bool]] = Counter()
+    total = 0
+    for _, node, version, is_function in iter_nodes(model):
+        total += 1
+        if node.domain not in STANDARD_DOMAINS:
+            groups[node.domain, node.op_type, version, is_function] += 1
+    custom = []
+    for (domain, op_type, version, is_function), count in groups.items():
+        providers = implemented.get((domain, op_type), [])
+        custom.append(
+            {
+                "domain": domain,
+                "op_type": op_type,
+                "opset": version,
+                "count": count,
+                "model_function": is_function,
+                "implemented": bool(providers),
+                "execution_providers": providers,
+            }
+        )
+    runnable = not problems and all(c["implemented"] or c["model_function"] for c in custom)
+    return {
+        "model": path,
+        "ir_version": model.ir_version,
+        "opset_import": {o.domain or "ai.onnx": o.version for o in model.opset_import},
+        "nodes": total,
+        "custom_ops": custom,
+        "problems": [
+            {"node": p.node, "domain": p.domain, "op_type": p.op_type, "kind": p.kind, "message": p.message}
+            for p in problems
+        ],
+        "runnable": runnable,
+    }
+
+
+def _problem_lines(problems: Sequence[dict[str, Any]]) -> list[str]:
+    return [f"  [{p['kind']}] {p['message']}" for p in problems]
+
+
+def _print_inspect(report: dict[str, Any]) -> None:
+    opsets = ", ".join(f"{d} {v}" for d, v in report["opset_import"].items())
+    custom = report["custom_ops"]
+    print(f"{report['model']}: IR version {report['ir_version']}, opsets: {opsets}")
+    print(f"{report['nodes']} nodes, {sum(c['count'] for c in custom)} outside ONNX Runtime's own domains")
+    if custom:
+        rows = []
+        for c in custom:
+            if c["model_function"]:
+                status = "model-local function"
+            elif c["implemented"]:
+                status = "ortops: " + ", ".join(c["execution_providers"])
+            else:
+                status = "NOT IMPLEMENTED by ortops"
+            opset = "-" if c["opset"] is None else str(c["opset"])
+            rows.append((f"{c['domain']}::{c['op_type']}", f"opset {opset}", f"x{c['count']}", status))
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        print("custom ops:")
+        for r in rows:
+            print("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[3])
+    if report["problems"]:
+        print(f"problems ({len(report['problems'])}):")
+        print("\n".join(_problem_lines(report["problems"])))
+    if report["runnable"]:
+        print("result: every custom node runs with ortops")
+    else:
+        print("result: the model cannot run with ortops as it is")
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    report = inspect_report(args.model)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        _print_inspect(report)
+    return OK if report["runnable"] else CANNOT_RUN
+
+
+# --- run ----------------------------------------------------------------------------------
+
+
+def _parse_pairs(values: Sequence[str], option: str, what: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            _fail(f"{option} expects NAME={what}, got '{value}'")
+        if name in pairs:
+            _fail(f"{option} gives '{name}' twice")
+        pairs[name] = rest
+    return pairs
+
+
+def _read_array(path: str) -> np.ndarray:
+    import numpy as np
+
+    _check_file(path)
+    try:
+        array = np.load(path, allow_pickle=False)
+    except Exception as e:
+        _fail(f"{path}: not a .npy file numpy can read: {e}")
+    if not isinstance(array, np.ndarray):
+        _fail(f"{path}: holds several arrays (an .npz); pass it with --inputs")
+    return array
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    import numpy as np
+
+    _check_file(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                _fail(f"{path}: is a single array (.npy); pass it with --input NAME={path}")
+            return {name: data[name] for name in data.files}
+    except UsageError:
+        raise
+    except Exception as e:
+        _fail(f"{path}: not an .npz file numpy can read: {e}")
+
+
+def _providers(text: str | None) -> list[str]:
+    import onnxruntime
+
+    if not text:
+        return ["CPUExecutionProvider"]
+    available = onnxruntime.get_available_providers()
+    chosen = []
+    for item in text.split(","):
+        item = item.strip()
+        name = _PROVIDER_ALIASES.get(item.lower(), item)
+        if name not in available:
+            _fail(f"execution provider '{item}' is not available in this onnxruntime ({', '.join(available)})")
+        chosen.append(name)
+    return chosen
+
+
+def _input_shape(arg: onnxruntime.NodeArg, dims: dict[str, int], used: set[str]) -> list[int]:
+    shape = []
+    for d in arg.shape or []:
+        if isinstance(d, int) and d >= 0:
+            shape.append(d)
+        elif isinstance(d, str) and d in dims:
+            used.add(d)
+            shape.append(dims[d])
+        else:
+            shape.append(1)
+    return shape
+
+
+def _random_input(arg: onnxruntime.NodeArg, shape: list[int], rng: np.random.Generator) -> np.ndarray:
+    import numpy as np
+
+    dtype = _ORT_TYPES.get(arg.type)
+    if dtype is None:
+        _fail(f"input '{arg.name}' has type {arg.type}, for which no random value is made: pass it with --input")
+    if dtype.startswith("float"):
+        return rng.random(shape).astype(dtype)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype == "object":
+        return np.full(shape, "a", dtype=object)
+    return rng.integers(0, 4, shape).astype(dtype)
+
+
+def _check_given(arg: onnxruntime.NodeArg, value: np.ndarray, source: str) -> None:
+    expected = _ORT_TYPES.get(arg.type)
+    if expected is not None and expected != "object" and value.dtype.name != expected:
+        _fail(f"input '{arg.name}' ({source}) is {value.dtype.name}, but the model wants {expected}")
+    if arg.shape is None:
+        return
+    if len(arg.shape) != value.ndim:
+        _fail(f"input '{arg.name}' ({source}) has shape {list(value.shape)}, but the model wants rank {len(arg.shape)}")
+    for axis, (want, got) in enumerate(zip(arg.shape, value.shape)):
+        if isinstance(want, int) and want >= 0 and want != got:
+            _fail(
+                f"input '{arg.name}' ({source}) has shape {list(value.shape)}, "
+                f"but the model wants {want} along axis {axis} (shape {arg.shape})"
+            )
+
+
+def _summary(values: np.ndarray) -> str:
+    import numpy as np
+
+    if values.dtype == object or values.size == 0 or values.size > 20:
+        return ""
+    return " = " + np.array2string(values, max_line_width=10**6).replace("\n", "")
+
+
+def _profile_summary(path: str, warmup: int) -> list[str]:
+    """Time per op type and node from ORT's JSON profile, over the timed runs only."""
+    with open(path) as f:
+        events = json.load(f)
+    runs = sorted(
+        (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=lambda e: e["ts"]
+    )
+    timed = runs[warmup:]
+    if not timed:
+        return ["profile: ONNX Runtime recorded no runs"]
+    windows = [(e["ts"], e["ts"] + e["dur"]) for e in timed]
+    by_type: dict[str, float] = defaultdict(float)
+    calls: Counter[str] = Counter()
+    by_node: dict[tuple[str, str, str], float] = defaultdict(float)
+    for e in events:
+        if e.get("cat") != "Node" or not str(e.get("name", "")).endswith("_kernel_time"):
+            continue
+        if not any(start <= e["ts"] <= end for start, end in windows):
+            continue
+        args = e.get("args", {})
+        op_type = args.get("op_name", "?")
+        node = e["name"][: -len("_kernel_time")]
+        by_type[op_type] += e["dur"]
+        calls[op_type] += 1
+        by_node[node, op_type, args.get("provider", "?")] += e["dur"]
+    n = len(timed)
+    total = sum(by_type.values())
+    run_ms = statistics.median(e["dur"] for e in timed) / 1000
+    lines = [
+        f"profile ({n} runs; ms per run; run median {run_ms:.3f} ms, of which kernels {total / n / 1000:.3f} ms):",
+        f"  {'op type':<28} {'nodes':>5} {'ms':>10} {'share':>7}",
+    ]
+    for op_type, us in sorted(by_type.items(), key=lambda kv: -kv[1]):
+        share = 100 * us / total if total else 0.0
+        lines.append(f"  {op_type:<28} {calls[op_type] // n:>5} {us / n / 1000:>10.3f} {share:>6.1f}%")
+    lines.append("  slowest nodes:")
+    for (node, op_type, provider), us in sorted(by_node.items(), key=lambda kv: -kv[1])[:10]:
+        lines.append(f"  {node or '(unnamed)':<28} {op_type:<20} {us / n / 1000:>10.3f} ms  {provider}")
+    return lines
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+    import onnxruntime
+
+    import ortops
+
+    path = args.model
+    _check_file(path)
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        print("ortops: note: onnx is not installed, so the model's custom nodes are not checked first", file=sys.stderr)
+    else:
+        report = inspect_report(path)
+        if not report["runnable"]:
+            lines = [f"ortops: {path}: cannot run with ortops:"]
+            lines += _problem_lines(report["problems"])
+            print("\n".join(lines), file=sys.stderr)
+            return CANNOT_RUN
+    if args.runs < 1 or args.warmup < 0:
+        _fail("--runs must be at least 1 and --warmup at least 0")
+    given = {name: (_read_array(file), file) for name, file in _parse_pairs(args.input, "--input", "FILE.npy").items()}
+    if args.inputs:
+        for name, value in _read_npz(args.inputs).items():
+            if name in given:
+                _fail(f"input '{name}' is given both by --input and in {args.inputs}")
+            given[name] = (value, f"{args.inputs}[{name}]")
+    dims: dict[str, int] = {}
+    for name, text in _parse_pairs(args.dim, "--dim", "VALUE").items():
+        try:
+            dims[name] = int(text)
+        except ValueError:
+            _fail(f"--dim {name}={text}: the value must be an integer")
+        if dims[name] < 0:
+            _fail(f"--dim {name}={text}: the value must not be negative")
+    providers = _providers(args.providers)
+
+    options = ortops.session_options()
+    if args.threads is not None:
+        options.intra_op_num_threads = args.threads
+    options.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="ortops-profile-") as tmp:
+        if args.profile:
+            options.enable_profiling = True
+            options.profile_file_prefix = os.path.join(tmp, "profile")
+        try:
+            session = onnxruntime.InferenceSession(path, options, providers=providers)
+        except Exception as e:
+            raise CannotRun(f"{path}: ONNX Runtime could not load it: {_first_line(e)}") from e
+
+        model_inputs = session.get_inputs()
+        names = [a.name for a in model_inputs]
+        for name in given:
+            if name not in names:
+                _fail(f"{path} has no input named '{name}' (its inputs: {', '.join(names) or 'none'})")
+        rng = np.random.default_rng(args.seed)
+        feeds: dict[str, np.ndarray] = {}
+        used: set[str] = set()
+        print("inputs:")
+        for arg in model_inputs:
+            if arg.name in given:
+                value, source = given[arg.name]
+                _check_given(arg, value, source)
+            else:
+                value = _random_input(arg, _input_shape(arg, dims, used), rng)
+                source = "random"
+            feeds[arg.name] = value
+            print(f"  {arg.name}: {value.dtype.name} {list(value.shape)} ({source})")
+        unused = sorted(set(dims) - used)
+        if unused:
+            _fail(f"--dim {unused[0]}: no random input has a dimension named '{unused[0]}'")
+
+        times = []
+        try:
+            for _ in range(args.warmup):
+                session.run(None, feeds)
+            for _ in range(args.runs):
+                start = time.perf_counter()
+                outputs = session.run(None, feeds)
+                times.append((time.perf_counter() - start) * 1000)
+        except Exception as e:
+            raise CannotRun(f"{path}: the run failed: {_first_line(e)}") from e
+
+        print("outputs:")
+        for arg, value in zip(session.get_outputs(), outputs):
+            value = np.asarray(value)
+            print(f"  {arg.name}: {value.dtype.name} {list(value.shape)}{_summary(value)}")
+        if args.save:
+            np.savez(args.save, **{arg.name: np.asarray(v) for arg, v in zip(session.get_outputs(), outputs)})
+            print(f"outputs saved to {args.save}")
+        threads = "default" if args.threads is None else str(args.threads)
+        print(
+            f"time: {args.runs} runs after {args.warmup} warm-up, {', '.join(session.get_providers())}, "
+            f"intra-op threads {threads}: min {min(times):.3f} ms, median {statistics.median(times):.3f} ms, "
+            f"max {max(times):.3f} ms"
+        )
+        if args.profile:
+            profile = session.end_profiling()
+            print("\n".join(_profile_summary(profile, args.warmup)))
+    return OK
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+# --- ops ----------------------------------------------------------------------------------
+
+
+def _cmd_ops(args: argparse.Namespace) -> int:
+    from ortops import ops
+
+    table = ops()
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "domain": op.domain,
+                        "name": op.name,
+                        "since_version": op.since_version,
+                        "execution_provider": op.execution_provider,
+                        "compat": op.compat,
+                    }
+                    for op in table
+                ],
+                indent=2,
+            )
+        )
+        return OK
+    width = max(len(op.qualified_name) for op in table)
+    for op in table:
+        compat = "  (compatibility name)" if op.compat else ""
+        print(f"{op.qualified_name:<{width}}  since {op.since_version}  {op.execution_provider}{compat}")
+    return OK
+
+
+# --- entry point --------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ortops`` argument parser."""
+    from ortops import __version__
+
+    parser = argparse.ArgumentParser(prog="ortops", description="ortops: custom operators for ONNX Runtime.")
+    parser.add_argument("--version", action="version", version=f"ortops {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    inspect = sub.add_parser(
+        "inspect",
+        help="list a model's custom ops and whether ortops runs them",
+        description="Lists the nodes outside ONNX Runtime's own domains, whether ortops implements each "
+        "(and on which execution providers), and the problems ortops.check_model finds. "
+        "Exit status: 0 the model runs with ortops, 1 it does not, 2 usage error or not an ONNX model.",
+    )
+    inspect.add_argument("model", metavar="MODEL.onnx")
+    inspect.add_argument("--json", action="store_true", help="print a JSON report")
+    inspect.set_defaults(func=_cmd_inspect)
+
+    run = sub.add_parser(
+        "run",
+        help="run a model in ONNX Runtime with ortops registered and time it",
+        description="Runs the model on the given inputs (random ones for the others: floats in [0, 1), "
+        "integers in [0, 4); symbolic dimensions 1 unless set with --dim) and prints the outputs and timings.",
+    )
+    run.add_argument("model", metavar="MODEL.onnx")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input from a .npy file")
+    run.add_argument("--inputs", metavar="FILE.npz", help="inputs from an .npz file, by input name")
+    run.add_argument("--providers", metavar="LIST", help="execution providers, e.g. cpu or cuda,cpu (default cpu)")
+    run.add_argument("--threads", type=int, metavar="N", help="intra-op threads (default: ONNX Runtime's)")
+    run.add_argument("--runs", type=int, default=10, metavar="N", help="timed runs (default 10)")
+    run.add_argument("--warmup", type=int, default=1, metavar="N", help="untimed runs first (default 1)")
+    run.add_argument("--profile", action="store_true", help="print ONNX Runtime's time per op type and node")
+    run.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random inputs (default 0)")
+    run.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE", help="a symbolic dimension's size")
+    run.add_argument("--save", metavar="FILE.npz", help="save the outputs of the last run")
+    run.set_defaults(func=_cmd_run)
+
+    ops = sub.add_parser("ops", help="list the ops ortops registers")
+    ops.add_argument("--json", action="store_true", help="print JSON")
+    ops.set_defaults(func=_cmd_ops)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the ``ortops`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"ortops: {e}", file=sys.stderr)
+        return USAGE
+    except CannotRun as e:
+        print(f"ortops: {e}", file=sys.stderr)
+        return CANNOT_RUN
+    except FileNotFoundError as e:  # the library or its manifest
+        print(f"ortops: {e}", file=sys.stderr)
+        return USAGE

@@ -1,0 +1,269 @@
+"""The ``ortops`` command (``python -m ortops``), run as a subprocess on small models."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import ortops
+
+from ortest import DEFAULT_OPSET, IR_VERSION, make_model
+
+# Hand-made NMS case: box 1 overlaps box 0 with IoU 81/119 = 0.68 (dropped at 0.5), box 2
+# overlaps box 0 with IoU 16/184 = 0.09 (kept), box 3 is box 2 shifted by 1 (IoU 0.68 with
+# box 2, which scores higher: dropped).
+BOXES = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [6, 6, 16, 16], [7, 7, 17, 17]], np.float32)
+SCORES = np.array([0.9, 0.8, 0.7, 0.6], np.float32)
+KEPT = [0, 2]
+
+
+def ortops_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    # The subprocess imports this same ortops (also when it is not installed) and library.
+    package_root = str(Path(ortops.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env["ORTOPS_LIBRARY"] = ortops.get_library_path()
+    return subprocess.run(
+        [sys.executable, "-m", "ortops", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60
+    )
+
+
+def nms_model_file(tmp_path: Path, **attributes: object) -> Path:
+    model = make_model(
+        "NonMaxSuppression", "mmcv", [("boxes", np.float32, 2), ("scores", np.float32, 1)], ["indices"], **attributes
+    )
+    boxes, scores = model.graph.input
+    boxes.type.tensor_type.shape.dim[0].dim_param = "N"
+    boxes.type.tensor_type.shape.dim[1].dim_value = 4
+    scores.type.tensor_type.shape.dim[0].dim_param = "N"
+    path = tmp_path / "nms.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def mixed_model_file(tmp_path: Path) -> Path:
+    """Relu then mmcv::cummax along axis 1 on x [N, 5], and TRT::EfficientNMS_TRT on other inputs."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("cummax", ["r"], ["values", "indices"], domain="mmcv", name="cm", dim=1),
+        helper.make_node("EfficientNMS_TRT", ["boxes", "scores"], ["num", "det"], domain="TRT", name="trt"),
+        helper.make_node("EfficientNMS_TRT", ["boxes", "scores"], ["num2", "det2"], domain="TRT", name="trt2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5]),
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, None, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, None, 1]),
+        ],
+        [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in ("values", "indices", "num", "det")],
+    )
+    model = helper.make_model(
+        graph,
+        ir_version=IR_VERSION,
+        opset_imports=[
+            helper.make_opsetid("", DEFAULT_OPSET),
+            helper.make_opsetid("mmcv", 1),
+            helper.make_opsetid("TRT", 1),
+        ],
+    )
+    path = tmp_path / "mixed.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def cummax_model_file(tmp_path: Path) -> Path:
+    """Relu then mmcv::cummax along axis 1 on x [N, 5] (N symbolic)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("cummax", ["r"], ["values", "indices"], domain="mmcv", name="cm", dim=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5])],
+        [
+            helper.make_tensor_value_info("values", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, None),
+        ],
+    )
+    model = helper.make_model(
+        graph,
+        ir_version=IR_VERSION,
+        opset_imports=[helper.make_opsetid("", DEFAULT_OPSET), helper.make_opsetid("mmcv", 1)],
+    )
+    path = tmp_path / "cummax.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+# --- inspect ------------------------------------------------------------------------------
+
+
+def test_inspect_clean_mmcv_model(tmp_path) -> None:
+    result = ortops_cli("inspect", str(nms_model_file(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if "mmcv::NonMaxSuppression" in line)
+    assert re.search(r"opset 1\s+x1\s+ortops: CPUExecutionProvider", line), line
+    assert "problems" not in result.stdout
+
+
+def test_inspect_model_with_tensorrt_plugin(tmp_path) -> None:
+    path = mixed_model_file(tmp_path)
+    result = ortops_cli("inspect", str(path))
+    assert result.returncode == 1, result.stdout + result.stderr
+    trt = next(line for line in result.stdout.splitlines() if "TRT::EfficientNMS_TRT" in line)
+    assert "x2" in trt and "NOT IMPLEMENTED" in trt
+    assert "[unknown-op] Node trt uses TRT::EfficientNMS_TRT" in result.stdout
+
+    report = json.loads(ortops_cli("inspect", str(path), "--json").stdout)
+    assert report["runnable"] is False
+    ops = {(c["domain"], c["op_type"]): c for c in report["custom_ops"]}
+    assert set(ops) == {("mmcv", "cummax"), ("TRT", "EfficientNMS_TRT")}
+    assert ops["mmcv", "cummax"]["implemented"] and ops["mmcv", "cummax"]["count"] == 1
+    assert ops["mmcv", "cummax"]["execution_providers"] == ["CPUExecutionProvider"]
+    assert not ops["TRT", "EfficientNMS_TRT"]["implemented"] and ops["TRT", "EfficientNMS_TRT"]["count"] == 2
+    assert [(p["node"], p["kind"]) for p in report["problems"]] == [("trt", "unknown-op"), ("trt2", "unknown-op")]
+
+
+def test_inspect_reports_attribute_problems(tmp_path) -> None:
+    result = ortops_cli("inspect", str(nms_model_file(tmp_path, iou_treshold=0.3)))
+    assert result.returncode == 1
+    assert "[unknown-attribute]" in result.stdout and "'iou_treshold'" in result.stdout
+
+
+def test_missing_file(tmp_path) -> None:
+    path = tmp_path / "absent.onnx"
+    for command in ("inspect", "run"):
+        result = ortops_cli(command, str(path))
+        assert result.returncode == 2
+        assert result.stderr == f"ortops: {path}: no such file\n"
+
+
+def test_garbage_file(tmp_path) -> None:
+    path = tmp_path / "garbage.onnx"
+    path.write_bytes(b"\xff\xfe this is not a protobuf message")
+    for command in ("inspect", "run"):
+        result = ortops_cli(command, str(path))
+        assert result.returncode == 2
+        assert result.stderr.startswith(f"ortops: {path} is not an ONNX model: "), result.stderr
+        assert result.stderr.count("\n") == 1
+
+
+# --- run ----------------------------------------------------------------------------------
+
+
+def test_run_random_inputs_with_symbolic_dim(tmp_path) -> None:
+    result = ortops_cli("run", str(cummax_model_file(tmp_path)), "--dim", "N=3", "--runs", "3", "--threads", "1")
+    assert result.returncode == 0, result.stderr
+    assert "x: float32 [3, 5] (random)" in result.stdout
+    assert "values: float32 [3, 5]" in result.stdout
+    assert "indices: int64 [3, 5]" in result.stdout
+    timing = re.search(r"min ([\d.]+) ms, median ([\d.]+) ms, max ([\d.]+) ms", result.stdout)
+    assert timing, result.stdout
+    low, mid, high = map(float, timing.groups())
+    assert 0 < low <= mid <= high
+
+
+def test_run_npy_inputs_gives_hand_computed_nms(tmp_path) -> None:
+    np.save(tmp_path / "boxes.npy", BOXES)
+    np.save(tmp_path / "scores.npy", SCORES)
+    out = tmp_path / "out.npz"
+    result = ortops_cli(
+        "run",
+        str(nms_model_file(tmp_path)),
+        "--input",
+        f"boxes={tmp_path / 'boxes.npy'}",
+        "--input",
+        f"scores={tmp_path / 'scores.npy'}",
+        "--save",
+        str(out),
+        "--runs",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"indices: int64 [{len(KEPT)}] = [{' '.join(map(str, KEPT))}]" in result.stdout
+    with np.load(out) as saved:
+        np.testing.assert_array_equal(saved["indices"], KEPT)
+
+
+def test_run_npz_inputs(tmp_path) -> None:
+    np.savez(tmp_path / "inputs.npz", boxes=BOXES, scores=SCORES)
+    result = ortops_cli(
+        "run", str(nms_model_file(tmp_path, iou_threshold=0.05)), "--inputs", str(tmp_path / "inputs.npz")
+    )
+    assert result.returncode == 0, result.stderr
+    # At 0.05 box 2 (IoU 16/184 = 0.087 with box 0) goes too, and box 3 (IoU 9/191 = 0.047
+    # with box 0, the only box kept before it) stays.
+    assert "indices: int64 [2] = [0 3]" in result.stdout
+
+
+def test_run_profile_prints_a_summary_and_leaves_no_file(tmp_path) -> None:
+    work = tmp_path / "cwd"
+    work.mkdir()
+    result = ortops_cli("run", str(cummax_model_file(tmp_path)), "--profile", "--runs", "3", "--dim", "N=4", cwd=work)
+    assert result.returncode == 0, result.stderr
+    summary = result.stdout[result.stdout.index("profile (3 runs") :]
+    assert re.search(r"^\s+cummax\s+1\s+[\d.]+\s+[\d.]+%$", summary, re.MULTILINE), summary
+    assert re.search(r"^\s+Relu\s+1\s+[\d.]+\s+[\d.]+%$", summary, re.MULTILINE), summary
+    shares = [float(s) for s in re.findall(r"([\d.]+)%$", summary, re.MULTILINE)]
+    assert abs(sum(shares) - 100) < 0.5
+    assert list(work.iterdir()) == [] and not list(tmp_path.glob("*.json"))
+
+
+def test_run_refuses_model_with_unknown_ops(tmp_path) -> None:
+    result = ortops_cli("run", str(mixed_model_file(tmp_path)))
+    assert result.returncode == 1
+    assert "cannot run with ortops" in result.stderr and "TRT::EfficientNMS_TRT" in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--input", "boxes"], "--input expects NAME=FILE.npy, got 'boxes'"),
+        (["--input", "bxes=BOXES"], "has no input named 'bxes' (its inputs: boxes, scores)"),
+        (["--input", "boxes=SCORES"], "input 'boxes' (SCORES) has shape [4], but the model wants rank 2"),
+        (["--input", "boxes=BOXES64"], "input 'boxes' (BOXES64) is float64, but the model wants float32"),
+        (["--dim", "M=3"], "no random input has a dimension named 'M'"),
+        (["--providers", "nosuch"], "execution provider 'nosuch' is not available"),
+    ],
+)
+def test_run_usage_errors(tmp_path, args: list[str], message: str) -> None:
+    files = {"BOXES": BOXES, "SCORES": SCORES, "BOXES64": BOXES.astype(np.float64)}
+    for name, value in files.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    for name in sorted(files, key=len, reverse=True):  # the placeholders stand for the .npy files
+        args = [a.replace(f"={name}", f"={tmp_path / name}.npy") for a in args]
+        message = message.replace(f"({name})", f"({tmp_path / name}.npy)")
+    result = ortops_cli("run", str(nms_model_file(tmp_path)), *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr and result.stderr.startswith("ortops: ")
+    assert result.stderr.count("\n") == 1
+
+
+# --- other commands -----------------------------------------------------------------------
+
+
+def test_version_and_ops() -> None:
+    result = ortops_cli("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"ortops {ortops.__version__}"
+    result = ortops_cli("ops", "--json")
+    assert result.returncode == 0
+    listed = {(op["domain"], op["name"]) for op in json.loads(result.stdout)}
+    assert listed == {(op.domain, op.name) for op in ortops.ops()}
+
+
+def test_no_command_is_a_usage_error() -> None:
+    result = ortops_cli()
+    assert result.returncode == 2 and "usage: ortops" in result.stderr
