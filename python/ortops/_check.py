@@ -339,8 +339,7 @@ def check_model(model: ModelLike) -> list[ModelProblem]:
       the only place where a misspelled ``iou_treshold`` (whose value the op would silently
       replace by the default) is caught;
     - ``attribute-type``: an attribute of the wrong ONNX type (``iou_threshold`` stored as an
-      int or a string); the kernel reads attributes by type, so it would not see it either
-      and would use the default;
+      int or a string); ONNX Runtime refuses such a node too, when the session is created;
     - ``missing-attribute``: a required attribute (one without default) is absent;
     - ``input-type``: an input whose element type the op does not accept, where the type
       is known from graph inputs, initializers or value_info (after a non-strict

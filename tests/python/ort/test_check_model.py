@@ -122,18 +122,16 @@ def test_misspelled_attribute_is_reported_and_is_invisible_to_the_kernel() -> No
     "value,stored_as",
     [(helper.make_attribute("iou_threshold", 0), "int"), (helper.make_attribute("iou_threshold", "0.0"), "string")],
 )
-def test_wrong_attribute_type_is_reported_and_ignored_by_the_kernel(value: onnx.AttributeProto, stored_as: str) -> None:
+def test_wrong_attribute_type_is_reported_and_refused_by_the_kernel(value: onnx.AttributeProto, stored_as: str) -> None:
     model = nms_model()
     model.graph.node[0].attribute.append(value)
     (problem,) = ortops.check_model(model)
     assert problem.kind == "attribute-type"
     assert "'iou_threshold'" in problem.message and "must be float" in problem.message
     assert f"stores it as {stored_as}" in problem.message
-    # The kernel does not see it: with the default 0.5 box 2 survives (0 would drop it).
-    boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [6, 6, 16, 16]], np.float32)
-    scores = np.array([0.9, 0.8, 0.7], np.float32)
-    session = ort.InferenceSession(model.SerializeToString(), ortops.session_options())
-    np.testing.assert_array_equal(session.run(None, {"boxes": boxes, "scores": scores})[0], [0, 2])
+    # The kernel refuses it too (it used to run at the default 0.5 instead).
+    with pytest.raises(Exception, match=f"attribute 'iou_threshold' must be of type float, got {stored_as}"):
+        ort.InferenceSession(model.SerializeToString(), ortops.session_options())
 
 
 def test_required_attribute_missing() -> None:
