@@ -1,0 +1,178 @@
+"""The C++ consumer's view: ``cmake --install``, ``find_package(ortops)``, examples/cpp.
+
+Installs the CMake build that the tests run against (``build/``, or the folder of
+``ORTOPS_LIBRARY``, or ``ORTOPS_BUILD_DIR``) into a temporary prefix, builds examples/cpp
+against that prefix with the ONNX Runtime the build was configured with, and runs both
+programs, the one that loads libortops.so by path and the one with ortops linked in
+statically, on an ``mmcv::NonMaxSuppression`` model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ortest import make_model
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ("cmake", "ninja", "c++", "nm", "readelf")
+MISSING = [tool for tool in TOOLS if shutil.which(tool) is None]
+
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"needs {', '.join(MISSING)} to build the C++ example")
+
+# Five boxes (x1, y1, x2, y2) and scores, with the answer worked out by hand (offset 0, IoU
+# threshold 0.5; a box goes when its IoU with a kept box is > 0.5). Score order: 4, 1, 2, 3, 0.
+#   4 kept first.
+#   1 vs 4: overlap x [1, 10] y [5, 10] = 45, union 100 + 100 - 45 = 155, IoU 0.29: kept.
+#   2 is far from 4 and 1: kept.
+#   3 vs 2: overlap x [20, 30] y [25, 30] = 50, union 150, IoU 0.33: kept.
+#   0 vs 4: overlap 10 x 5 = 50, IoU 50 / 150 = 0.33; vs 1: overlap 9 x 10 = 90,
+#     IoU 90 / 110 = 0.82 > 0.5: dropped.
+BOXES = [[0, 0, 10, 10], [1, 0, 11, 10], [20, 20, 30, 30], [20, 25, 30, 35], [0, 5, 10, 15]]
+SCORES = [0.6, 0.9, 0.8, 0.7, 0.95]
+EXPECTED_LINE = "indices int64 [4]: 4 1 2 3"
+
+
+def _build_dir() -> Path:
+    if "ORTOPS_BUILD_DIR" in os.environ:
+        return Path(os.environ["ORTOPS_BUILD_DIR"])
+    if "ORTOPS_LIBRARY" in os.environ:
+        return Path(os.environ["ORTOPS_LIBRARY"]).resolve().parent
+    return ROOT / "build"
+
+
+def _cache(build: Path) -> dict[str, str]:
+    entries = {}
+    for line in (build / "CMakeCache.txt").read_text().splitlines():
+        if line and not line.startswith(("#", "//")) and "=" in line:
+            key, value = line.split("=", 1)
+            entries[key.split(":", 1)[0]] = value
+    return entries
+
+
+def _run(args: list[str | Path], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600, **kwargs)  # type: ignore[call-overload]
+
+
+def _check(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"{result.args}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Installs the build into a prefix and builds examples/cpp against it.
+
+    Returns the prefix, the two programs and a model file.
+    """
+    build = _build_dir()
+    if not (build / "CMakeCache.txt").exists():
+        pytest.skip(f"no CMake build in {build} (scripts/setup.sh makes one)")
+    cache = _cache(build)
+    source = Path(cache["CMAKE_HOME_DIRECTORY"])
+    ort_include = Path(cache["ORTOPS_ORT_INCLUDE_DIR"])
+    ort_lib = Path(cache.get("ORTOPS_ORT_LIBRARY_DIR") or source / ".deps" / "onnxruntime" / "lib")
+    if not (ort_include / "onnxruntime_cxx_api.h").exists() or not (ort_lib / "libonnxruntime.so").exists():
+        pytest.skip(f"needs ONNX Runtime headers in {ort_include} and libonnxruntime.so in {ort_lib}")
+    tmp = tmp_path_factory.mktemp("cpp")
+    prefix = tmp / "prefix"
+    # Brings the build up to date (a no-op after scripts/setup.sh), then installs it.
+    _check(_run(["cmake", "--build", build, "--target", "ortops", "ortops_static", "ortops_manifest_json"]))
+    _check(_run(["cmake", "--install", build, "--prefix", prefix]))
+
+    configure = _check(
+        _run(
+            [
+                "cmake",
+                "-S",
+                ROOT / "examples" / "cpp",
+                "-B",
+                tmp / "example",
+                "-G",
+                "Ninja",
+                "-DCMAKE_BUILD_TYPE=Release",
+                "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Wpedantic -Wshadow -Werror",
+                f"-Dortops_DIR={prefix / 'lib' / 'cmake' / 'ortops'}",
+                f"-DONNXRUNTIME_INCLUDE_DIR={ort_include}",
+                f"-DONNXRUNTIME_LIB_DIR={ort_lib}",
+            ]
+        )
+    )
+    assert f"ortops library: {prefix / 'lib' / 'libortops.so'}" in configure, configure
+    _check(_run(["cmake", "--build", tmp / "example", "-j2"]))
+
+    model = make_model(
+        "NonMaxSuppression",
+        "mmcv",
+        [("boxes", np.float32, 2), ("scores", np.float32, 1)],
+        ["indices"],
+        iou_threshold=0.5,
+        offset=0,
+    )
+    (tmp / "nms.onnx").write_bytes(model.SerializeToString())
+    return {
+        "prefix": prefix,
+        "run_model": tmp / "example" / "run_model",
+        "run_model_static": tmp / "example" / "run_model_static",
+        "model": tmp / "nms.onnx",
+    }
+
+
+def _inputs(boxes: list[list[float]], scores: list[float]) -> list[str]:
+    flat = ",".join(str(v) for box in boxes for v in box)
+    return [f"boxes={len(boxes)}x4:{flat}", f"scores={len(scores)}:{','.join(map(str, scores))}"]
+
+
+def test_install_tree_has_the_library_manifest_header_and_package(example: dict[str, Path]) -> None:
+    prefix = example["prefix"]
+    for path in (
+        "lib/libortops.so",
+        "lib/libortops_static.a",
+        "lib/ortops_ops.json",
+        "include/ortops/ortops.h",
+        "lib/cmake/ortops/ortopsConfig.cmake",
+        "lib/cmake/ortops/ortopsConfigVersion.cmake",
+    ):
+        assert (prefix / path).is_file(), path
+    assert "RegisterCustomOps" in (prefix / "include/ortops/ortops.h").read_text()
+
+
+@pytest.mark.parametrize("program", ["run_model", "run_model_static"])
+def test_example_runs_mmcv_nms(example: dict[str, Path], program: str) -> None:
+    out = _check(_run([example[program], example["model"], *_inputs(BOXES, SCORES)]))
+    assert out.strip() == EXPECTED_LINE
+
+
+@pytest.mark.parametrize("program", ["run_model", "run_model_static"])
+def test_example_reports_the_ops_error(example: dict[str, Path], program: str) -> None:
+    result = _run([example[program], example["model"], *_inputs(BOXES, SCORES[:4])])
+    assert result.returncode == 1
+    assert "mmcv.NonMaxSuppression: input 'scores'" in result.stderr, result.stderr
+
+
+def test_neither_program_links_libortops_so(example: dict[str, Path]) -> None:
+    for program in ("run_model", "run_model_static"):
+        needed = _check(_run(["readelf", "-d", example[program]]))
+        assert "libonnxruntime" in needed and "ortops" not in needed, needed
+
+
+def test_static_program_exports_only_the_entry_point_of_ortops(example: dict[str, Path]) -> None:
+    dynamic = _check(_run(["nm", "-D", "--defined-only", "-C", example["run_model_static"]]))
+    symbols = [line.split(maxsplit=2)[-1] for line in dynamic.splitlines() if line.strip()]
+    assert "RegisterCustomOps" in symbols
+    assert not [s for s in symbols if "ortops" in s], symbols
+
+
+def test_bare_library_name_fails_unless_on_the_loader_path(example: dict[str, Path]) -> None:
+    # What the README warns about: RegisterCustomOpsLibrary("libortops.so") is a dlopen of
+    # that name, which searches only the loader's paths.
+    args = [example["run_model"], "--library", "libortops.so", example["model"], *_inputs(BOXES, SCORES)]
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    assert _run(args, env=env).returncode == 1
+    env["LD_LIBRARY_PATH"] = str(example["prefix"] / "lib")
+    assert _check(_run(args, env=env)).strip() == EXPECTED_LINE
