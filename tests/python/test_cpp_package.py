@@ -4,7 +4,9 @@ Installs the CMake build that the tests run against (``build/``, or the folder o
 ``ORTOPS_LIBRARY``, or ``ORTOPS_BUILD_DIR``) into a temporary prefix, builds examples/cpp
 against that prefix with the ONNX Runtime the build was configured with, and runs both
 programs, the one that loads libortops.so by path and the one with ortops linked in
-statically, on an ``mmcv::NonMaxSuppression`` model.
+statically, on an ``mmcv::NonMaxSuppression`` model. The same again for the aarch64 cross
+build of scripts/test_arm64.sh (``build/arm64/build`` or ``ORTOPS_ARM64_BUILD_DIR``), with
+the programs run under qemu-aarch64, when that build exists.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +41,9 @@ SCORES = [0.6, 0.9, 0.8, 0.7, 0.95]
 EXPECTED_LINE = "indices int64 [4]: 4 1 2 3"
 
 
-def _build_dir() -> Path:
+def _build_dir(platform: str) -> Path:
+    if platform == "aarch64":
+        return Path(os.environ.get("ORTOPS_ARM64_BUILD_DIR", ROOT / "build" / "arm64" / "build"))
     if "ORTOPS_BUILD_DIR" in os.environ:
         return Path(os.environ["ORTOPS_BUILD_DIR"])
     if "ORTOPS_LIBRARY" in os.environ:
@@ -64,46 +69,69 @@ def _check(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout
 
 
-@pytest.fixture(scope="module")
-def example(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+@dataclass
+class Example:
+    """An install prefix, examples/cpp built against it, and an NMS model to run."""
+
+    prefix: Path
+    programs: Path
+    model: Path
+    emulator: list[str]  # qemu-aarch64 and its arguments for a cross build, else empty
+
+    def run(
+        self, program: str, *args: str | Path, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return _run([*self.emulator, self.programs / program, *args], env=env)
+
+
+@pytest.fixture(scope="module", params=["native", "aarch64"])
+def example(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Example:
     """Installs the build into a prefix and builds examples/cpp against it.
 
-    Returns the prefix, the two programs and a model file.
+    "native" uses the build the other tests use; "aarch64" the cross build of
+    scripts/test_arm64.sh, whose programs run under qemu-aarch64.
     """
-    build = _build_dir()
+    platform: str = request.param
+    build = _build_dir(platform)
     if not (build / "CMakeCache.txt").exists():
-        pytest.skip(f"no CMake build in {build} (scripts/setup.sh makes one)")
+        made_by = "scripts/test_arm64.sh" if platform == "aarch64" else "scripts/setup.sh"
+        pytest.skip(f"no {platform} CMake build in {build} ({made_by} makes one)")
     cache = _cache(build)
     source = Path(cache["CMAKE_HOME_DIRECTORY"])
     ort_include = Path(cache["ORTOPS_ORT_INCLUDE_DIR"])
     ort_lib = Path(cache.get("ORTOPS_ORT_LIBRARY_DIR") or source / ".deps" / "onnxruntime" / "lib")
     if not (ort_include / "onnxruntime_cxx_api.h").exists() or not (ort_lib / "libonnxruntime.so").exists():
         pytest.skip(f"needs ONNX Runtime headers in {ort_include} and libonnxruntime.so in {ort_lib}")
-    tmp = tmp_path_factory.mktemp("cpp")
+    toolchain = cache.get("CMAKE_TOOLCHAIN_FILE", "")
+    emulator: list[str] = []
+    if toolchain:
+        if not cache.get("ORTOPS_QEMU_AARCH64", "").startswith("/"):
+            pytest.skip("the cross build has no qemu-aarch64 to run its programs")
+        emulator = [cache["ORTOPS_QEMU_AARCH64"], "-L", cache["ORTOPS_QEMU_LD_PREFIX"]]
+    tmp = tmp_path_factory.mktemp(f"cpp-{platform}")
     prefix = tmp / "prefix"
     # Brings the build up to date (a no-op after scripts/setup.sh), then installs it.
     _check(_run(["cmake", "--build", build, "--target", "ortops", "ortops_static", "ortops_manifest_json"]))
     _check(_run(["cmake", "--install", build, "--prefix", prefix]))
 
-    configure = _check(
-        _run(
-            [
-                "cmake",
-                "-S",
-                ROOT / "examples" / "cpp",
-                "-B",
-                tmp / "example",
-                "-G",
-                "Ninja",
-                "-DCMAKE_BUILD_TYPE=Release",
-                "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Wpedantic -Wshadow -Werror",
-                f"-Dortops_DIR={prefix / 'lib' / 'cmake' / 'ortops'}",
-                f"-DONNXRUNTIME_INCLUDE_DIR={ort_include}",
-                f"-DONNXRUNTIME_LIB_DIR={ort_lib}",
-            ]
-        )
-    )
-    assert f"ortops library: {prefix / 'lib' / 'libortops.so'}" in configure, configure
+    configure = [
+        "cmake",
+        "-S",
+        ROOT / "examples" / "cpp",
+        "-B",
+        tmp / "example",
+        "-G",
+        "Ninja",
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Wpedantic -Wshadow -Werror",
+        f"-Dortops_DIR={prefix / 'lib' / 'cmake' / 'ortops'}",
+        f"-DONNXRUNTIME_INCLUDE_DIR={ort_include}",
+        f"-DONNXRUNTIME_LIB_DIR={ort_lib}",
+    ]
+    if toolchain:
+        configure.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
+    out = _check(_run(configure))
+    assert f"ortops library: {prefix / 'lib' / 'libortops.so'}" in out, out
     _check(_run(["cmake", "--build", tmp / "example", "-j2"]))
 
     model = make_model(
@@ -115,12 +143,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         offset=0,
     )
     (tmp / "nms.onnx").write_bytes(model.SerializeToString())
-    return {
-        "prefix": prefix,
-        "run_model": tmp / "example" / "run_model",
-        "run_model_static": tmp / "example" / "run_model_static",
-        "model": tmp / "nms.onnx",
-    }
+    return Example(prefix, tmp / "example", tmp / "nms.onnx", emulator)
 
 
 def _inputs(boxes: list[list[float]], scores: list[float]) -> list[str]:
@@ -128,8 +151,7 @@ def _inputs(boxes: list[list[float]], scores: list[float]) -> list[str]:
     return [f"boxes={len(boxes)}x4:{flat}", f"scores={len(scores)}:{','.join(map(str, scores))}"]
 
 
-def test_install_tree_has_the_library_manifest_header_and_package(example: dict[str, Path]) -> None:
-    prefix = example["prefix"]
+def test_install_tree_has_the_library_manifest_header_and_package(example: Example) -> None:
     for path in (
         "lib/libortops.so",
         "lib/libortops_static.a",
@@ -138,41 +160,41 @@ def test_install_tree_has_the_library_manifest_header_and_package(example: dict[
         "lib/cmake/ortops/ortopsConfig.cmake",
         "lib/cmake/ortops/ortopsConfigVersion.cmake",
     ):
-        assert (prefix / path).is_file(), path
-    assert "RegisterCustomOps" in (prefix / "include/ortops/ortops.h").read_text()
+        assert (example.prefix / path).is_file(), path
+    assert "RegisterCustomOps" in (example.prefix / "include/ortops/ortops.h").read_text()
 
 
 @pytest.mark.parametrize("program", ["run_model", "run_model_static"])
-def test_example_runs_mmcv_nms(example: dict[str, Path], program: str) -> None:
-    out = _check(_run([example[program], example["model"], *_inputs(BOXES, SCORES)]))
+def test_example_runs_mmcv_nms(example: Example, program: str) -> None:
+    out = _check(example.run(program, example.model, *_inputs(BOXES, SCORES)))
     assert out.strip() == EXPECTED_LINE
 
 
 @pytest.mark.parametrize("program", ["run_model", "run_model_static"])
-def test_example_reports_the_ops_error(example: dict[str, Path], program: str) -> None:
-    result = _run([example[program], example["model"], *_inputs(BOXES, SCORES[:4])])
+def test_example_reports_the_ops_error(example: Example, program: str) -> None:
+    result = example.run(program, example.model, *_inputs(BOXES, SCORES[:4]))
     assert result.returncode == 1
     assert "mmcv.NonMaxSuppression: input 'scores'" in result.stderr, result.stderr
 
 
-def test_neither_program_links_libortops_so(example: dict[str, Path]) -> None:
+def test_neither_program_links_libortops_so(example: Example) -> None:
     for program in ("run_model", "run_model_static"):
-        needed = _check(_run(["readelf", "-d", example[program]]))
+        needed = _check(_run(["readelf", "-d", example.programs / program]))
         assert "libonnxruntime" in needed and "ortops" not in needed, needed
 
 
-def test_static_program_exports_only_the_entry_point_of_ortops(example: dict[str, Path]) -> None:
-    dynamic = _check(_run(["nm", "-D", "--defined-only", "-C", example["run_model_static"]]))
+def test_static_program_exports_only_the_entry_point_of_ortops(example: Example) -> None:
+    dynamic = _check(_run(["nm", "-D", "--defined-only", "-C", example.programs / "run_model_static"]))
     symbols = [line.split(maxsplit=2)[-1] for line in dynamic.splitlines() if line.strip()]
     assert "RegisterCustomOps" in symbols
     assert not [s for s in symbols if "ortops" in s], symbols
 
 
-def test_bare_library_name_fails_unless_on_the_loader_path(example: dict[str, Path]) -> None:
+def test_bare_library_name_fails_unless_on_the_loader_path(example: Example) -> None:
     # What the README warns about: RegisterCustomOpsLibrary("libortops.so") is a dlopen of
     # that name, which searches only the loader's paths.
-    args = [example["run_model"], "--library", "libortops.so", example["model"], *_inputs(BOXES, SCORES)]
+    args = ["--library", "libortops.so", example.model, *_inputs(BOXES, SCORES)]
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    assert _run(args, env=env).returncode == 1
-    env["LD_LIBRARY_PATH"] = str(example["prefix"] / "lib")
-    assert _check(_run(args, env=env)).strip() == EXPECTED_LINE
+    assert example.run("run_model", *args, env=env).returncode == 1
+    env["LD_LIBRARY_PATH"] = str(example.prefix / "lib")
+    assert _check(example.run("run_model", *args, env=env)).strip() == EXPECTED_LINE
