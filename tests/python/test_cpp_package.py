@@ -12,6 +12,7 @@ the programs run under qemu-aarch64, when that build exists.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -60,6 +61,15 @@ def _cache(build: Path) -> dict[str, str]:
     return entries
 
 
+def _compiler(build: Path) -> Path | None:
+    """The C++ compiler a CMake build folder was configured with."""
+    for info in build.glob("CMakeFiles/*/CMakeCXXCompiler.cmake"):
+        found = re.search(r'set\(CMAKE_CXX_COMPILER "([^"]+)"\)', info.read_text())
+        if found:
+            return Path(found.group(1))
+    return None
+
+
 def _run(args: list[str | Path], **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600, **kwargs)  # type: ignore[call-overload]
 
@@ -102,10 +112,13 @@ def example(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     ort_lib = Path(cache.get("ORTOPS_ORT_LIBRARY_DIR") or source / ".deps" / "onnxruntime" / "lib")
     if not (ort_include / "onnxruntime_cxx_api.h").exists() or not (ort_lib / "libonnxruntime.so").exists():
         pytest.skip(f"needs ONNX Runtime headers in {ort_include} and libonnxruntime.so in {ort_lib}")
+    compiler = _compiler(build)
+    if compiler is None or not compiler.exists():
+        pytest.skip(f"the C++ compiler of {build} is not installed: {compiler}")
     toolchain = cache.get("CMAKE_TOOLCHAIN_FILE", "")
     emulator: list[str] = []
     if toolchain:
-        if not cache.get("ORTOPS_QEMU_AARCH64", "").startswith("/"):
+        if not Path(cache.get("ORTOPS_QEMU_AARCH64", "-")).exists():
             pytest.skip("the cross build has no qemu-aarch64 to run its programs")
         emulator = [cache["ORTOPS_QEMU_AARCH64"], "-L", cache["ORTOPS_QEMU_LD_PREFIX"]]
     tmp = tmp_path_factory.mktemp(f"cpp-{platform}")
