@@ -5,7 +5,8 @@
 // Each model input is given as NAME=SHAPE:VALUES, SHAPE being the dimensions joined by 'x'
 // ("3x4"; nothing for a scalar) and VALUES the elements, comma-separated, in row-major order;
 // they are read as the input's element type (float, double, int8/16/32/64, uint8, bool).
-// Every output is printed on one line: "NAME TYPE [DIMS]: VALUES".
+// Every output is printed on one line: "NAME TYPE [DIMS]: VALUES", floating-point values with
+// enough digits to read back the exact number.
 //
 // Built two ways from this one file (see CMakeLists.txt):
 //   run_model         loads libortops.so by path: the path that find_package(ortops) gave the
@@ -18,12 +19,15 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -127,6 +131,8 @@ void PrintOutput(const std::string& name, const Ort::Value& value) {
     for (size_t i = 0; i < info.GetElementCount(); ++i) {
       if constexpr (sizeof(T) == 1) {
         std::cout << " " << static_cast<int>(data[i]);  // numbers, not characters
+      } else if constexpr (std::is_floating_point_v<T>) {
+        std::cout << " " << std::setprecision(std::numeric_limits<T>::max_digits10) << data[i];  // round-trips
       } else {
         std::cout << " " << data[i];
       }

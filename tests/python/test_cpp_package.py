@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortest import make_model
+from ortest import make_model, run
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("cmake", "ninja", "c++", "nm", "readelf")
@@ -211,3 +211,174 @@ def test_bare_library_name_fails_unless_on_the_loader_path(example: Example) -> 
     assert example.run("run_model", *args, env=env).returncode == 1
     env["LD_LIBRARY_PATH"] = str(example.prefix / "lib")
     assert _check(example.run("run_model", *args, env=env)).strip() == EXPECTED_LINE
+
+
+# ---------------------------------------------------------------- every op through run_model
+# On aarch64 this is the check that the kernels compute on ARM what they compute on x86-64:
+# each op runs in the cross-built program under qemu and is compared with the same op in
+# this process's ONNX Runtime (x86-64), whose results the op tests compare with independent
+# references. Natively it checks run_model's reading and printing of tensors.
+
+
+@dataclass
+class OpCase:
+    """One ortops node: its type, inputs (in order), output names and attributes."""
+
+    op_type: str
+    inputs: dict[str, np.ndarray]
+    outputs: list[str]
+    attributes: dict[str, object]
+
+
+def _op_cases() -> dict[str, OpCase]:
+    """Small random inputs for every op of the ortops domain (the compat names share kernels)."""
+    rng = np.random.default_rng(7)
+    f32 = np.float32
+
+    def boxes(n: int) -> np.ndarray:
+        xy = rng.uniform(0, 40, (n, 2))
+        return np.concatenate([xy, xy + rng.uniform(4, 16, (n, 2))], 1).astype(f32)
+
+    def rotated(*shape: int) -> np.ndarray:  # (cx, cy, w, h, angle)
+        parts = [rng.uniform(0, 40, (*shape, 2)), rng.uniform(3, 15, (*shape, 2)), rng.uniform(-3, 3, (*shape, 1))]
+        return np.concatenate(parts, -1).astype(f32)
+
+    def distinct_scores(*shape: int) -> np.ndarray:
+        count = int(np.prod(shape))
+        return (rng.permutation(count).astype(f32) / count + 0.01).reshape(shape)
+
+    features = rng.normal(size=(2, 3, 7, 8)).astype(f32)
+    corners = np.concatenate([rng.integers(0, 2, (5, 1)), rng.uniform(0, 8, (5, 2))], 1)
+    rois = np.concatenate([corners, corners[:, 1:] + rng.uniform(1, 8, (5, 2))], 1).astype(f32)
+    rotated_rois = np.concatenate([corners, rng.uniform(1, 8, (5, 2)), rng.uniform(-3, 3, (5, 1))], 1).astype(f32)
+    pooling = {"spatial_scale": 0.5, "sampling_ratio": 2, "aligned": 1}
+    deform = {
+        "input": rng.normal(size=(1, 4, 6, 6)).astype(f32),
+        "offset": (rng.normal(size=(1, 18, 6, 6)) * 2).astype(f32),
+        "weight": rng.normal(size=(5, 4, 3, 3)).astype(f32),
+        "bias": rng.normal(size=5).astype(f32),
+        "mask": rng.random((1, 9, 6, 6)).astype(f32),
+    }
+    return {
+        "SoftNMS": OpCase(
+            "SoftNMS",
+            {"boxes": boxes(16), "scores": distinct_scores(16)},
+            ["dets", "indices"],
+            {"iou_threshold": 0.3, "sigma": 0.5, "min_score": 0.05, "method": 2},
+        ),
+        "NMSMatch": OpCase(
+            "NMSMatch",
+            {
+                "boxes": boxes(12)[None],
+                "scores": distinct_scores(1, 2, 12),
+                "iou_threshold": np.array([0.3], f32),
+                "score_threshold": np.array([0.1], f32),
+            },
+            ["matches"],
+            {},
+        ),
+        "NMSRotated": OpCase(
+            "NMSRotated",
+            {"boxes": rotated(1, 14), "scores": distinct_scores(1, 2, 14)},
+            ["selected"],
+            {"iou_threshold": 0.2, "score_threshold": 0.05},
+        ),
+        "RoIAlignAvg": OpCase(
+            "RoIAlign",
+            {"input": features, "rois": rois},
+            ["output"],
+            {"output_height": 2, "output_width": 3, "mode": "avg", **pooling},
+        ),
+        "RoIAlignMax": OpCase(
+            "RoIAlign",
+            {"input": features, "rois": rois},
+            ["output"],
+            {"output_height": 3, "output_width": 2, "mode": "max", **pooling, "sampling_ratio": 0},
+        ),
+        "RoIAlignRotated": OpCase(
+            "RoIAlignRotated",
+            {"input": features, "rois": rotated_rois},
+            ["output"],
+            {"output_height": 3, "output_width": 2, "clockwise": 0, **pooling},
+        ),
+        "RotatedFeatureAlign": OpCase(
+            "RotatedFeatureAlign",
+            {"features": features, "best_rbboxes": rotated(2, 7, 8)},
+            ["output"],
+            {"spatial_scale": 0.5, "points": 5},
+        ),
+        "GridSampleBilinearZeros": OpCase(
+            "GridSample",
+            {"input": features, "grid": rng.uniform(-1.2, 1.2, (2, 4, 5, 2)).astype(f32)},
+            ["output"],
+            {"interpolation_mode": 0, "padding_mode": 0, "align_corners": 0},
+        ),
+        "GridSampleBicubicReflection": OpCase(
+            "GridSample",
+            {"input": features, "grid": rng.uniform(-1.2, 1.2, (2, 3, 4, 2)).astype(f32)},
+            ["output"],
+            {"interpolation_mode": 2, "padding_mode": 2, "align_corners": 1},
+        ),
+        "CornerPool": OpCase("CornerPool", {"input": features}, ["output"], {"mode": 2}),
+        "CumMax": OpCase("CumMax", {"input": features}, ["values", "indices"], {"dim": 3}),
+        "CumMinInt64": OpCase(
+            "CumMin", {"input": rng.integers(-9, 9, (4, 6)).astype(np.int64)}, ["values", "indices"], {"dim": 0}
+        ),
+        "DeformConv2d": OpCase(
+            "DeformConv2d",
+            deform,
+            ["output"],
+            {"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "groups": 1, "deform_groups": 1},
+        ),
+        "GroupNorm": OpCase(
+            "GroupNorm",
+            {
+                "X": rng.normal(size=(2, 6, 3, 4)).astype(f32),
+                "scale": rng.normal(size=6).astype(f32),
+                "bias": rng.normal(size=6).astype(f32),
+            },
+            ["Y"],
+            {"num_groups": 3, "epsilon": 1e-5},
+        ),
+        "MatrixInverse": OpCase(
+            "MatrixInverse", {"X": (rng.normal(size=(2, 4, 4)) + 4 * np.eye(4)).astype(f32)}, ["Y"], {}
+        ),
+    }
+
+
+OP_CASES = _op_cases()
+
+
+def _as_argument(name: str, value: np.ndarray) -> str:
+    shape = "x".join(str(d) for d in value.shape)
+    # repr of the exact value (a float32 widened to float64) reads back as the same float32.
+    text = ",".join(repr(v) for v in value.ravel().tolist())
+    return f"{name}={shape}:{text}"
+
+
+def _parse_outputs(text: str) -> dict[str, np.ndarray]:
+    dtypes = {"float": np.float32, "double": np.float64, "int64": np.int64, "int32": np.int32}
+    outputs = {}
+    for line in text.splitlines():
+        head, _, values = line.partition(":")
+        name, type_name, dims = head.split(" ", 2)
+        shape = tuple(int(d) for d in dims.strip("[]").split(",") if d)
+        outputs[name] = np.array(values.split(), dtype=dtypes[type_name]).reshape(shape)
+    return outputs
+
+
+@pytest.mark.parametrize("name", list(OP_CASES))
+def test_every_op_in_run_model_matches_this_processs_runtime(example: Example, name: str, tmp_path: Path) -> None:
+    case = OP_CASES[name]
+    spec = [(input_name, value.dtype, value.ndim) for input_name, value in case.inputs.items()]
+    model = make_model(case.op_type, "ortops", spec, case.outputs, **case.attributes)
+    (tmp_path / "model.onnx").write_bytes(model.SerializeToString())
+    args = [_as_argument(input_name, value) for input_name, value in case.inputs.items()]
+    got = _parse_outputs(_check(example.run("run_model", tmp_path / "model.onnx", *args)))
+    expected = run(case.op_type, "ortops", dict(case.inputs), case.outputs, **case.attributes)
+    assert list(got) == case.outputs
+    for output, want in zip(case.outputs, expected):
+        assert got[output].dtype == want.dtype and got[output].shape == want.shape, output
+        assert want.size > 0, f"{name}: {output} is empty; the case tests nothing"
+        # Same code, another CPU (and FMA contraction, libm, MLAS): float32 rounding apart.
+        np.testing.assert_allclose(got[output], want, rtol=1e-5, atol=1e-5, err_msg=f"{name}: {output}")
