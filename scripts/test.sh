@@ -28,10 +28,11 @@ step "C++ tests (ONNX Runtime from .deps)"
 step "C++ tests on ARM64 (aarch64 cross build, run under qemu-aarch64)"
 # Before the Python tests, which also build examples/cpp against this cross build.
 if command -v aarch64-linux-gnu-g++ >/dev/null && command -v qemu-aarch64 >/dev/null \
-  && [[ -f /usr/src/googletest/CMakeLists.txt ]]; then
+  && [[ -f /usr/src/googletest/CMakeLists.txt && -f .deps/onnxruntime/lib/onnxruntime.jar ]]; then
   scripts/test_arm64.sh --junit "$REPORTS/ctest-arm64.xml" || failed=1
 else
-  echo "ARM64 skipped: needs g++-aarch64-linux-gnu, qemu-user and googletest (apt-get install them)"
+  echo "ARM64 skipped: needs g++-aarch64-linux-gnu, qemu-user and googletest (apt-get install them)" \
+    "and the ONNX Runtime jar in .deps (not fetched with ORTOPS_ORT_ROOT)"
 fi
 
 step "Python tests (onnxruntime $(.venv/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)'))"
