@@ -1,7 +1,7 @@
 // The library's one exported symbol. Builds every domain once, on first use, and keeps it
 // (and the ops in it) for the life of the library, as ONNX Runtime requires; adding the
 // domains to a session's options is then safe from any number of threads and sessions.
-#include <onnxruntime_c_api.h>
+#include <ortops/ortops.h>  // the public declaration (include/ortops/ortops.h)
 
 #include <memory>
 #include <mutex>
@@ -69,8 +69,7 @@ OrtStatus* RegisterAll(OrtSessionOptions* options) {
 }  // namespace
 }  // namespace ortops
 
-extern "C" __attribute__((visibility("default"))) OrtStatus* ORT_API_CALL
-RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
+extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base) {
   if (api_base == nullptr) return nullptr;  // nothing to report the error through
   if (ortops::InitApi(api_base) == nullptr) {
     // The runtime predates the API version ortops needs; version 1 always exists and is

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of ortops on a fresh or prepared machine: set-up (scripts/setup.sh),
-# format and lint checks, the C++ tests in a real ONNX Runtime, the Python tests in the main
+# format and lint checks, the C++ tests in a real ONNX Runtime (and again cross-built for
+# ARM64 under qemu, where the cross toolchain is installed), the Python tests in the main
 # environment, and the ONNX-Runtime-level Python tests again with the oldest supported
 # runtime. Ends with one line that totals every suite.
 set -euo pipefail
@@ -15,7 +16,7 @@ failed=0
 step() { printf '\n==== %s\n' "$*"; }
 
 step "format and lint"
-cpp_files=$(git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h')
+cpp_files=$(git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h' 'include/*.h' 'examples/cpp/*.cc')
 # shellcheck disable=SC2086
 .venv/bin/clang-format --dry-run --Werror $cpp_files || failed=1
 .venv/bin/ruff format --check python tests examples scripts benchmarks setup.py || failed=1
@@ -23,6 +24,16 @@ cpp_files=$(git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h'
 
 step "C++ tests (ONNX Runtime from .deps)"
 (cd build && ctest --output-on-failure --output-junit "$REPORTS/ctest.xml" -j2) || failed=1
+
+step "C++ tests on ARM64 (aarch64 cross build, run under qemu-aarch64)"
+# Before the Python tests, which also build examples/cpp against this cross build.
+if command -v aarch64-linux-gnu-g++ >/dev/null && command -v qemu-aarch64 >/dev/null \
+  && [[ -f /usr/src/googletest/CMakeLists.txt && -f .deps/onnxruntime/lib/onnxruntime.jar ]]; then
+  scripts/test_arm64.sh --junit "$REPORTS/ctest-arm64.xml" || failed=1
+else
+  echo "ARM64 skipped: needs g++-aarch64-linux-gnu, qemu-user and googletest (apt-get install them)" \
+    "and the ONNX Runtime jar in .deps (not fetched with ORTOPS_ORT_ROOT)"
+fi
 
 step "Python tests (onnxruntime $(.venv/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)'))"
 .venv/bin/python -m pytest -q -p no:cacheprovider tests/python --junitxml "$REPORTS/pytest-main.xml" || failed=1
