@@ -4,7 +4,10 @@ The wheel is built from the library these tests already use (ORTOPS_PREBUILT_DIR
 compiling), then checked independently of auditwheel: the glibc symbol versions the library
 needs are read with readelf and compared with the tag, and the wheel is installed into an
 empty virtual environment that sees only onnxruntime and numpy (and what they require), where
-it runs an mmcv::NonMaxSuppression file whose kept indices are worked out by hand below.
+it runs an mmcv::NonMaxSuppression file whose kept indices are worked out by hand below;
+then the same file runs with the wheel's library in an older userland (Debian 11: glibc 2.31,
+Python 3.9, onnxruntime 1.17.3), assembled once from Debian and PyPI packages into
+.deps/old-userland and started through its own dynamic loader (no chroot, no root needed).
 """
 
 from __future__ import annotations
@@ -155,7 +158,7 @@ def _expose_only(venv: Path, names: list[str], folder: Path) -> None:
 
 # Run inside the new environment: the mmcv file through ortops.session_options(), no torch.
 _RUN_IN_VENV = """
-import json, sys
+import json, os, sys
 import numpy as np
 import onnxruntime as ort
 import ortops
@@ -169,8 +172,46 @@ scores = np.array(json.loads(sys.argv[3]), dtype=np.float32)
 session = ort.InferenceSession(sys.argv[1], ortops.session_options())
 (indices,) = session.run(None, {"boxes": boxes, "scores": scores})
 print(json.dumps({"indices": indices.tolist(), "dtype": str(indices.dtype), "library": ortops.get_library_path(),
-                  "torch_found": torch_found}))
+                  "torch_found": torch_found, "glibc": os.confstr("CS_GNU_LIBC_VERSION"), "ort": ort.__version__}))
 """
+
+
+BOXES = [[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30], [0, 0, 10, 5], [21, 21, 29, 31]]
+SCORES = [0.9, 0.8, 0.7, 0.95, 0.6]
+# By hand, in score order 3, 0, 1, 2, 4: keep 3; 0 overlaps 3 by IoU 50/100 = 0.5, not above
+# the threshold: keep; 1 overlaps 0 by 81/119 = 0.68: drop; 2 overlaps nothing: keep; 4
+# overlaps 2 by 72/108 = 0.67: drop.
+EXPECTED = [3, 0, 2]
+
+
+def _mmcv_nms_file(folder: Path) -> Path:
+    model = make_model(
+        "NonMaxSuppression",
+        "mmcv",
+        [("boxes", np.float32, 2), ("scores", np.float32, 1)],
+        ["indices"],
+        iou_threshold=0.5,
+        offset=0,
+    )
+    path = folder / "nms.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _run_nms(command: list[str], model: Path, env: dict[str, str]) -> dict:
+    run = subprocess.run(
+        [*command, "-c", _RUN_IN_VENV, str(model), json.dumps(BOXES), json.dumps(SCORES)],
+        env=env,
+        cwd=model.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert not result["torch_found"], "torch is visible in the environment: the test proves nothing"
+    assert result["dtype"] == "int64"
+    return result
 
 
 def test_wheel_runs_an_mmcv_file_in_an_empty_venv(wheel: Path, tmp_path: Path) -> None:
@@ -188,33 +229,119 @@ def test_wheel_runs_an_mmcv_file_in_an_empty_venv(wheel: Path, tmp_path: Path) -
         timeout=120,
     )
     assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
-
-    model = make_model(
-        "NonMaxSuppression",
-        "mmcv",
-        [("boxes", np.float32, 2), ("scores", np.float32, 1)],
-        ["indices"],
-        iou_threshold=0.5,
-        offset=0,
-    )
-    (tmp_path / "nms.onnx").write_bytes(model.SerializeToString())
-    boxes = [[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30], [0, 0, 10, 5], [21, 21, 29, 31]]
-    scores = [0.9, 0.8, 0.7, 0.95, 0.6]
-    # By hand, in score order 3, 0, 1, 2, 4: keep 3; 0 overlaps 3 by IoU 50/100 = 0.5, not
-    # above the threshold: keep; 1 overlaps 0 by 81/119 = 0.68: drop; 2 overlaps nothing:
-    # keep; 4 overlaps 2 by 72/108 = 0.67: drop.
-    expected = [3, 0, 2]
-    run = subprocess.run(
-        [python, "-c", _RUN_IN_VENV, str(tmp_path / "nms.onnx"), json.dumps(boxes), json.dumps(scores)],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert not result["torch_found"], "torch is visible in the empty environment: the test proves nothing"
+    result = _run_nms([python], _mmcv_nms_file(tmp_path), env)
     assert Path(result["library"]).is_relative_to(venv), result["library"]
-    assert result["dtype"] == "int64"
-    assert result["indices"] == expected
+    assert result["indices"] == EXPECTED
+
+
+def _debian_mirror() -> tuple[str, str | None]:
+    """The URI (and signing keyring) of the host's Debian apt source for its own release."""
+    os_release = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    codename = os_release.get("VERSION_CODENAME", "").strip('"')
+    sources = Path("/etc/apt/sources.list.d")
+    for path in sorted(sources.glob("*.sources")) if sources.is_dir() else []:
+        for paragraph in path.read_text().split("\n\n"):
+            fields = {}
+            for line in paragraph.splitlines():
+                if ":" in line and not line.startswith(("#", " ")):
+                    key, value = line.split(":", 1)
+                    fields[key.strip().lower()] = value.split()
+            if "deb" in fields.get("types", []) and codename in fields.get("suites", []):
+                if "main" in fields.get("components", []) and fields.get("uris"):
+                    return fields["uris"][0], (fields.get("signed-by") or [None])[0]
+    lists = [Path("/etc/apt/sources.list"), *(sorted(sources.glob("*.list")) if sources.is_dir() else [])]
+    for path in lists:
+        for line in path.read_text().splitlines() if path.is_file() else []:
+            match = re.match(r"deb\s+(?:\[(?P<options>[^]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)\s+.*\bmain\b", line)
+            if match and match["suite"] == codename:
+                signed = re.search(r"signed-by=(\S+)", match["options"] or "")
+                return match["uri"], signed[1] if signed else None
+    pytest.skip(f"no Debian apt source for {codename or 'this system'} to take the older userland from")
+
+
+def _prepare(command: list[str], what: str) -> None:
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        pytest.skip(f"could not {what}: {(run.stderr.strip().splitlines() or ['?'])[-1]}")
+
+
+@pytest.fixture(scope="module")
+def old_userland() -> tuple[Path, Path, str]:
+    """(Debian root, site-packages folder, python name) of the older userland, made once."""
+    pins = _pins()
+    suite, python = pins["ORTOPS_OLD_USERLAND_DEBIAN_SUITE"], pins["ORTOPS_OLD_USERLAND_PYTHON"]
+    ort_min = [
+        line.strip()
+        for line in (ROOT / "deps" / "python-ort-min.txt").read_text().splitlines()
+        if line.startswith(("onnxruntime==", "numpy=="))
+    ]
+    cache = ROOT / ".deps" / "old-userland"
+    root, site, stamp = cache / "root", cache / "site-packages", cache / ".ready"
+    wanted = f"{suite} {python} {' '.join(sorted(ort_min))}\n"
+    if stamp.is_file() and stamp.read_text() == wanted:
+        return root, site, python
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        pytest.skip("apt-get and dpkg-deb are needed to assemble the older userland")
+    uri, keyring = _debian_mirror()
+    shutil.rmtree(cache, ignore_errors=True)
+    for folder in (cache / "lists" / "partial", cache / "apt" / "archives" / "partial"):
+        folder.mkdir(parents=True)
+    signed = f"[signed-by={keyring}] " if keyring else ""
+    (cache / "sources.list").write_text(f"deb {signed}{uri} {suite} main\n")
+    (cache / "status").write_text("")
+    # apt, with every path of its own: the host's apt configuration and state stay untouched.
+    apt = ["apt-get", "-q", "-y"] + [
+        f"-o{option}"
+        for option in (
+            f"Dir::Etc::SourceList={cache / 'sources.list'}",
+            "Dir::Etc::SourceParts=/dev/null",
+            f"Dir::State::Lists={cache / 'lists'}",
+            f"Dir::Cache={cache / 'apt'}",
+            f"Dir::State::status={cache / 'status'}",
+            "APT::Architecture=amd64",
+            "Debug::NoLocking=1",
+        )
+    ]
+    _prepare([*apt, "update"], f"read Debian {suite}'s package lists")
+    packages = [f"{python}-minimal", f"lib{python}-stdlib", "libstdc++6", "libgcc-s1"]
+    _prepare([*apt, "install", "--download-only", "--no-install-recommends", *packages], "download them")
+    for deb in sorted((cache / "apt" / "archives").glob("*.deb")):
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, timeout=120)
+    version = python.removeprefix("python")
+    abi = "cp" + version.replace(".", "")
+    _prepare(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(site)]
+        + ["--no-deps", "--only-binary=:all:", "--python-version", version, "--implementation", "cp", "--abi", abi]
+        + ["--platform", "manylinux_2_27_x86_64", "--platform", "manylinux_2_17_x86_64", *ort_min],
+        f"download {' '.join(ort_min)} for {python}",
+    )
+    shutil.rmtree(cache / "apt")
+    stamp.write_text(wanted)
+    return root, site, python
+
+
+def test_wheel_runs_in_an_older_userland(wheel: Path, old_userland: tuple[Path, Path, str], tmp_path: Path) -> None:
+    root, site, python = old_userland
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path / "wheel")
+    libraries = [root / "lib" / "x86_64-linux-gnu", root / "usr" / "lib" / "x86_64-linux-gnu"]
+    # The older userland's own loader and libraries (its glibc, libgcc_s, libstdc++), not the host's.
+    command = [
+        str(root / "lib" / "x86_64-linux-gnu" / "ld-linux-x86-64.so.2"),
+        "--inhibit-cache",
+        "--library-path",
+        ":".join(map(str, libraries)),
+        str(root / "usr" / "bin" / python),
+    ]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONHOME": str(root / "usr"),
+        "PYTHONPATH": f"{tmp_path / 'wheel'}:{site}",
+        "PYTHONNOUSERSITE": "1",
+    }
+    result = _run_nms(command, _mmcv_nms_file(tmp_path), env)
+    old = tuple(int(part) for part in result["glibc"].split()[-1].split("."))
+    assert old < (2, 34), f"{result['glibc']} is not older than the libpthread merge: the test proves little"
+    assert old >= _glibc_of_tag(_pins()["ORTOPS_WHEEL_PLATFORM"])
+    assert Path(result["library"]).is_relative_to(tmp_path / "wheel"), result["library"]
+    assert result["indices"] == EXPECTED
