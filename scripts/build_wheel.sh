@@ -33,10 +33,11 @@ log "building the wheel${ORTOPS_PREBUILT_DIR:+ from the library in $ORTOPS_PREBU
 # auditwheel refuses (non-zero exit) if the library needs anything the platform does not
 # guarantee: a newer glibc symbol version, or a shared library outside the manylinux set.
 log "checking and tagging it $ORTOPS_WHEEL_PLATFORM with auditwheel"
+PATH="$VENV/bin:$PATH" "$VENV/bin/auditwheel" repair --only-plat --plat "$ORTOPS_WHEEL_PLATFORM" --strip \
+  --wheel-dir "$raw/repaired" "$raw"/ortops-*.whl >&2
+"$VENV/bin/auditwheel" show "$raw"/repaired/*.whl >&2
 mkdir -p "$OUT"
-PATH="$VENV/bin:$PATH" "$VENV/bin/auditwheel" repair --only-plat --plat "$ORTOPS_WHEEL_PLATFORM" --strip --wheel-dir "$OUT" \
-  "$raw"/ortops-*.whl >&2
-wheel=$(ls "$OUT"/ortops-*-py3-none-"$ORTOPS_WHEEL_PLATFORM".whl)
-"$VENV/bin/auditwheel" show "$wheel" >&2
+wheel="$OUT/$(basename "$raw"/repaired/*.whl)"
+mv -f "$raw"/repaired/*.whl "$wheel"
 log "$wheel ($(du -k "$wheel" | cut -f1) KiB)"
 echo "$wheel"
