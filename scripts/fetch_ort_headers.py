@@ -121,6 +121,7 @@ def ensure_headers(dest: Path = DEFAULT_DEST, pins: dict[str, str] | None = None
         return dest
     if (dest / "onnxruntime_c_api.h").is_file() and not any(dest.glob(f"{_STAMP_PREFIX}*")):
         return dest
+    print(f"[fetch_ort_headers] ONNX Runtime headers from npm {_spec(pins)} into {dest}", file=sys.stderr)
     tarball = npm_pack(_spec(pins))
     verify_integrity(tarball, pins["ORT_HEADERS_NPM_INTEGRITY"])
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -132,11 +133,8 @@ def ensure_headers(dest: Path = DEFAULT_DEST, pins: dict[str, str] | None = None
 def main(argv: list[str]) -> int:
     """Command line: ``fetch_ort_headers.py [DEST]``."""
     dest = Path(argv[1]).resolve() if len(argv) > 1 else DEFAULT_DEST
-    pins = read_pins()
-    if not _stamp(dest, pins).is_file():
-        print(f"[fetch_ort_headers] ONNX Runtime headers from npm {_spec(pins)} into {dest}", file=sys.stderr)
     try:
-        ensure_headers(dest, pins)
+        ensure_headers(dest)
     except FetchError as error:
         print(f"fetch_ort_headers: {error}", file=sys.stderr)
         return 1
