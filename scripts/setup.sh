@@ -14,18 +14,9 @@ mkdir -p "$DEPS"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 fetch_ort_headers() {
-  local dest="$DEPS/onnxruntime/include"
-  local stamp="$dest/.from-$ORT_HEADERS_NPM_PACKAGE-$ORT_HEADERS_NPM_VERSION"
-  [[ -f "$stamp" ]] && return
-  log "ONNX Runtime headers from npm $ORT_HEADERS_NPM_PACKAGE@$ORT_HEADERS_NPM_VERSION"
-  local tmp
-  tmp=$(mktemp -d)
-  (cd "$tmp" && npm pack --silent "$ORT_HEADERS_NPM_PACKAGE@$ORT_HEADERS_NPM_VERSION" >/dev/null)
-  tar -xzf "$tmp"/*.tgz -C "$tmp" "$ORT_HEADERS_AAR_PATH"
-  rm -rf "$dest" && mkdir -p "$dest"
-  unzip -q -j -o "$tmp/$ORT_HEADERS_AAR_PATH" 'headers/*' -d "$dest"
-  rm -rf "$tmp"
-  touch "$stamp"
+  # npm pack of the pinned package, SHA-512 checked against the pin, headers/ of its AAR
+  # (the same code setup.py uses when `pip install .` finds no headers).
+  python3 "$ROOT/scripts/fetch_ort_headers.py" "$DEPS/onnxruntime/include"
 }
 
 fetch_ort_runtime() {
@@ -85,6 +76,7 @@ if [[ -z "${ORTOPS_ORT_ROOT:-}" ]]; then
 fi
 make_venv "$ROOT/.venv" "$ROOT/deps/python-main.txt"
 make_venv "$ROOT/.venv-ort-min" "$ROOT/deps/python-ort-min.txt"
+make_venv "$ROOT/.venv-wheel" "$ROOT/deps/python-wheel.txt"  # scripts/build_wheel.sh, tests/python/test_wheel.py
 if [[ "${1:-}" != "--deps-only" ]]; then
   build_library
   install_package "$ROOT/.venv"

@@ -1,0 +1,347 @@
+"""The installable wheel (scripts/build_wheel.sh): its tag, its glibc needs, and a torch-free install.
+
+The wheel is built from the library these tests already use (ORTOPS_PREBUILT_DIR, no
+compiling), then checked independently of auditwheel: the glibc symbol versions the library
+needs are read with readelf and compared with the tag, and the wheel is installed into an
+empty virtual environment that sees only onnxruntime and numpy (and what they require), where
+it runs an mmcv::NonMaxSuppression file whose kept indices are worked out by hand below;
+then the same file runs with the wheel's library in an older userland (Debian 11: glibc 2.31,
+Python 3.9, onnxruntime 1.17.3), assembled once from Debian and PyPI packages into
+.deps/old-userland and started through its own dynamic loader (no chroot, no root needed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pytest
+from packaging.requirements import Requirement
+
+import ortops
+
+from ortest import make_model
+
+ROOT = Path(__file__).resolve().parents[2]
+WHEEL_VENV = ROOT / ".venv-wheel"
+BUILD_WHEEL = ROOT / "scripts" / "build_wheel.sh"
+# Shared libraries every manylinux policy lets a wheel use from the system (PEP 600).
+MANYLINUX_SYSTEM_LIBRARIES = {
+    "libc.so.6",
+    "libm.so.6",
+    "libdl.so.2",
+    "librt.so.1",
+    "libpthread.so.0",
+    "libgcc_s.so.1",
+    "ld-linux-x86-64.so.2",
+}
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "deps" / "versions.env").read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            pins[key.strip()] = value.strip()
+    return pins
+
+
+def _glibc_of_tag(tag: str) -> tuple[int, int]:
+    match = re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", tag)
+    assert match, f"not a PEP 600 x86-64 manylinux tag: {tag}"
+    return int(match[1]), int(match[2])
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel scripts/build_wheel.sh makes from the library the other tests load."""
+    if not (WHEEL_VENV / "bin" / "auditwheel").is_file():
+        pytest.skip("the wheel tools are not installed: scripts/setup.sh creates .venv-wheel (deps/python-wheel.txt)")
+    if sys.platform != "linux" or sysconfig.get_platform() != "linux-x86_64":
+        pytest.skip("the wheel is built for x86-64 Linux only")
+    library_dir = Path(ortops.get_library_path()).parent
+    if not (library_dir / "ortops_ops.json").is_file():
+        pytest.skip(f"no op manifest next to {ortops.get_library_path()} to package")
+    out = tmp_path_factory.mktemp("wheel")
+    env = {**os.environ, "ORTOPS_PREBUILT_DIR": str(library_dir), "ORTOPS_WHEEL_DIR": str(out)}
+    run = subprocess.run(["bash", str(BUILD_WHEEL)], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-4000:]
+    wheels = sorted(out.glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_wheel_is_tagged_py3_none_manylinux(wheel: Path) -> None:
+    platform = _pins()["ORTOPS_WHEEL_PLATFORM"]
+    assert wheel.name == f"ortops-{ortops.__version__}-py3-none-{platform}.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        info = archive.read(f"ortops-{ortops.__version__}.dist-info/WHEEL").decode()
+        names = set(archive.namelist())
+    assert f"Tag: py3-none-{platform}" in info.splitlines()
+    assert "Root-Is-Purelib: false" in info.splitlines()
+    assert {"ortops/libortops.so", "ortops/ortops_ops.json", "ortops/__init__.py"} <= names
+
+
+def test_wheel_tag_is_no_newer_than_the_installed_onnxruntime_wheel() -> None:
+    # A machine that can install the onnxruntime wheel in use can install ortops too.
+    ours = _glibc_of_tag(_pins()["ORTOPS_WHEEL_PLATFORM"])
+    tags = [
+        line.split(": ", 1)[1].rsplit("-", 1)[1]
+        for line in (metadata.distribution("onnxruntime").read_text("WHEEL") or "").splitlines()
+        if line.startswith("Tag: ")
+    ]
+    theirs = [_glibc_of_tag(tag) for tag in tags if tag.startswith("manylinux_")]
+    if not theirs:
+        pytest.skip(f"onnxruntime here is not a PEP 600 manylinux wheel (tags {tags})")
+    assert ours <= min(theirs)
+
+
+def test_library_needs_no_glibc_newer_than_the_tag(wheel: Path, tmp_path: Path) -> None:
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf (binutils) is not installed")
+    with zipfile.ZipFile(wheel) as archive:
+        library = Path(archive.extract("ortops/libortops.so", tmp_path))
+    dynamic = subprocess.run(["readelf", "-d", "-V", "-W", str(library)], capture_output=True, text=True, check=True)
+    needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dynamic.stdout))
+    requirements = dynamic.stdout.split("Version needs section", 1)
+    assert len(requirements) == 2, "the library has no symbol version requirements at all"
+    versions = re.findall(r"Name: ([A-Z]+)_([0-9.]+)", requirements[1])
+    glibc = [tuple(int(part) for part in number.split(".")) for name, number in versions if name == "GLIBC"]
+    assert glibc, "no GLIBC_ version found: the parsing is broken"
+    assert max(glibc) <= _glibc_of_tag(_pins()["ORTOPS_WHEEL_PLATFORM"]), sorted(glibc)
+    # libstdc++ is linked in, so no GLIBCXX_/CXXABI_ version may be asked of the system.
+    assert {name for name, _ in versions} <= {"GLIBC", "GCC"}, versions
+    assert needed <= MANYLINUX_SYSTEM_LIBRARIES, needed
+
+
+def _requirement_closure(names: list[str]) -> list[metadata.Distribution]:
+    """The installed distributions ``names`` and everything they require (no extras)."""
+    seen: dict[str, metadata.Distribution] = {}
+    pending = list(names)
+    while pending:
+        name = pending.pop().lower().replace("_", "-")
+        if name in seen:
+            continue
+        seen[name] = metadata.distribution(name)
+        for text in seen[name].requires or []:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                pending.append(requirement.name)
+    return list(seen.values())
+
+
+def _expose_only(venv: Path, names: list[str], folder: Path) -> None:
+    """Makes ``venv`` see this environment's copies of ``names`` and their requirements, nothing else.
+
+    Each one's top-level files are linked into ``folder``, which a .pth file puts on the
+    venv's path: no download, and torch (installed here) stays invisible.
+    """
+    folder.mkdir()
+    for distribution in _requirement_closure(names):
+        base = Path(str(distribution.locate_file("")))
+        for top in {Path(str(file)).parts[0] for file in distribution.files or []}:
+            source = base / top
+            if top != ".." and source.exists() and not (folder / top).exists():
+                (folder / top).symlink_to(source)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    (venv / "lib" / version / "site-packages" / "only-ort-numpy.pth").write_text(f"{folder}\n")
+
+
+# Run inside the new environment: the mmcv file through ortops.session_options(), no torch.
+_RUN_IN_VENV = """
+import json, os, sys
+import numpy as np
+import onnxruntime as ort
+import ortops
+try:
+    import torch  # noqa: F401
+    torch_found = True
+except ImportError:
+    torch_found = False
+boxes = np.array(json.loads(sys.argv[2]), dtype=np.float32)
+scores = np.array(json.loads(sys.argv[3]), dtype=np.float32)
+session = ort.InferenceSession(sys.argv[1], ortops.session_options())
+(indices,) = session.run(None, {"boxes": boxes, "scores": scores})
+print(json.dumps({"indices": indices.tolist(), "dtype": str(indices.dtype), "library": ortops.get_library_path(),
+                  "torch_found": torch_found, "glibc": os.confstr("CS_GNU_LIBC_VERSION"), "ort": ort.__version__}))
+"""
+
+
+BOXES = [[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30], [0, 0, 10, 5], [21, 21, 29, 31]]
+SCORES = [0.9, 0.8, 0.7, 0.95, 0.6]
+# By hand, in score order 3, 0, 1, 2, 4: keep 3; 0 overlaps 3 by IoU 50/100 = 0.5, not above
+# the threshold: keep; 1 overlaps 0 by 81/119 = 0.68: drop; 2 overlaps nothing: keep; 4
+# overlaps 2 by 72/108 = 0.67: drop.
+EXPECTED = [3, 0, 2]
+
+
+def _mmcv_nms_file(folder: Path) -> Path:
+    model = make_model(
+        "NonMaxSuppression",
+        "mmcv",
+        [("boxes", np.float32, 2), ("scores", np.float32, 1)],
+        ["indices"],
+        iou_threshold=0.5,
+        offset=0,
+    )
+    path = folder / "nms.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _run_nms(command: list[str], model: Path, env: dict[str, str]) -> dict:
+    run = subprocess.run(
+        [*command, "-c", _RUN_IN_VENV, str(model), json.dumps(BOXES), json.dumps(SCORES)],
+        env=env,
+        cwd=model.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert not result["torch_found"], "torch is visible in the environment: the test proves nothing"
+    assert result["dtype"] == "int64"
+    return result
+
+
+def test_wheel_runs_an_mmcv_file_in_an_empty_venv(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    _expose_only(venv, ["onnxruntime", "numpy"], tmp_path / "ort-numpy")
+    python = str(venv / "bin" / "python")
+    env = {key: value for key, value in os.environ.items() if key not in ("ORTOPS_LIBRARY", "PYTHONPATH")}
+    # No index: pip must find the wheel's requirements (onnxruntime>=1.17, numpy) already there.
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "--no-index", "--disable-pip-version-check", str(wheel)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
+    result = _run_nms([python], _mmcv_nms_file(tmp_path), env)
+    assert Path(result["library"]).is_relative_to(venv), result["library"]
+    assert result["indices"] == EXPECTED
+
+
+def _debian_mirror() -> tuple[str, str | None]:
+    """The URI (and signing keyring) of the host's Debian apt source for its own release."""
+    os_release = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    codename = os_release.get("VERSION_CODENAME", "").strip('"')
+    sources = Path("/etc/apt/sources.list.d")
+    for path in sorted(sources.glob("*.sources")) if sources.is_dir() else []:
+        for paragraph in path.read_text().split("\n\n"):
+            fields = {}
+            for line in paragraph.splitlines():
+                if ":" in line and not line.startswith(("#", " ")):
+                    key, value = line.split(":", 1)
+                    fields[key.strip().lower()] = value.split()
+            if "deb" in fields.get("types", []) and codename in fields.get("suites", []):
+                if "main" in fields.get("components", []) and fields.get("uris"):
+                    return fields["uris"][0], (fields.get("signed-by") or [None])[0]
+    lists = [Path("/etc/apt/sources.list"), *(sorted(sources.glob("*.list")) if sources.is_dir() else [])]
+    for path in lists:
+        for line in path.read_text().splitlines() if path.is_file() else []:
+            match = re.match(r"deb\s+(?:\[(?P<options>[^]]*)\]\s+)?(?P<uri>\S+)\s+(?P<suite>\S+)\s+.*\bmain\b", line)
+            if match and match["suite"] == codename:
+                signed = re.search(r"signed-by=(\S+)", match["options"] or "")
+                return match["uri"], signed[1] if signed else None
+    pytest.skip(f"no Debian apt source for {codename or 'this system'} to take the older userland from")
+
+
+def _prepare(command: list[str], what: str) -> None:
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        pytest.skip(f"could not {what}: {(run.stderr.strip().splitlines() or ['?'])[-1]}")
+
+
+@pytest.fixture(scope="module")
+def old_userland() -> tuple[Path, Path, str]:
+    """(Debian root, site-packages folder, python name) of the older userland, made once."""
+    pins = _pins()
+    suite, python = pins["ORTOPS_OLD_USERLAND_DEBIAN_SUITE"], pins["ORTOPS_OLD_USERLAND_PYTHON"]
+    ort_min = [
+        line.strip()
+        for line in (ROOT / "deps" / "python-ort-min.txt").read_text().splitlines()
+        if line.startswith(("onnxruntime==", "numpy=="))
+    ]
+    cache = ROOT / ".deps" / "old-userland"
+    root, site, stamp = cache / "root", cache / "site-packages", cache / ".ready"
+    wanted = f"{suite} {python} {' '.join(sorted(ort_min))}\n"
+    if stamp.is_file() and stamp.read_text() == wanted:
+        return root, site, python
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        pytest.skip("apt-get and dpkg-deb are needed to assemble the older userland")
+    uri, keyring = _debian_mirror()
+    shutil.rmtree(cache, ignore_errors=True)
+    for folder in (cache / "lists" / "partial", cache / "apt" / "archives" / "partial"):
+        folder.mkdir(parents=True)
+    signed = f"[signed-by={keyring}] " if keyring else ""
+    (cache / "sources.list").write_text(f"deb {signed}{uri} {suite} main\n")
+    (cache / "status").write_text("")
+    # apt, with every path of its own: the host's apt configuration and state stay untouched.
+    apt = ["apt-get", "-q", "-y"] + [
+        f"-o{option}"
+        for option in (
+            f"Dir::Etc::SourceList={cache / 'sources.list'}",
+            "Dir::Etc::SourceParts=/dev/null",
+            f"Dir::State::Lists={cache / 'lists'}",
+            f"Dir::Cache={cache / 'apt'}",
+            f"Dir::State::status={cache / 'status'}",
+            "APT::Architecture=amd64",
+            "Debug::NoLocking=1",
+        )
+    ]
+    _prepare([*apt, "update"], f"read Debian {suite}'s package lists")
+    packages = [f"{python}-minimal", f"lib{python}-stdlib", "libstdc++6", "libgcc-s1"]
+    _prepare([*apt, "install", "--download-only", "--no-install-recommends", *packages], "download them")
+    for deb in sorted((cache / "apt" / "archives").glob("*.deb")):
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True, timeout=120)
+    version = python.removeprefix("python")
+    abi = "cp" + version.replace(".", "")
+    _prepare(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target", str(site)]
+        + ["--no-deps", "--only-binary=:all:", "--python-version", version, "--implementation", "cp", "--abi", abi]
+        + ["--platform", "manylinux_2_27_x86_64", "--platform", "manylinux_2_17_x86_64", *ort_min],
+        f"download {' '.join(ort_min)} for {python}",
+    )
+    shutil.rmtree(cache / "apt")
+    stamp.write_text(wanted)
+    return root, site, python
+
+
+def test_wheel_runs_in_an_older_userland(wheel: Path, old_userland: tuple[Path, Path, str], tmp_path: Path) -> None:
+    root, site, python = old_userland
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path / "wheel")
+    libraries = [root / "lib" / "x86_64-linux-gnu", root / "usr" / "lib" / "x86_64-linux-gnu"]
+    # The older userland's own loader and libraries (its glibc, libgcc_s, libstdc++), not the host's.
+    command = [
+        str(root / "lib" / "x86_64-linux-gnu" / "ld-linux-x86-64.so.2"),
+        "--inhibit-cache",
+        "--library-path",
+        ":".join(map(str, libraries)),
+        str(root / "usr" / "bin" / python),
+    ]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONHOME": str(root / "usr"),
+        "PYTHONPATH": f"{tmp_path / 'wheel'}:{site}",
+        "PYTHONNOUSERSITE": "1",
+    }
+    result = _run_nms(command, _mmcv_nms_file(tmp_path), env)
+    old = tuple(int(part) for part in result["glibc"].split()[-1].split("."))
+    assert old < (2, 34), f"{result['glibc']} is not older than the libpthread merge: the test proves little"
+    assert old >= _glibc_of_tag(_pins()["ORTOPS_WHEEL_PLATFORM"])
+    assert Path(result["library"]).is_relative_to(tmp_path / "wheel"), result["library"]
+    assert result["indices"] == EXPECTED
