@@ -148,18 +148,24 @@ def nms_case() -> Case:
     )
 
 
+def first_output(value: Any) -> np.ndarray:
+    """A run's (first) output as an array: session runs return lists, torch ops tensors."""
+    if isinstance(value, (list, tuple)):
+        return first_output(value[0])
+    return value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
 def close(rtol: float, atol: float) -> Callable[[Any, Any], None]:
     """Agreement check for float outputs: ortops' first output against the anchor's."""
 
     def check(ours: Any, anchor: Any) -> None:
-        theirs = (
-            anchor.numpy()
-            if isinstance(anchor, torch.Tensor)
-            else np.asarray(anchor[0] if isinstance(anchor, list) else anchor)
-        )
-        np.testing.assert_allclose(np.asarray(ours[0]), theirs, rtol=rtol, atol=atol)
+        np.testing.assert_allclose(first_output(ours), first_output(anchor), rtol=rtol, atol=atol)
 
     return check
+
+
+def equal(ours: Any, anchor: Any) -> None:
+    np.testing.assert_array_equal(first_output(ours), first_output(anchor))
 
 
 def roi_align_case() -> Case:
@@ -318,6 +324,78 @@ def soft_nms_case() -> Case:
     )
 
 
+def eager_cases() -> list[Case]:
+    """The eager ortops.torch ops on CPU tensors against torchvision's and against the same
+    kernel in an ONNX Runtime session (eager may cost at most 1.5x the session: ratio >= 2/3)."""
+    import ortops.torch
+
+    cases = []
+    eager_targets = {"torchvision": 1.0, "ortops in ORT": 2 / 3}
+    for n in (1000, 5000):
+        boxes, scores = clustered_boxes(n, seed=2)
+        b, s = torch.from_numpy(boxes), torch.from_numpy(scores)
+        model = one_node_model("NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=0.5)
+        cases.append(
+            Case(
+                name=f"eager nms, {n} boxes",
+                ortops=torch_runner(lambda b=b, s=s: ortops.torch.nms(b, s, 0.5)),
+                anchors={
+                    "torchvision": torch_runner(lambda b=b, s=s: torchvision.ops.nms(b, s, 0.5)),
+                    "ortops in ORT": session_runner(model, {"boxes": boxes, "scores": scores}, True),
+                },
+                agree=equal,
+                targets=eager_targets,
+            )
+        )
+    rng = np.random.default_rng(3)
+    features = rng.random((1, 256, 100, 136), dtype=np.float32)
+    xy = rng.uniform(0, 700, (300, 2))
+    rois = np.concatenate([np.zeros((300, 1)), xy, xy + rng.uniform(8, 300, (300, 2))], 1).astype(np.float32)
+    x, r = torch.from_numpy(features), torch.from_numpy(rois)
+    for aligned in (True, False):
+        attrs = {"output_height": 7, "output_width": 7, "spatial_scale": 0.125, "sampling_ratio": 2}
+        model = one_node_model(
+            "RoIAlign", "ortops", {"input": features, "rois": rois}, ["output"], **attrs, aligned=int(aligned)
+        )
+        cases.append(
+            Case(
+                name=f"eager roi_align 1x256x100x136, 300 rois, aligned={aligned}",
+                ortops=torch_runner(lambda a=aligned: ortops.torch.roi_align(x, r, 7, 0.125, 2, aligned=a)),
+                anchors={
+                    "torchvision": torch_runner(
+                        lambda a=aligned: torchvision.ops.roi_align(x, r, 7, 0.125, 2, aligned=a)
+                    ),
+                    "ortops in ORT": session_runner(model, {"input": features, "rois": rois}, True),
+                },
+                agree=close(1e-5, 1e-5),
+                targets=eager_targets,
+            )
+        )
+    inp = rng.random((1, 64, 64, 64), dtype=np.float32)
+    weight = rng.random((64, 64, 3, 3), dtype=np.float32) - 0.5
+    offset = rng.normal(0, 2, (1, 18, 64, 64)).astype(np.float32)
+    mask = rng.random((1, 9, 64, 64), dtype=np.float32)
+    bias = np.zeros(64, np.float32)
+    t = [torch.from_numpy(a) for a in (inp, offset, weight, mask)]
+    feeds = {"input": inp, "offset": offset, "weight": weight, "bias": bias, "mask": mask}
+    model = one_node_model("DeformConv2d", "ortops", feeds, ["output"], padding=[1, 1])
+    cases.append(
+        Case(
+            name="eager deform_conv2d 1x64x64x64 -> 64, 3x3, modulated",
+            ortops=torch_runner(lambda: ortops.torch.deform_conv2d(t[0], t[1], t[2], padding=1, mask=t[3])),
+            anchors={
+                "torchvision": torch_runner(
+                    lambda: torchvision.ops.deform_conv2d(t[0], t[1], t[2], padding=1, mask=t[3])
+                ),
+                "ortops in ORT": session_runner(model, feeds, True),
+            },
+            agree=close(1e-4, 1e-3),
+            targets=eager_targets,
+        )
+    )
+    return cases
+
+
 CASES: list[Callable[[], Case | list[Case]]] = [
     roi_align_case,
     nms_case,
@@ -325,6 +403,7 @@ CASES: list[Callable[[], Case | list[Case]]] = [
     grid_sample_case,
     scan_cases,
     soft_nms_case,
+    eager_cases,
 ]
 
 
