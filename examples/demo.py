@@ -123,8 +123,14 @@ def main() -> None:
             passed = same_kept and box_error < 1e-3 and score_error < 1e-5
             ok &= passed
             ort_ms = median_ms(lambda session=session, feeds=feeds: session.run(None, feeds))
-            custom = sorted({f"{n.domain}::{n.op_type}" for n in onnx.load(path).graph.node if n.domain})
-            print(f"\n{exporter}: {path.stat().st_size / 1024:.0f} KiB, custom nodes {', '.join(custom)}")
+            exported = onnx.load(path)
+            custom = sorted({f"{n.domain}::{n.op_type}" for n in exported.graph.node if n.domain})
+            # Strict: every node, the ortops ones included (ortops.torch registered their schemas).
+            onnx.checker.check_model(exported, full_check=True)
+            print(
+                f"\n{exporter}: {path.stat().st_size / 1024:.0f} KiB, IR {exported.ir_version}, custom nodes "
+                f"{', '.join(custom)}; onnx.checker with strict shape inference: OK"
+            )
             print(f"  kept {len(boxes)} of {len(test_inputs[1])} proposals (PyTorch kept {len(expected_boxes)})")
             verdict = "OK" if passed else "MISMATCH"
             print(f"  max |ONNX Runtime - PyTorch|: boxes {box_error:.2e}, scores {score_error:.2e} -> {verdict}")
