@@ -32,13 +32,16 @@ def _cummin(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     return _scan("CumMin", input, dim)
 
 
-def _fake(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    check_dtypes("CumMax", "cummax", input)
-    return torch.empty_like(input), torch.empty_like(input, dtype=torch.int64)
+def _fake_for(onnx_op: str) -> Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]:
+    def fake(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        check_dtypes(onnx_op, onnx_op.lower(), input)
+        return torch.empty_like(input), torch.empty_like(input, dtype=torch.int64)
+
+    return fake
 
 
-_cummax.register_fake(_fake)
-_cummin.register_fake(_fake)
+_cummax.register_fake(_fake_for("CumMax"))
+_cummin.register_fake(_fake_for("CumMin"))
 # The values' gradient flows to the position each came from, as torch's own.
 register_reference_autograd(_cummax, lambda input, dim: torch.cummax(input, dim), differentiable=(0,))
 register_reference_autograd(_cummin, lambda input, dim: torch.cummin(input, dim), differentiable=(0,))
