@@ -57,6 +57,8 @@ def nms_match(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, s
     Returns:
         ``Tensor[K, 4]`` int64 rows (batch, class, kept box, suppressed box): per batch, then class,
         then kept box in score order (ties: lower index first), suppressed boxes in suppression order.
+
+    Runs ortops' CPU kernel (for CUDA tensors too, through copies). Not differentiable.
     """
     as_tensor = lambda v: torch.tensor([v], dtype=torch.float32, device=boxes.device)  # noqa: E731
     return torch.ops.ortops.nms_match(boxes, scores, as_tensor(float(iou_threshold)), as_tensor(float(score_threshold)))
