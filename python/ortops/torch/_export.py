@@ -81,14 +81,29 @@ def custom_translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]
     return {e.torch_op: e.translation for e in _exported.values()}
 
 
-def export(model: torch.nn.Module, args: tuple[Any, ...], f: Any = None, *, dynamo: bool = True, **kwargs: Any) -> Any:
+def export(
+    model: torch.nn.Module,
+    args: tuple[Any, ...],
+    f: Any = None,
+    *,
+    dynamo: bool = True,
+    torchvision: bool = False,
+    **kwargs: Any,
+) -> Any:
     """``torch.onnx.export`` with the ortops rules filled in, for either exporter.
+
+    ``torchvision=True`` also exports torchvision's ``nms``, ``roi_align`` and
+    ``deform_conv2d`` to ortops nodes (see :mod:`ortops.torch.torchvision`).
 
     With ``dynamo=True`` (the default) the ortops translation table is merged into
     ``custom_translation_table``; with ``dynamo=False`` the ``ortops`` domain is added to
     ``custom_opsets``. Every other keyword goes to ``torch.onnx.export`` unchanged.
     Returns what ``torch.onnx.export`` returns (an ``ONNXProgram`` when ``dynamo=True``).
     """
+    if torchvision:
+        from ortops.torch import torchvision as tv  # noqa: PLC0415 (torchvision is optional)
+
+        return tv.export(model, args, f, dynamo=dynamo, **kwargs)
     if dynamo:
         table = custom_translation_table()
         table.update(kwargs.pop("custom_translation_table", None) or {})
