@@ -250,19 +250,88 @@ def torchvision_ops() -> Iterator[None]:
                     torch.onnx.register_custom_op_symbolic(name, symbolic, opset)
 
 
+# ---- torchvision functions that torch.export cannot trace -----------------------------------
+
+
+def _batched_nms(boxes: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor, iou_threshold: float) -> torch.Tensor:
+    """``torchvision.ops.batched_nms`` as one NMS over boxes moved apart per class.
+
+    The same strategy as torchvision's own path for at most 1000 boxes and for traced models
+    (a class's boxes are shifted by class * (largest coordinate + 1)), without its branches on
+    the number of boxes, which torch.export cannot decide for a data-dependent count. The 0
+    joined to the coordinates keeps the maximum defined when there are no boxes.
+    """
+    largest = torch.cat([boxes.reshape(-1), boxes.new_zeros(1)]).max()
+    shifted = boxes + (idxs.to(boxes) * (largest + 1))[:, None]
+    return torch.ops.torchvision.nms(shifted, scores, iou_threshold)
+
+
+def _multiscale_roi_align(
+    features: list[torch.Tensor],
+    boxes: list[torch.Tensor],
+    output_size: tuple[int, int],
+    sampling_ratio: int,
+    scales: list[float] | None,
+    mapper: Callable[[list[torch.Tensor]], torch.Tensor] | None,
+) -> torch.Tensor:
+    """``MultiScaleRoIAlign``'s pooling: each roi pooled from the level ``mapper`` gives it.
+
+    Equal to torchvision's function, but sized by ``rois.shape[0]`` (torchvision's ``len(rois)``
+    would need a concrete count from torch.export). Returns ``Tensor[R, C, *output_size]``.
+    """
+    import torchvision  # noqa: PLC0415 (optional dependency)
+
+    if scales is None or mapper is None:
+        raise ValueError("MultiScaleRoIAlign: scales and mapper must be set up before pooling")
+    rois = torchvision.ops.poolers._convert_to_roi_format(boxes)
+    if len(features) == 1:
+        return torchvision.ops.roi_align(features[0], rois, output_size, scales[0], sampling_ratio)
+    levels = mapper(boxes)
+    pooled = features[0].new_zeros((rois.shape[0], features[0].shape[1], *output_size))
+    for level, (feature, scale) in enumerate(zip(features, scales, strict=True)):
+        chosen = torch.where(levels == level)[0]
+        level_pooled = torchvision.ops.roi_align(feature, rois[chosen], output_size, scale, sampling_ratio)
+        pooled = pooled.index_put((chosen,), level_pooled.to(pooled.dtype))
+    return pooled
+
+
+@contextlib.contextmanager
+def _traceable_torchvision() -> Iterator[None]:
+    """While active, the two torchvision functions that stop torch.export on detection models
+    (Faster / Mask R-CNN, RetinaNet, ...) are replaced by the equivalents above."""
+    import torchvision  # noqa: PLC0415 (optional dependency)
+
+    replaced = ((torchvision.ops.boxes, "batched_nms", _batched_nms),)
+    replaced += ((torchvision.ops.poolers, "_multiscale_roi_align", _multiscale_roi_align),)
+    with _lock:
+        saved = [getattr(module, name) for module, name, _ in replaced]
+        try:
+            for module, name, function in replaced:
+                setattr(module, name, function)
+            yield
+        finally:
+            for (module, name, _), original in zip(replaced, saved, strict=True):
+                setattr(module, name, original)
+
+
 def export(model: torch.nn.Module, args: tuple[Any, ...], f: Any = None, *, dynamo: bool = True, **kwargs: Any) -> Any:
     """``ortops.torch.export`` with torchvision's ops exported to ortops nodes (either exporter).
 
     With ``dynamo=True`` :func:`translation_table` is added to ``custom_translation_table``
-    (entries the caller passes win); with ``dynamo=False`` the export runs inside
-    :func:`torchvision_ops`. Returns what ``torch.onnx.export`` returns.
+    (entries the caller passes win), and while torch.export traces the model,
+    ``torchvision.ops.batched_nms`` and ``MultiScaleRoIAlign``'s pooling are replaced by
+    equivalents it can trace (``_batched_nms``, ``_multiscale_roi_align``): with them Faster
+    R-CNN and RetinaNet export at a fixed image size (torch 2.15 cannot export them with a
+    dynamic one; Mask R-CNN's mask pasting does not export). With ``dynamo=False`` the export
+    runs inside :func:`torchvision_ops`. Returns what ``torch.onnx.export`` returns.
     """
     from ortops.torch._export import export as ortops_export  # noqa: PLC0415 (avoids an import cycle)
 
     if dynamo:
         table = translation_table()
         table.update(kwargs.pop("custom_translation_table", None) or {})
-        return ortops_export(model, args, f, dynamo=True, custom_translation_table=table, **kwargs)
+        with _traceable_torchvision():
+            return ortops_export(model, args, f, dynamo=True, custom_translation_table=table, **kwargs)
     with torchvision_ops():
         return ortops_export(model, args, f, dynamo=False, **kwargs)
 

@@ -439,3 +439,41 @@ def test_detection_model_torchscript(name) -> None:
             assert ours["masks"].shape[1:] == (1, *size)
             difference = np.abs(ours["masks"][i] - theirs["masks"][j])
             assert difference.mean() < 1e-4 and np.mean(difference > 1e-2) < 1e-3, difference.max()
+
+
+@pytest.mark.parametrize("name", ["fasterrcnn_resnet50_fpn", "retinanet_resnet50_fpn"])
+def test_detection_model_dynamo_fixed_size(name) -> None:
+    # torch.export (torch 2.15) cannot export these models with a dynamic image size, and
+    # needs the export-time replacements of batched_nms and MultiScaleRoIAlign's pooling.
+    keys, expected_nodes = MODELS[name]
+    module = Flat(build(name), keys).eval()
+    g = torch.Generator().manual_seed(11)
+    model = export(module, (torch.rand(3, *EXPORT_SIZE, generator=g),), "dynamo")
+    assert_only_ortops(model, expected_nodes)
+    assert torchvision.ops.boxes.batched_nms is not ortops_tv._batched_nms  # put back after the export
+    image = torch.rand(3, *EXPORT_SIZE, generator=g)
+    ours = dict(zip(keys, run_onnx(model, (image,)), strict=True))
+    with torch.no_grad(), coordinate_trick_nms():
+        theirs = {k: v.numpy() for k, v in zip(keys, module(image), strict=True)}
+    assert len(match(ours, theirs, BOX_TOL * max(EXPORT_SIZE))) >= 0.9 * len(theirs["scores"]) > 0
+
+
+@pytest.mark.parametrize("n", [0, 1, 60])
+def test_traceable_batched_nms_equals_torchvision(n) -> None:
+    g = torch.Generator().manual_seed(12)
+    boxes, scores, classes = random_boxes(n, g), torch.rand(n, generator=g), torch.randint(0, 3, (n,), generator=g)
+    expected = torchvision.ops.batched_nms(boxes, scores, classes, 0.4)
+    torch.testing.assert_close(ortops_tv._batched_nms(boxes, scores, classes, 0.4), expected)
+
+
+def test_traceable_multiscale_roi_align_equals_torchvision() -> None:
+    g = torch.Generator().manual_seed(13)
+    p2, p3 = torch.randn(1, 4, 16, 16, generator=g), torch.randn(1, 4, 8, 8, generator=g)
+    boxes = random_boxes(30, g, size=64)
+    boxes[:15, 2:] += 40
+    module = MultiScale()
+    expected = module(p2, p3, boxes)
+    with ortops_tv._traceable_torchvision():
+        ours = module(p2, p3, boxes)
+    assert torchvision.ops.poolers._multiscale_roi_align is not ortops_tv._multiscale_roi_align
+    torch.testing.assert_close(ours, expected, rtol=0, atol=0)
