@@ -41,8 +41,8 @@ from torch.onnx import symbolic_helper
 
 from ortops.torch._export import DOMAIN, onnx_opset, typed
 
-# The TorchScript exporter's rules for torchvision's ops: name -> (symbolic, first opset).
-# torchvision registers its own for nms and roi_align at opsets 11 and 16.
+# The first opset of the TorchScript rules here. torchvision registers its own for nms at 11
+# and for roi_align at 11 and 16; ours replace every one of them while they are active.
 _TORCHSCRIPT_MIN_OPSET = 11
 
 
