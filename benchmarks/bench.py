@@ -396,6 +396,53 @@ def eager_cases() -> list[Case]:
     return cases
 
 
+def faster_rcnn_case() -> Case:
+    """The whole Faster R-CNN (ResNet-50 FPN, random weights) exported with the TorchScript
+    exporter twice: torchvision's ops as ortops nodes (``torchvision=True``) and as the
+    standard ONNX RoiAlign / NonMaxSuppression. Both run in ONNX Runtime on one image."""
+    import io  # noqa: PLC0415 (only this case exports)
+    import warnings  # noqa: PLC0415
+
+    import ortops.torch  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    detector = torchvision.models.detection.fasterrcnn_resnet50_fpn(
+        weights=None, weights_backbone=None, min_size=320, max_size=480
+    ).eval()
+
+    class Flat(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.detector = detector
+
+        def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            found = self.detector([image])[0]
+            return found["boxes"], found["labels"], found["scores"]
+
+    image = torch.rand(3, 320, 480, generator=torch.Generator().manual_seed(0))
+    models = {}
+    for with_ortops in (True, False):
+        buffer = io.BytesIO()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ortops.torch.export(
+                Flat().eval(), (image,), buffer, dynamo=False, torchvision=with_ortops, input_names=["image"]
+            )
+        models[with_ortops] = onnx.load_from_string(buffer.getvalue())
+    feeds = {"image": image.numpy()}
+
+    def agree(ours: Any, anchor: Any) -> None:  # same detections, in score order up to near ties
+        assert len(ours[2]) == len(anchor[2]) > 0, (len(ours[2]), len(anchor[2]))
+        np.testing.assert_allclose(ours[2], anchor[2], atol=1e-4)
+
+    return Case(
+        name="Faster R-CNN R50-FPN, whole model, 3x320x480 image (random weights)",
+        ortops=session_runner(models[True], feeds, True),
+        anchors={"standard ONNX export (RoiAlign, NonMaxSuppression)": session_runner(models[False], feeds, False)},
+        agree=agree,
+    )
+
+
 CASES: list[Callable[[], Case | list[Case]]] = [
     roi_align_case,
     nms_case,
@@ -403,6 +450,7 @@ CASES: list[Callable[[], Case | list[Case]]] = [
     grid_sample_case,
     scan_cases,
     soft_nms_case,
+    faster_rcnn_case,
     eager_cases,
 ]
 

@@ -20,6 +20,7 @@ from ortops.torch.roi_align import roi_align
 from ortops.torch.roi_align_rotated import roi_align_rotated
 from ortops.torch.rotated_feature_align import rotated_feature_align
 from ortops.torch.soft_nms import soft_nms
+from ortops.torch.torchvision import torchvision_ops
 
 __all__ = [
     "DOMAIN",
@@ -42,4 +43,5 @@ __all__ = [
     "roi_align_rotated",
     "rotated_feature_align",
     "soft_nms",
+    "torchvision_ops",
 ]

@@ -149,9 +149,13 @@ def export(
     *,
     dynamo: bool = True,
     target_runtime: str | None = OLDEST_RUNTIME,
+    torchvision: bool = False,
     **kwargs: Any,
 ) -> Any:
     """``torch.onnx.export`` with the ortops rules filled in, for either exporter.
+
+    ``torchvision=True`` also exports torchvision's ``nms``, ``roi_align`` and
+    ``deform_conv2d`` to ortops nodes (see :mod:`ortops.torch.torchvision`).
 
     With ``dynamo=True`` (the default) the ortops translation table is merged into
     ``custom_translation_table``; with ``dynamo=False`` the ``ortops`` domain is added to
@@ -167,6 +171,10 @@ def export(
         ValueError: for an opset newer than ``target_runtime`` implements, or (from the op)
             an input dtype that ortops' kernels do not take, e.g. float16.
     """
+    if torchvision:
+        from ortops.torch import torchvision as tv  # noqa: PLC0415 (torchvision is optional)
+
+        return tv.export(model, args, f, dynamo=dynamo, target_runtime=target_runtime, **kwargs)
     limits = _limits(target_runtime)
     _check_opset(kwargs.get("opset_version"), limits, target_runtime)
     if not dynamo:
