@@ -18,7 +18,13 @@ _MAX_TAPS_PER_ROI = 1 << 24
 
 
 def _check(
-    input: torch.Tensor, rois: torch.Tensor, output_height: int, output_width: int, mode: str, aligned: int
+    input: torch.Tensor,
+    rois: torch.Tensor,
+    output_height: int,
+    output_width: int,
+    sampling_ratio: int,
+    mode: str,
+    aligned: int,
 ) -> None:
     """The kernel's checks, with its messages."""
     if input.dim() != 4 or rois.dim() != 2 or rois.shape[1] != 5:
@@ -33,6 +39,12 @@ def _check(
         raise ValueError(f"ortops.roi_align: aligned must be 0 or 1, got {aligned}")
     if output_height < 1 or output_width < 1 or output_height > _MAX_TAPS_PER_ROI // output_width:
         raise ValueError(f"ortops.roi_align: output size {output_height} x {output_width} is out of range")
+    taps = _MAX_TAPS_PER_ROI // (output_height * output_width)
+    if sampling_ratio > _MAX_SAMPLES_PER_AXIS or sampling_ratio * sampling_ratio > taps:
+        raise ValueError(
+            f"ortops.roi_align: a roi needs {sampling_ratio} x {sampling_ratio} samples per bin, more than this op "
+            "allows; lower 'sampling_ratio'"
+        )
     if rois.shape[0] == 0:
         return
     finite = torch.isfinite(rois).all(1)
@@ -125,10 +137,16 @@ def _reference(
     roi_h = rois[:, 4] * spatial_scale - shift - start_h
     if not aligned:
         roi_w, roi_h = roi_w.clamp(min=1), roi_h.clamp(min=1)
-    grids = _sampling_grids(roi_h, roi_w, output_height, output_width, sampling_ratio)
     batch = rois[:, 0].long()
     bin_h, bin_w = roi_h / output_height, roi_w / output_width
-    # Rois with the same sampling grid are pooled together (with a fixed sampling_ratio: all of them).
+    if sampling_ratio > 0:
+        # One grid for every roi, and no data-dependent control flow, so that torch.compile
+        # can trace this (it is the backward). The bound was checked on the forward call.
+        size = (output_height, output_width)
+        grid = (sampling_ratio, sampling_ratio)
+        return _pool_rois(input, batch, (start_h, start_w), (bin_h, bin_w), size, grid, mode == "max")
+    grids = _sampling_grids(roi_h, roi_w, output_height, output_width, sampling_ratio)
+    # Rois with the same adaptive sampling grid are pooled together.
     for grid in grids.unique(dim=0).tolist():
         group = (grids == grids.new_tensor(grid)).all(1).nonzero()[:, 0]
         out[group] = _pool_rois(
@@ -154,7 +172,7 @@ def _roi_align(
     mode: str,
     aligned: int,
 ) -> torch.Tensor:
-    _check(input, rois, output_height, output_width, mode, aligned)
+    _check(input, rois, output_height, output_width, sampling_ratio, mode, aligned)
     args = (output_height, output_width, spatial_scale, sampling_ratio, mode, aligned)
     if input.device.type != "cpu":
         return _reference(input, rois, *args)
