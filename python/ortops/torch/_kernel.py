@@ -150,7 +150,8 @@ def run(
         inputs: its inputs in order (made contiguous here); dtypes already checked.
         attributes: node attributes by name, converted to the manifest's attribute types.
         output_shapes: per output, its shape when known before the run (the output is then
-            written in place into a new tensor) or None (the kernel decides, e.g. NMS's K).
+            written in place into a new tensor) or None (the kernel decides, e.g. NMS's K);
+            None for the whole list: every output is sized by the kernel.
 
     Raises:
         ValueError: with the kernel's message ("ortops.Op: ...") for inputs it rejects.
@@ -164,6 +165,15 @@ def run(
         tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attributes.items())),
         torch.get_num_threads(),
     )
+    if output_shapes is None:
+        # Outputs the kernel sizes (the NMS family's indices) are small: a plain run over
+        # zero-copy numpy views of the inputs costs less than binding them.
+        feeds = {spec.name: t.detach().numpy() for spec, t in zip(info.inputs, inputs)}
+        try:
+            produced_arrays = session.run(None, feeds)
+        except Exception as error:  # onnxruntime raises RuntimeError or its own Fail/InvalidArgument
+            raise ValueError(_message(error)) from None
+        return [_from_numpy(array) for array in produced_arrays]
     binding = session.io_binding()
     for spec, tensor in zip(info.inputs, inputs):
         binding.bind_input(spec.name, "cpu", 0, _NUMPY_TYPES[tensor.dtype], list(tensor.shape), tensor.data_ptr())
@@ -188,5 +198,8 @@ def run(
 
 
 def _to_torch(value: ort.OrtValue) -> torch.Tensor:
-    array = value.numpy()
+    return _from_numpy(value.numpy())
+
+
+def _from_numpy(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array) if array.size else torch.empty(array.shape, dtype=_TORCH_TYPES[str(array.dtype)])
