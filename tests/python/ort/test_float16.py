@@ -1,0 +1,166 @@
+"""float16 kernels: each against the float32 kernel of the same op on the same values, upcast.
+
+The float16 kernels load halves as float32, compute as the float32 kernel does (GroupNorm in
+float64, as its float32 kernel), and round once when they store. So:
+
+- ops that only select or copy elements (CornerPool, CumMax, CumMin) must give exactly the
+  float32 kernel's values (bit for bit: the selected input half), and the same indices;
+- arithmetic ops must give the float32 kernel's result rounded to float16: this checks within
+  one float16 ulp of it (a relative 2^-10, about 1e-3; 2^-24 absolute near zero), the slack
+  covering only that a float64 result rounded via float32 can land one ulp from one rounded
+  directly. A kernel that accumulated in float16 would miss this by far.
+
+Values are drawn in the float16 range (and NaN/infinity where the op defines them); every
+op is also run on empty inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ortops
+
+from ortest import run
+
+F16 = np.float16
+
+
+def halves(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 1.0) -> np.ndarray:
+    """Normal values times ``scale``, as float16."""
+    return (rng.normal(size=shape) * scale).astype(F16)
+
+
+def with_specials(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``x`` with a NaN, +inf and -inf at random places (when it has room for them)."""
+    x = x.copy()
+    if x.size > 4:
+        x.reshape(-1)[rng.choice(x.size, 3, replace=False)] = [np.nan, np.inf, -np.inf]
+    return x
+
+
+def upcast(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {name: value.astype(np.float32) if value.dtype == F16 else value for name, value in inputs.items()}
+
+
+def run_both(op: str, domain: str, inputs: dict[str, np.ndarray], outputs: list[str], **attributes):
+    """(float16 kernel's outputs, float32 kernel's outputs on the same values upcast)."""
+    half = run(op, domain, inputs, outputs, **attributes)
+    single = run(op, domain, upcast(inputs), outputs, **attributes)
+    for h, s in zip(half, single):
+        assert h.shape == s.shape
+        assert h.dtype == (F16 if s.dtype == np.float32 else s.dtype)
+    return half, single
+
+
+def assert_rounded(actual: np.ndarray, expected: np.ndarray) -> None:
+    """``actual`` (float16) is ``expected`` (float32) rounded to float16, within one float16 ulp;
+    NaN where it is NaN, infinities equal."""
+    assert actual.dtype == F16 and actual.shape == expected.shape
+    rounded = expected.astype(F16)
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(rounded))
+    np.testing.assert_array_equal(np.isinf(actual), np.isinf(rounded))
+    finite = np.isfinite(rounded)
+    np.testing.assert_array_equal(actual[np.isinf(actual)], rounded[np.isinf(rounded)])
+    error = np.abs(actual[finite].astype(np.float32) - rounded[finite].astype(np.float32))
+    ulp = np.spacing(np.abs(rounded[finite])).astype(np.float32)
+    bad = error > ulp
+    assert not bad.any(), (
+        f"{bad.sum()} of {bad.size} values off by more than one float16 ulp, e.g. "
+        f"{actual[finite][bad][:5]} for {expected[finite][bad][:5]}"
+    )
+
+
+def assert_same_halves(actual: np.ndarray, expected: np.ndarray) -> None:
+    """Equal bit for bit (one NaN matches any NaN)."""
+    assert actual.dtype == expected.dtype == F16
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    keep = ~np.isnan(actual)
+    np.testing.assert_array_equal(actual.view(np.uint16)[keep], expected.view(np.uint16)[keep])
+
+
+# ---------------------------------------------------------------------------- the manifest
+
+FLOAT16_OPS = ["CornerPool", "CumMax", "CumMin"]
+
+
+@pytest.mark.parametrize("name", FLOAT16_OPS)
+def test_manifest_lists_float16(name: str) -> None:
+    (op,) = [o for o in ortops.ops() if o.domain == "ortops" and o.name == name]
+    for spec in (*op.inputs, *op.outputs):
+        if "float32" in spec.types:
+            assert "float16" in spec.types, spec
+
+
+def test_float32_only_compat_rows_stay_float32() -> None:
+    for op in ortops.ops():
+        if op.compat and op.inputs[0].types == ["float32"]:
+            assert all("float16" not in s.types for s in (*op.inputs, *op.outputs)), op.qualified_name
+
+
+# ---------------------------------------------------------------------------- CornerPool
+
+CORNER_POOL = [("ortops", "CornerPool"), ("mmcv", "MMCVCornerPool")]
+
+
+@pytest.mark.parametrize("domain,op", CORNER_POOL)
+@pytest.mark.parametrize("mode", [0, 1, 2, 3])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (1, 2, 6, 1), (2, 1, 4, 1100), (1, 3, 300, 5)])
+def test_corner_pool_selects_the_same_halves(domain: str, op: str, mode: int, shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(mode)
+    x = with_specials(halves(rng, shape), rng)
+    # Ties, signed zeros and subnormals too.
+    x.reshape(-1)[: x.size // 4] = np.round(x.reshape(-1)[: x.size // 4])
+    x.reshape(-1)[-3:] = np.array([-0.0, 6e-8, -6e-8], F16)
+    (half,), (single,) = run_both(op, domain, {"input": x}, ["output"], mode=mode)
+    assert_same_halves(half, single.astype(F16))
+    # And every output is an input value of its own line (the scan copies, never computes).
+    assert np.isin(half[~np.isnan(half)], x).all()
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 3, 3), (1, 0, 3, 3), (1, 2, 0, 3), (1, 2, 3, 0)])
+def test_corner_pool_empty(shape: tuple[int, ...]) -> None:
+    (half,) = run("CornerPool", "ortops", {"input": np.zeros(shape, F16)}, ["output"], mode=0)
+    assert half.shape == shape and half.dtype == F16
+
+
+# ---------------------------------------------------------------------------- CumMax / CumMin
+
+CUMULATIVE = [("ortops", "CumMax"), ("ortops", "CumMin"), ("mmcv", "cummax"), ("mmcv", "cummin")]
+
+
+@pytest.mark.parametrize("domain,op", CUMULATIVE)
+@pytest.mark.parametrize("shape", [(), (9,), (3, 700), (4, 3, 1100), (2, 1, 3, 5)])
+def test_cumulative_gives_the_same_values_and_indices(domain: str, op: str, shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(len(shape))
+    # Random bit patterns: every exponent, subnormals, both zeros, infinities and NaNs.
+    x = rng.integers(0, 1 << 16, shape, dtype=np.uint16).view(F16)
+    ties = rng.integers(-3, 4, shape).astype(F16)
+    for values in (x, ties):
+        for dim in range(-max(len(shape), 1), max(len(shape), 1)):
+            (half, half_index), (single, single_index) = run_both(
+                op, domain, {"input": values}, ["values", "indices"], dim=dim
+            )
+            np.testing.assert_array_equal(half_index, single_index)
+            assert_same_halves(half, single.astype(F16))
+            if values.ndim:  # each value is the input at its index, bit for bit
+                axis = dim % values.ndim
+                assert_same_halves(half, np.take_along_axis(values, half_index, axis))
+
+
+def test_cumulative_nan_rules() -> None:
+    x = np.array([1.0, np.nan, 2.0, np.nan, 0.0, np.inf], F16)
+    values, indices = run("CumMax", "ortops", {"input": x}, ["values", "indices"], dim=0)
+    np.testing.assert_array_equal(values, np.array([1, np.nan, np.nan, np.nan, np.nan, np.nan], F16))
+    np.testing.assert_array_equal(indices, [0, 1, 1, 3, 3, 3])
+    values, indices = run(
+        "CumMin", "ortops", {"input": np.array([0.0, -0.0, np.inf, -np.inf], F16)}, ["values", "indices"], dim=0
+    )
+    np.testing.assert_array_equal(indices, [0, 1, 1, 3])  # -0 ties 0: the later position wins
+    assert np.signbit(values[1])
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4, 2)])
+def test_cumulative_empty(shape: tuple[int, ...]) -> None:
+    values, indices = run("CumMax", "ortops", {"input": np.zeros(shape, F16)}, ["values", "indices"], dim=-1)
+    assert values.shape == indices.shape == shape and values.dtype == F16
