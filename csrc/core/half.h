@@ -19,38 +19,34 @@ constexpr float HalfBitsToFloat(uint16_t half) {
   const uint32_t exponent = shifted & 0x0f800000u;
   const uint32_t rebiased = shifted + (112u << 23);  // exponent bias 15 -> 127
   // Infinity and NaN: exponent 31 becomes 255 (the mantissa, NaN payload included, is kept).
-  const float normal = std::bit_cast<float>(rebiased + (exponent == 0x0f800000u ? 112u << 23 : 0u));
+  const uint32_t normal = rebiased + (exponent == 0x0f800000u ? 112u << 23 : 0u);
   // Zero and subnormals (mantissa x 2^-24): 2^-14 x (1 + mantissa / 2^10) - 2^-14, exact,
   // and without float subnormals, so flush-to-zero modes do not change it.
-  const float subnormal = std::bit_cast<float>(rebiased + (1u << 23)) - 0x1p-14f;
-  const float magnitude = exponent == 0 ? subnormal : normal;
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(magnitude) | sign);
+  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(rebiased + (1u << 23)) - 0x1p-14f);
+  // Selected as integers: GCC keeps a select of floats as a branch, and the loop scalar.
+  const uint32_t magnitude = exponent == 0 ? subnormal : normal;
+  return std::bit_cast<float>(magnitude | sign);
 }
 
 // float -> float16 bits, rounded to nearest, ties to even; overflow gives infinity, NaN
-// stays NaN (quiet, sign and the payload's top bits kept).
+// stays NaN (quiet, sign and the payload's top bits kept). Every case is computed and one
+// selected, without branches, so that loops storing halves vectorise.
 constexpr uint16_t FloatToHalfBits(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
-  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
-  if (magnitude >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 2^16, infinity included
-  if (magnitude >= 0x38800000u) {
-    // Normal (>= 2^-14): rebias, then round the 13 dropped bits; a carry out of the
-    // mantissa moves to the next exponent, and from 65520 up to infinity.
-    const uint32_t rebiased = magnitude - (112u << 23);
-    const uint32_t rounded = rebiased + 0xfffu + ((rebiased >> 13) & 1u);
-    return static_cast<uint16_t>(sign | (rounded >> 13));
-  }
-  // Subnormal or zero: the value in units of 2^-24 is mantissa x 2^(exponent - 126).
-  const uint32_t exponent = magnitude >> 23;
-  if (exponent < 102) return sign;  // below 2^-25 (float subnormals included): zero
-  const uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
-  const uint32_t shift = 126 - exponent;  // 14 to 24
-  const uint32_t quotient = mantissa >> shift, remainder = mantissa & ((1u << shift) - 1);
-  const uint32_t halfway = 1u << (shift - 1);
-  const uint32_t up = (remainder > halfway || (remainder == halfway && (quotient & 1u))) ? 1u : 0u;
-  return static_cast<uint16_t>(sign | (quotient + up));  // 2^10 is the smallest normal, as it should be
+  // Normal (2^-14 and up): rebias, then round the 13 dropped bits; a carry out of the
+  // mantissa moves to the next exponent, and from 65520 on to infinity.
+  const uint32_t normal = (magnitude - (112u << 23) + 0xfffu + ((magnitude >> 13) & 1u)) >> 13;
+  // Subnormal or zero (below 2^-14): added to 0.5, whose float ulp is 2^-24 (the subnormal
+  // half's), the value is rounded to nearest even by the addition itself; the bits above
+  // 0.5's are then the half's. (Float subnormals read as 0 under denormals-are-zero: they
+  // round to 0 anyway.)
+  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(magnitude) + 0.5f) - 0x3f000000u;
+  uint32_t half = magnitude < 0x38800000u ? subnormal : normal;
+  half = magnitude >= 0x47800000u ? 0x7c00u : half;  // 2^16 and up, infinity included
+  half = magnitude > 0x7f800000u ? 0x7e00u | ((magnitude >> 13) & 0x3ffu) : half;
+  return static_cast<uint16_t>(sign | half);
 }
 
 // double -> float16 bits, rounded once: to float with rounding to odd (an inexact result
@@ -58,13 +54,13 @@ constexpr uint16_t FloatToHalfBits(float value) {
 // Rounding double -> float -> float16 by nearest twice could land on a tie and round wrong.
 constexpr uint16_t DoubleToHalfBits(double value) {
   const auto single = static_cast<float>(value);
-  uint32_t bits = std::bit_cast<uint32_t>(single);
-  const double back = static_cast<double>(single);
-  if (back != value && value == value && (bits & 1u) == 0) {
-    const bool away = (back < 0 ? -back : back) > (value < 0 ? -value : value);
-    bits = away ? bits - 1 : bits + 1;  // sign-magnitude: one step toward or away from zero
-  }
-  return FloatToHalfBits(std::bit_cast<float>(bits));
+  const auto back = static_cast<double>(single);
+  // Whether rounding went away from zero (both have value's sign), without branches.
+  const bool away = ((back > value) & (value > 0)) | ((back < value) & (value < 0));
+  // The neighbour toward zero (sign-magnitude: one step down), made odd when inexact. NaN
+  // compares unequal to itself and stays NaN.
+  const uint32_t toward_zero = std::bit_cast<uint32_t>(single) - (away ? 1u : 0u);
+  return FloatToHalfBits(std::bit_cast<float>(toward_zero | (back != value ? 1u : 0u)));
 }
 
 // A float16 element. Reads as float implicitly (so expressions over it compute in float);

@@ -81,7 +81,7 @@ def assert_same_halves(actual: np.ndarray, expected: np.ndarray) -> None:
 
 # ---------------------------------------------------------------------------- the manifest
 
-FLOAT16_OPS = ["CornerPool", "CumMax", "CumMin"]
+FLOAT16_OPS = ["CornerPool", "CumMax", "CumMin", "GroupNorm"]
 
 
 @pytest.mark.parametrize("name", FLOAT16_OPS)
@@ -164,3 +164,51 @@ def test_cumulative_nan_rules() -> None:
 def test_cumulative_empty(shape: tuple[int, ...]) -> None:
     values, indices = run("CumMax", "ortops", {"input": np.zeros(shape, F16)}, ["values", "indices"], dim=-1)
     assert values.shape == indices.shape == shape and values.dtype == F16
+
+
+# ---------------------------------------------------------------------------- GroupNorm
+
+
+def group_norm_inputs(rng: np.random.Generator, shape: tuple[int, ...], offset: float = 0.0) -> dict[str, np.ndarray]:
+    c = shape[1]
+    return {
+        "X": (rng.normal(size=shape) * 3 + offset).astype(F16),
+        "scale": (rng.random(c) + 0.5).astype(F16),
+        "bias": rng.normal(size=c).astype(F16),
+    }
+
+
+@pytest.mark.parametrize("shape", [(2, 6), (1, 6, 7), (3, 6, 4, 5), (2, 6, 2, 3, 2), (2, 8, 64, 64)])
+@pytest.mark.parametrize("groups", [1, 2, 6])
+def test_group_norm_is_the_float32_result_rounded(shape: tuple[int, ...], groups: int) -> None:
+    if shape[1] % groups:
+        groups = 2
+    inputs = group_norm_inputs(np.random.default_rng(groups), shape)
+    (half,), (single,) = run_both("GroupNorm", "ortops", inputs, ["Y"], num_groups=groups, epsilon=1e-5)
+    assert_rounded(half, single)
+
+
+def test_group_norm_large_mean() -> None:
+    # Groups of 8192 values around 1000: the sums pass float16's range (65504) and the
+    # spread is below its resolution there; the statistics must not be taken in float16.
+    inputs = group_norm_inputs(np.random.default_rng(3), (2, 4, 64, 64), offset=1000.0)
+    (half,), (single,) = run_both("GroupNorm", "ortops", inputs, ["Y"], num_groups=2)
+    assert np.isfinite(half).all()
+    assert_rounded(half, single)
+
+
+def test_group_norm_nan_and_inf_spoil_their_group_only() -> None:
+    inputs = group_norm_inputs(np.random.default_rng(4), (2, 4, 5, 5))
+    inputs["X"][0, 0, 1, 1] = np.nan
+    inputs["X"][1, 3, 2, 2] = np.inf
+    (half,), (single,) = run_both("GroupNorm", "ortops", inputs, ["Y"], num_groups=2)
+    assert np.isnan(half[0, :2]).all() and np.isnan(half[1, 2:]).all()
+    assert np.isfinite(half[0, 2:]).all() and np.isfinite(half[1, :2]).all()
+    assert_rounded(half, single)
+
+
+@pytest.mark.parametrize("shape", [(0, 4, 3, 3), (2, 4, 0, 3), (2, 0, 5)])
+def test_group_norm_empty(shape: tuple[int, ...]) -> None:
+    inputs = {"X": np.zeros(shape, F16), "scale": np.ones(shape[1], F16), "bias": np.zeros(shape[1], F16)}
+    (half,) = run("GroupNorm", "ortops", inputs, ["Y"], num_groups=1 if shape[1] == 0 else 2)
+    assert half.shape == shape and half.dtype == F16
