@@ -57,7 +57,8 @@ def assert_rounded(actual: np.ndarray, expected: np.ndarray) -> None:
     """``actual`` (float16) is ``expected`` (float32) rounded to float16, within one float16 ulp;
     NaN where it is NaN, infinities equal."""
     assert actual.dtype == F16 and actual.shape == expected.shape
-    rounded = expected.astype(F16)
+    with np.errstate(over="ignore"):
+        rounded = expected.astype(F16)
     np.testing.assert_array_equal(np.isnan(actual), np.isnan(rounded))
     np.testing.assert_array_equal(np.isinf(actual), np.isinf(rounded))
     finite = np.isfinite(rounded)
@@ -81,7 +82,7 @@ def assert_same_halves(actual: np.ndarray, expected: np.ndarray) -> None:
 
 # ---------------------------------------------------------------------------- the manifest
 
-FLOAT16_OPS = ["CornerPool", "CumMax", "CumMin", "GroupNorm"]
+FLOAT16_OPS = ["CornerPool", "CumMax", "CumMin", "GroupNorm", "GridSample"]
 
 
 @pytest.mark.parametrize("name", FLOAT16_OPS)
@@ -212,3 +213,56 @@ def test_group_norm_empty(shape: tuple[int, ...]) -> None:
     inputs = {"X": np.zeros(shape, F16), "scale": np.ones(shape[1], F16), "bias": np.zeros(shape[1], F16)}
     (half,) = run("GroupNorm", "ortops", inputs, ["Y"], num_groups=1 if shape[1] == 0 else 2)
     assert half.shape == shape and half.dtype == F16
+
+
+# ---------------------------------------------------------------------------- GridSample
+
+GRID_SAMPLE = [("ortops", "GridSample"), ("mmcv", "grid_sampler"), ("mmdeploy", "grid_sampler")]
+
+
+def grid_inputs(rng: np.random.Generator, n: int = 2, c: int = 5, h: int = 9, w: int = 11, out=(6, 7)):
+    grid = rng.uniform(-1.3, 1.3, (n, *out, 2))
+    # Edges, centres and half-way points (exact in float16), where rounding and padding rules act.
+    grid[0, 0, :4] = [[-1, -1], [1, 1], [0, 0], [0.5, -0.5]]
+    return {"input": halves(rng, (n, c, h, w), scale=4.0), "grid": grid.astype(F16)}
+
+
+@pytest.mark.parametrize("domain,op", GRID_SAMPLE)
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("padding", [0, 1, 2])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample_is_the_float32_result_rounded(domain: str, op: str, mode: int, padding: int, align: int) -> None:
+    inputs = grid_inputs(np.random.default_rng(mode * 6 + padding * 2 + align))
+    attributes = dict(interpolation_mode=mode, padding_mode=padding, align_corners=align)
+    (half,), (single,) = run_both(op, domain, inputs, ["output"], **attributes)
+    assert_rounded(half, single)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("padding", [0, 1, 2])
+def test_grid_sample_nan_and_inf(mode: int, padding: int) -> None:
+    inputs = grid_inputs(np.random.default_rng(5))
+    inputs["grid"][0, 1, :4] = [[np.nan, 0], [0, np.inf], [-np.inf, 0.5], [np.inf, np.inf]]
+    inputs["input"][1, 2, 4, 5] = np.nan
+    inputs["input"][1, 3, 0, 0] = np.inf
+    attributes = dict(interpolation_mode=mode, padding_mode=padding, align_corners=0)
+    (half,), (single,) = run_both("GridSample", "ortops", inputs, ["output"], **attributes)
+    assert np.isnan(half[0, :, 1, 0]).all()  # a NaN coordinate gives NaN in every channel
+    assert_rounded(half, single)
+
+
+def test_grid_sample_large_values_round_to_infinity() -> None:
+    # Values near float16's maximum: sums past 65504 are infinite in float16, as in float32 rounded.
+    inputs = grid_inputs(np.random.default_rng(6))
+    inputs["input"][:] = np.float16(60000)
+    inputs["input"][0, 0, ::2] = np.float16(-60000)
+    (half,), (single,) = run_both("GridSample", "ortops", inputs, ["output"], interpolation_mode=2)
+    assert np.isinf(half).any() and (np.abs(single[np.isinf(half)]) >= 65520).all()
+    assert_rounded(half, single)
+
+
+@pytest.mark.parametrize("n,c,out", [(0, 3, (4, 4)), (2, 0, (4, 4)), (2, 3, (0, 4)), (2, 3, (4, 0))])
+def test_grid_sample_empty(n: int, c: int, out: tuple[int, int]) -> None:
+    inputs = {"input": np.zeros((n, c, 5, 5), F16), "grid": np.zeros((n, *out, 2), F16)}
+    (half,) = run("GridSample", "ortops", inputs, ["output"])
+    assert half.shape == (n, c, *out) and half.dtype == F16
