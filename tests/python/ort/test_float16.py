@@ -82,7 +82,7 @@ def assert_same_halves(actual: np.ndarray, expected: np.ndarray) -> None:
 
 # ---------------------------------------------------------------------------- the manifest
 
-FLOAT16_OPS = ["CornerPool", "CumMax", "CumMin", "GroupNorm", "GridSample"]
+FLOAT16_OPS = ["CornerPool", "CumMax", "CumMin", "GroupNorm", "GridSample", "RoIAlign", "RoIAlignRotated"]
 
 
 @pytest.mark.parametrize("name", FLOAT16_OPS)
@@ -266,3 +266,88 @@ def test_grid_sample_empty(n: int, c: int, out: tuple[int, int]) -> None:
     inputs = {"input": np.zeros((n, c, 5, 5), F16), "grid": np.zeros((n, *out, 2), F16)}
     (half,) = run("GridSample", "ortops", inputs, ["output"])
     assert half.shape == (n, c, *out) and half.dtype == F16
+
+
+# ---------------------------------------------------------------------------- RoIAlign
+
+ROI_ALIGN = [("ortops", "RoIAlign"), ("mmcv", "MMCVRoiAlign")]
+
+
+def roi_inputs(rng: np.random.Generator, n: int, c: int, h: int, w: int, r: int, scale: float, rotated: bool):
+    """Features and rois in float16; roi coordinates in input-image pixels (map size / scale)."""
+    image = np.array([w, h]) / scale
+    centre = rng.uniform(-0.1, 1.1, (r, 2)) * image
+    size = rng.uniform(0.05, 0.7, (r, 2)) * image
+    index = rng.integers(0, n, (r, 1))
+    if rotated:
+        theta = rng.uniform(-np.pi, np.pi, (r, 1))
+        rois = np.concatenate([index, centre, size, theta], axis=1)
+    else:
+        rois = np.concatenate([index, centre - size / 2, centre + size / 2], axis=1)
+    return {"input": halves(rng, (n, c, h, w), scale=2.0), "rois": rois.astype(F16)}
+
+
+def roi_attributes(sampling: int, aligned: int, scale: float, **more) -> dict:
+    return dict(output_height=3, output_width=4, spatial_scale=scale, sampling_ratio=sampling, aligned=aligned, **more)
+
+
+# 3 channels read each map directly; 16 channels with many rois take the channels-last copy.
+@pytest.mark.parametrize("domain,op", ROI_ALIGN)
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("aligned", [0, 1])
+@pytest.mark.parametrize("sampling", [0, 2])
+@pytest.mark.parametrize("channels,rois", [(3, 7), (16, 40)])
+def test_roi_align_is_the_float32_result_rounded(domain, op, mode, aligned, sampling, channels, rois) -> None:
+    rng = np.random.default_rng(aligned * 2 + sampling)
+    inputs = roi_inputs(rng, 2, channels, 9, 11, rois, 0.5, rotated=False)
+    attributes = roi_attributes(sampling, aligned, 0.5, mode=mode)
+    (half,), (single,) = run_both(op, domain, inputs, ["output"], **attributes)
+    assert_rounded(half, single)
+
+
+def test_roi_align_nan_features() -> None:
+    inputs = roi_inputs(np.random.default_rng(8), 1, 4, 9, 11, 12, 1.0, rotated=False)
+    inputs["input"][0, 1, 3:6, 3:6] = np.nan
+    inputs["input"][0, 2, 4, 4] = np.inf
+    (half,), (single,) = run_both("RoIAlign", "ortops", inputs, ["output"], **roi_attributes(2, 1, 1.0))
+    assert np.isnan(single).any()
+    assert_rounded(half, single)
+
+
+def test_roi_align_non_finite_roi_is_an_error() -> None:
+    inputs = roi_inputs(np.random.default_rng(9), 1, 2, 5, 5, 2, 1.0, rotated=False)
+    inputs["rois"][1, 3] = np.inf
+    with pytest.raises(Exception, match="roi 1 in input 'rois' is not finite"):
+        run("RoIAlign", "ortops", inputs, ["output"])
+
+
+@pytest.mark.parametrize("op", ["RoIAlign", "RoIAlignRotated"])
+@pytest.mark.parametrize("n,c,h,w,r", [(1, 3, 5, 5, 0), (1, 0, 5, 5, 2), (1, 3, 0, 5, 2)])
+def test_roi_align_empty(op: str, n: int, c: int, h: int, w: int, r: int) -> None:
+    columns = 6 if op == "RoIAlignRotated" else 5
+    inputs = {"input": np.zeros((n, c, h, w), F16), "rois": np.zeros((r, columns), F16)}
+    (half,) = run(op, "ortops", inputs, ["output"], output_height=2, output_width=3)
+    assert half.shape == (r, c, 2, 3) and half.dtype == F16
+    assert not half.any()
+
+
+# ---------------------------------------------------------------------------- RoIAlignRotated
+
+ROI_ALIGN_ROTATED = [
+    ("ortops", "RoIAlignRotated"),
+    ("mmcv", "MMCVRoIAlignRotated"),
+    ("mmdeploy", "MMCVRoIAlignRotated"),
+]
+
+
+@pytest.mark.parametrize("domain,op", ROI_ALIGN_ROTATED)
+@pytest.mark.parametrize("aligned", [0, 1])
+@pytest.mark.parametrize("sampling", [0, 2])
+@pytest.mark.parametrize("clockwise", [0, 1])
+def test_roi_align_rotated_is_the_float32_result_rounded(domain, op, aligned, sampling, clockwise) -> None:
+    rng = np.random.default_rng(aligned * 4 + sampling + clockwise)
+    inputs = roi_inputs(rng, 2, 5, 10, 12, 9, 0.5, rotated=True)
+    inputs["input"][1, 2, 2:4, 5:8] = np.nan
+    attributes = roi_attributes(sampling, aligned, 0.5, clockwise=clockwise)
+    (half,), (single,) = run_both(op, domain, inputs, ["output"], **attributes)
+    assert_rounded(half, single)
