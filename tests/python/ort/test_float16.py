@@ -82,7 +82,16 @@ def assert_same_halves(actual: np.ndarray, expected: np.ndarray) -> None:
 
 # ---------------------------------------------------------------------------- the manifest
 
-FLOAT16_OPS = ["CornerPool", "CumMax", "CumMin", "GroupNorm", "GridSample", "RoIAlign", "RoIAlignRotated"]
+FLOAT16_OPS = [
+    "CornerPool",
+    "CumMax",
+    "CumMin",
+    "GroupNorm",
+    "GridSample",
+    "RoIAlign",
+    "RoIAlignRotated",
+    "DeformConv2d",
+]
 
 
 @pytest.mark.parametrize("name", FLOAT16_OPS)
@@ -351,3 +360,70 @@ def test_roi_align_rotated_is_the_float32_result_rounded(domain, op, aligned, sa
     attributes = roi_attributes(sampling, aligned, 0.5, clockwise=clockwise)
     (half,), (single,) = run_both(op, domain, inputs, ["output"], **attributes)
     assert_rounded(half, single)
+
+
+# ---------------------------------------------------------------------------- DeformConv2d
+
+
+def deform_inputs(
+    rng: np.random.Generator, n: int, c: int, hw: tuple[int, int], c_out: int, groups: int, deform_groups: int, **conv
+) -> tuple[dict[str, np.ndarray], dict]:
+    kh, kw = 3, 3
+    stride, padding, dilation = conv.get("stride", (1, 1)), conv.get("padding", (1, 1)), conv.get("dilation", (1, 1))
+    out_h = (hw[0] + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    out_w = (hw[1] + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    inputs = {
+        "input": halves(rng, (n, c, *hw)),
+        "offset": halves(rng, (n, 2 * deform_groups * kh * kw, out_h, out_w), scale=1.5),
+        "weight": halves(rng, (c_out, c // groups, kh, kw), scale=0.3),
+        "bias": halves(rng, (c_out,)),
+        "mask": rng.random((n, deform_groups * kh * kw, out_h, out_w)).astype(F16),
+    }
+    attributes = dict(
+        stride=list(stride),
+        padding=list(padding),
+        dilation=list(dilation),
+        groups=groups,
+        deform_groups=deform_groups,
+    )
+    return inputs, attributes
+
+
+@pytest.mark.parametrize("modulated", [True, False])
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize(
+    "groups,deform_groups,conv",
+    [(1, 1, {}), (2, 1, {"stride": (2, 1)}), (1, 2, {"dilation": (2, 2), "padding": (2, 1)}), (2, 2, {})],
+)
+def test_deform_conv_is_the_float32_result_rounded(modulated, with_bias, groups, deform_groups, conv) -> None:
+    rng = np.random.default_rng(groups * 2 + deform_groups)
+    inputs, attributes = deform_inputs(rng, 2, 4, (7, 8), 6, groups, deform_groups, **conv)
+    if not modulated:
+        inputs["mask"] = np.zeros(0, F16)
+    if not with_bias:
+        inputs["bias"] = np.zeros(0, F16)
+    (half,), (single,) = run_both("DeformConv2d", "ortops", inputs, ["output"], **attributes)
+    assert_rounded(half, single)
+
+
+def test_deform_conv_in_several_chunks() -> None:
+    # 64 channels x 9 taps per position and 4096 positions: more than one chunk of columns.
+    inputs, attributes = deform_inputs(np.random.default_rng(11), 1, 64, (64, 64), 8, 1, 1)
+    (half,), (single,) = run_both("DeformConv2d", "ortops", inputs, ["output"], **attributes)
+    assert_rounded(half, single)
+
+
+def test_deform_conv_nan_and_inf() -> None:
+    inputs, attributes = deform_inputs(np.random.default_rng(12), 1, 4, (6, 6), 3, 1, 1)
+    inputs["offset"][0, 0, 2, 2] = np.nan  # a NaN offset reads 0
+    inputs["offset"][0, 3, 1, 1] = np.inf
+    inputs["input"][0, 1, 4, 4] = np.nan  # a NaN value spreads to the outputs that sample it
+    (half,), (single,) = run_both("DeformConv2d", "ortops", inputs, ["output"], **attributes)
+    assert np.isnan(single).any() and not np.isnan(single).all()
+    assert_rounded(half, single)
+
+
+def test_deform_conv_empty_batch() -> None:
+    inputs, attributes = deform_inputs(np.random.default_rng(13), 0, 4, (6, 6), 3, 1, 1)
+    (half,) = run("DeformConv2d", "ortops", inputs, ["output"], **attributes)
+    assert half.shape == (0, 3, 6, 6) and half.dtype == F16

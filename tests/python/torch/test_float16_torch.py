@@ -57,6 +57,17 @@ def _cases() -> list[tuple[str, object, tuple[torch.Tensor, ...]]]:
             lambda a, r: ortops.torch.roi_align_rotated(a, r, (3, 3), 1.0, 0),
             (x, _rois(9, gen, rotated=True)),
         ),
+        (
+            "deform_conv2d",
+            lambda a, o, w, b, m: ortops.torch.deform_conv2d(a, o, w, b, padding=1, mask=m),
+            (
+                x,
+                torch.randn(2, 18, 12, 12, generator=gen, dtype=torch.float64),
+                torch.randn(6, 8, 3, 3, generator=gen, dtype=torch.float64) * 0.2,
+                torch.randn(6, generator=gen, dtype=torch.float64),
+                torch.rand(2, 9, 12, 12, generator=gen, dtype=torch.float64),
+            ),
+        ),
     ]
 
 
@@ -130,7 +141,7 @@ def test_float16_model_exports_and_matches_float32(exporter: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["corner_pool", "cummax", "group_norm", "grid_sample", "roi_align", "roi_align_rotated"]
+    "name", ["corner_pool", "cummax", "group_norm", "grid_sample", "roi_align", "roi_align_rotated", "deform_conv2d"]
 )
 def test_float16_gradients_follow_float32(name: str) -> None:
     fn, args = CASES[name]
