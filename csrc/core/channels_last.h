@@ -10,14 +10,14 @@
 namespace ortops {
 
 // image[c, pixel] -> out[pixel, c] for one image of `channels` planes of `pixels` elements,
-// in tiles of pixels on the session's thread pool.
-template <typename T>
-void ToChannelsLast(const KernelIO& io, const T* image, int64_t channels, int64_t pixels, T* out) {
+// in tiles of pixels on the session's thread pool; converted to Out (float16 to float).
+template <typename T, typename Out>
+void ToChannelsLast(const KernelIO& io, const T* image, int64_t channels, int64_t pixels, Out* out) {
   constexpr int64_t kTile = 64;
   io.ParallelFor(static_cast<size_t>((pixels + kTile - 1) / kTile), [&](size_t tile) {
     const int64_t first = static_cast<int64_t>(tile) * kTile, last = std::min(pixels, first + kTile);
     for (int64_t c = 0; c < channels; ++c) {
-      for (int64_t p = first; p < last; ++p) out[p * channels + c] = image[c * pixels + p];
+      for (int64_t p = first; p < last; ++p) out[p * channels + c] = static_cast<Out>(image[c * pixels + p]);
     }
   });
 }

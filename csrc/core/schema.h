@@ -9,10 +9,12 @@
 #include <span>
 #include <string_view>
 
+#include "core/half.h"
+
 namespace ortops {
 
 // Element type of an input or output. kTypeParam stands for the kernel's element type T,
-// so one schema serves the float and the double kernel of an op.
+// so one schema serves the float, double (and float16) kernels of an op.
 enum class ElemType { kTypeParam, kFloat, kDouble, kInt64 };
 
 template <typename T>
@@ -24,6 +26,10 @@ constexpr ONNXTensorElementDataType OnnxType<float>() {
 template <>
 constexpr ONNXTensorElementDataType OnnxType<double>() {
   return ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
+}
+template <>
+constexpr ONNXTensorElementDataType OnnxType<Half>() {
+  return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
 }
 template <>
 constexpr ONNXTensorElementDataType OnnxType<int64_t>() {

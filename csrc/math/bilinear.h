@@ -14,7 +14,9 @@ struct BilinearTap {
   int64_t offset[4] = {0, 0, 0, 0};
   T weight[4] = {0, 0, 0, 0};
 
-  T Read(const T* plane) const {
+  // `plane` holds T, or float16 when T is its compute type (float): read as T.
+  template <typename Element>
+  T Read(const Element* plane) const {
     return weight[0] * plane[offset[0]] + weight[1] * plane[offset[1]] + weight[2] * plane[offset[2]] +
            weight[3] * plane[offset[3]];
   }

@@ -32,6 +32,7 @@ const char* TypeName(ONNXTensorElementDataType type) {
   switch (type) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return "float32";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "float64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return "float16";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return "int64";
     default: return "other";
   }

@@ -32,7 +32,12 @@ def _formal_parameters(params, type_param: tuple[str, ...] | None):  # noqa: ANN
 
 
 def _onnx_type(name: str) -> str:
-    return {"float32": "tensor(float)", "float64": "tensor(double)", "int64": "tensor(int64)"}[name]
+    return {
+        "float32": "tensor(float)",
+        "float64": "tensor(double)",
+        "float16": "tensor(float16)",
+        "int64": "tensor(int64)",
+    }[name]
 
 
 # An input or output doc starts with its shape in backticks: `[R, C, output_height, output_width]`.
@@ -104,7 +109,7 @@ def _infer(op: OpInfo) -> Callable[[Any], None]:
                 source = ctx.get_input_type(type_param)
                 elem_type = source.tensor_type.elem_type if source is not None else 0
             else:
-                elem_type = {"float32": 1, "float64": 11, "int64": 7}[spec.types[0]]
+                elem_type = {"float32": 1, "float64": 11, "float16": 10, "int64": 7}[spec.types[0]]
             out = onnx.TypeProto()
             out.tensor_type.elem_type = elem_type
             shape = out.tensor_type.shape

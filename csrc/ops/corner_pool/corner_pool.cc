@@ -58,6 +58,6 @@ class CornerPoolKernel : public KernelBase {
 
 }  // namespace
 
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<CornerPoolKernel, float, double>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<CornerPoolKernel, float, double, Half>(def); }
 
 }  // namespace ortops::corner_pool

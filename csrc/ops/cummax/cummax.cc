@@ -69,7 +69,7 @@ using CumMinKernel = CumulativeKernel<T, false>;
 
 }  // namespace
 
-std::vector<OpPtr> MakeMax(const OpDef& def) { return MakeOps<CumMaxKernel, float, double, int64_t>(def); }
-std::vector<OpPtr> MakeMin(const OpDef& def) { return MakeOps<CumMinKernel, float, double, int64_t>(def); }
+std::vector<OpPtr> MakeMax(const OpDef& def) { return MakeOps<CumMaxKernel, float, double, int64_t, Half>(def); }
+std::vector<OpPtr> MakeMin(const OpDef& def) { return MakeOps<CumMinKernel, float, double, int64_t, Half>(def); }
 
 }  // namespace ortops::cummax

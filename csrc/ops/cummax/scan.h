@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/half.h"
 #include "core/kernel_io.h"
 
 namespace ortops::scan {
@@ -19,13 +20,35 @@ struct Layout {
 // Whether the running extreme moves to `candidate`: it is at least as good, or NaN. Once
 // the current value is NaN every comparison with it is false, so only a NaN takes over.
 // Written without branches so the loops below vectorise.
+// float16 compares by integer keys in float's order (magnitude, negated when the sign is
+// set, so -0 and +0 tie), which vectorises where converting to float would not.
 template <typename T, bool kMax>
 inline bool Takes(T candidate, T current) {
-  const bool better = kMax ? candidate >= current : candidate <= current;
-  if constexpr (std::is_floating_point_v<T>) {
-    return better | (candidate != candidate);
+  if constexpr (std::is_same_v<T, Half>) {
+    const int32_t c = candidate.bits & 0x7fff, k = current.bits & 0x7fff;
+    const int32_t c_key = candidate.bits & 0x8000 ? -c : c, k_key = current.bits & 0x8000 ? -k : k;
+    const bool better = kMax ? c_key >= k_key : c_key <= k_key;
+    return (c > 0x7c00) | ((k <= 0x7c00) & better);  // NaN takes over; after a NaN only a NaN
   } else {
-    return better;
+    const bool better = kMax ? candidate >= current : candidate <= current;
+    if constexpr (std::is_floating_point_v<T>) {
+      return better | (candidate != candidate);
+    } else {
+      return better;
+    }
+  }
+}
+
+// take ? a : b, on the bits for float16 (a select of two structs would copy through memory
+// and keep the loops below scalar).
+template <typename T>
+inline T Pick(bool take, T a, T b) {
+  if constexpr (std::is_same_v<T, Half>) {
+    Half h;
+    h.bits = take ? a.bits : b.bits;
+    return h;
+  } else {
+    return take ? a : b;
   }
 }
 
@@ -51,7 +74,7 @@ void CumulativeExtreme(const KernelIO& io, const T* input, T* values, int64_t* i
         for (int64_t s = 0; s < layout.length; ++s, position += step) {
           const T candidate = in[position];
           const bool take = Takes<T, kMax>(candidate, best);
-          best = take ? candidate : best;
+          best = Pick(take, candidate, best);
           best_index = take ? position : best_index;
           out[position] = best;
           if (index) index[position] = best_index;
@@ -81,11 +104,11 @@ void CumulativeExtreme(const KernelIO& io, const T* input, T* values, int64_t* i
       } else if (index) {
         for (int64_t k = begin; k < end; ++k) {
           const bool take = Takes<T, kMax>(in[k], previous[k]);
-          out[k] = take ? in[k] : previous[k];
+          out[k] = Pick(take, in[k], previous[k]);
           index[k] = take ? position : previous_index[k];
         }
       } else {
-        for (int64_t k = begin; k < end; ++k) out[k] = Takes<T, kMax>(in[k], previous[k]) ? in[k] : previous[k];
+        for (int64_t k = begin; k < end; ++k) out[k] = Pick(Takes<T, kMax>(in[k], previous[k]), in[k], previous[k]);
       }
       previous = out;
       previous_index = index;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "core/channels_last.h"
@@ -127,10 +128,13 @@ constexpr int64_t kChunkBytes = int64_t{8} << 20;
 constexpr int64_t kMinChunk = 64;  // positions; keeps the GEMM's N dimension useful
 constexpr int64_t kSlice = 128;    // positions per fill task
 
+// Elements of T are read as A = ComputeType<T> (the image, weights and samples are float
+// for float16) and the GEMM runs in A; a float16 kernel rounds once, when it stores.
 template <typename T, Layout kLayout>
 class DeformConvKernel : public KernelBase {
  public:
   using Element = T;
+  using A = ComputeType<T>;
   static constexpr const OpSchema& kSchema = kLayout == Layout::kModulated ? kModulatedSchema
                                              : kLayout == Layout::kV1      ? kV1Schema
                                                                            : deform_conv::kSchema;
@@ -142,7 +146,7 @@ class DeformConvKernel : public KernelBase {
         dilation_(Pair(attrs, "dilation")),
         groups_(attrs.Int("groups")),
         deform_groups_(attrs.Int("deform_groups")),
-        gemm_(std::make_unique<OrtGemm>(attrs.info(), OnnxType<T>())) {
+        gemm_(std::make_unique<OrtGemm>(attrs.info(), OnnxType<A>())) {
     // The bound keeps every later product of an attribute and a tensor dim inside int64.
     constexpr int64_t kLimit = int64_t{1} << 31;
     Check(stride_[0] >= 1 && stride_[1] >= 1 && stride_[0] < kLimit && stride_[1] < kLimit,
@@ -180,24 +184,28 @@ class DeformConvKernel : public KernelBase {
     // contiguous run of channels. The column matrix is written one row per position,
     // columns ordered (tap, channel), and the weights reordered to match.
     const int64_t pixels = g.height * g.width;
-    const Scratch<T> image_nhwc = io.Allocate<T>(static_cast<size_t>((pixels + 1) * g.channels));
-    std::fill_n(image_nhwc.data() + pixels * g.channels, g.channels, T(0));
-    const Scratch<T> weights = io.Allocate<T>(static_cast<size_t>(g.out_channels * rows));
+    const Scratch<A> image_nhwc = io.Allocate<A>(static_cast<size_t>((pixels + 1) * g.channels));
+    std::fill_n(image_nhwc.data() + pixels * g.channels, g.channels, A(0));
+    const Scratch<A> weights = io.Allocate<A>(static_cast<size_t>(g.out_channels * rows));
     io.ParallelFor(static_cast<size_t>(g.out_channels), [&](size_t channel) {
       const auto o = static_cast<int64_t>(channel);
       for (int64_t c = 0; c < group_channels; ++c) {
         for (int64_t k = 0; k < taps; ++k) {
-          weights[(o * taps + k) * group_channels + c] = weight.data[(o * group_channels + c) * taps + k];
+          weights[(o * taps + k) * group_channels + c] =
+              static_cast<A>(weight.data[(o * group_channels + c) * taps + k]);
         }
       }
     });
     // Positions are processed in chunks; scratch comes from the session's allocator, whose
     // arena hands the same memory back run after run, once per Compute.
-    const int64_t per_position = (rows + group_out) * static_cast<int64_t>(sizeof(T));
+    const int64_t per_position = (rows + group_out) * static_cast<int64_t>(sizeof(A));
     const int64_t chunk = std::min(positions, std::max(kMinChunk, kChunkBytes / per_position / kSlice * kSlice));
-    const Scratch<T> columns = io.Allocate<T>(static_cast<size_t>(rows * chunk));
-    // When one chunk covers the image the GEMM writes straight into the output.
-    const Scratch<T> product = io.Allocate<T>(chunk < positions ? static_cast<size_t>(group_out * chunk) : 0);
+    const Scratch<A> columns = io.Allocate<A>(static_cast<size_t>(rows * chunk));
+    // When one chunk covers the image the GEMM writes straight into the output (unless the
+    // output holds float16, which is rounded from the product).
+    constexpr bool kDirect = std::is_same_v<T, A>;
+    const Scratch<A> product =
+        io.Allocate<A>(chunk < positions || !kDirect ? static_cast<size_t>(group_out * chunk) : 0);
 
     for (int64_t n = 0; n < g.batch; ++n) {
       ToChannelsLast(io, input.data + n * g.channels * pixels, g.channels, pixels, image_nhwc.data());
@@ -213,15 +221,16 @@ class DeformConvKernel : public KernelBase {
                         image_nhwc.data(), columns.data() + begin * rows);
           });
           T* out = output + (n * g.out_channels + group * group_out) * positions + start;
-          T* target = width == positions ? out : product.data();
+          A* target = product.data();
+          if constexpr (kDirect) target = width == positions ? out : product.data();
           gemm_->Run(io.context(), weights.data() + group * group_out * rows, columns.data(), target, group_out, rows,
                      width);
           io.ParallelFor(static_cast<size_t>(group_out), [&](size_t channel) {
             const auto o = static_cast<int64_t>(channel);
-            const T b = bias ? bias[group * group_out + o] : T(0);
-            const T* src = target + o * width;
+            const A b = bias ? static_cast<A>(bias[group * group_out + o]) : A(0);
+            const A* src = target + o * width;
             T* dst = out + o * positions;
-            for (int64_t p = 0; p < width; ++p) dst[p] = src[p] + b;
+            for (int64_t p = 0; p < width; ++p) dst[p] = static_cast<T>(src[p] + b);
           });
         }
       }
@@ -302,7 +311,7 @@ class DeformConvKernel : public KernelBase {
   // position, its samples at every tap of every input channel of the group, columns
   // ordered (tap, channel). `columns` points at row `begin`.
   void FillColumns(const Geometry& g, int64_t group, int64_t begin, int64_t end, const T* offset, const T* mask,
-                   const T* image, T* columns) const {
+                   const A* image, A* columns) const {
     const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
     const int64_t group_channels = g.channels / groups_, rows = group_channels * taps;
     const int64_t per_deform_group = g.channels / deform_groups_;
@@ -310,25 +319,26 @@ class DeformConvKernel : public KernelBase {
     const int64_t first_d = first_channel / per_deform_group, end_d = (end_channel - 1) / per_deform_group + 1;
     for (int64_t p = begin; p < end; ++p) {
       const int64_t oy = p / g.out_w, ox = p % g.out_w;
-      T* row = columns + (p - begin) * rows;
+      A* row = columns + (p - begin) * rows;
       for (int64_t k = 0; k < taps; ++k) {
         const int64_t i = k / g.kernel_w, j = k % g.kernel_w;
         for (int64_t d = first_d; d < end_d; ++d) {
           const int64_t line = d * taps + k;
           // As torchvision: the integer base position, converted, plus the offset.
-          const T y = static_cast<T>(oy * stride_[0] - padding_[0] + i * dilation_[0]) +
-                      offset[(d * 2 * taps + 2 * k) * positions + p];
-          const T x = static_cast<T>(ox * stride_[1] - padding_[1] + j * dilation_[1]) +
-                      offset[(d * 2 * taps + 2 * k + 1) * positions + p];
-          const Sample<T> s = Bilinear(y, x, g.height, g.width, mask ? mask[line * positions + p] : T(1));
+          const A y = static_cast<A>(oy * stride_[0] - padding_[0] + i * dilation_[0]) +
+                      static_cast<A>(offset[(d * 2 * taps + 2 * k) * positions + p]);
+          const A x = static_cast<A>(ox * stride_[1] - padding_[1] + j * dilation_[1]) +
+                      static_cast<A>(offset[(d * 2 * taps + 2 * k + 1) * positions + p]);
+          const Sample<A> s =
+              Bilinear(y, x, g.height, g.width, mask ? static_cast<A>(mask[line * positions + p]) : A(1));
           const int64_t c0 = std::max(first_channel, d * per_deform_group);
           const int64_t c1 = std::min(end_channel, (d + 1) * per_deform_group);
-          const T* v0 = image + s.pixel[0] * g.channels + c0;
-          const T* v1 = image + s.pixel[1] * g.channels + c0;
-          const T* v2 = image + s.pixel[2] * g.channels + c0;
-          const T* v3 = image + s.pixel[3] * g.channels + c0;
-          T* out = row + k * group_channels + (c0 - first_channel);
-          const T w0 = s.weight[0], w1 = s.weight[1], w2 = s.weight[2], w3 = s.weight[3], m = s.mask;
+          const A* v0 = image + s.pixel[0] * g.channels + c0;
+          const A* v1 = image + s.pixel[1] * g.channels + c0;
+          const A* v2 = image + s.pixel[2] * g.channels + c0;
+          const A* v3 = image + s.pixel[3] * g.channels + c0;
+          A* out = row + k * group_channels + (c0 - first_channel);
+          const A w0 = s.weight[0], w1 = s.weight[1], w2 = s.weight[2], w3 = s.weight[3], m = s.mask;
           // torchvision's mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3), in that order, so NaN or
           // infinite masks and values propagate as they do there.
           for (int64_t c = 0; c < c1 - c0; ++c) out[c] = m * (w0 * v0[c] + w1 * v1[c] + w2 * v2[c] + w3 * v3[c]);
@@ -340,15 +350,15 @@ class DeformConvKernel : public KernelBase {
   // torchvision's deform-conv rule: outside (-1, H) x (-1, W) reads 0; each neighbour
   // outside the map reads 0. A NaN coordinate reads 0 too (the negated test below).
   // Neighbours that read 0 point at the zero pixel H * W, with weight 0.
-  static Sample<T> Bilinear(T y, T x, int64_t height, int64_t width, T mask) {
+  static Sample<A> Bilinear(A y, A x, int64_t height, int64_t width, A mask) {
     const auto zero = static_cast<int32_t>(height * width);
-    Sample<T> s{{zero, zero, zero, zero}, {0, 0, 0, 0}, mask};
-    if (!(y > T(-1) && y < static_cast<T>(height) && x > T(-1) && x < static_cast<T>(width))) return s;
-    const T y0 = std::floor(y), x0 = std::floor(x);
+    Sample<A> s{{zero, zero, zero, zero}, {0, 0, 0, 0}, mask};
+    if (!(y > A(-1) && y < static_cast<A>(height) && x > A(-1) && x < static_cast<A>(width))) return s;
+    const A y0 = std::floor(y), x0 = std::floor(x);
     const auto yl = static_cast<int64_t>(y0), xl = static_cast<int64_t>(x0);
-    const T ly = y - y0, lx = x - x0, hy = 1 - ly, hx = 1 - lx;
+    const A ly = y - y0, lx = x - x0, hy = 1 - ly, hx = 1 - lx;
     const int64_t ys[2] = {yl, yl + 1}, xs[2] = {xl, xl + 1};
-    const T wy[2] = {hy, ly}, wx[2] = {hx, lx};
+    const A wy[2] = {hy, ly}, wx[2] = {hx, lx};
     for (int a = 0; a < 2; ++a) {
       for (int b = 0; b < 2; ++b) {
         const int v = 2 * a + b;
@@ -379,6 +389,6 @@ using OrtopsKernel = DeformConvKernel<T, Layout::kOrtops>;
 // type-check in ONNX Runtime 1.17 on an op registered for several element types.
 std::vector<OpPtr> MakeModulated(const OpDef& def) { return MakeOps<ModulatedKernel, float>(def); }
 std::vector<OpPtr> MakeV1(const OpDef& def) { return MakeOps<V1Kernel, float>(def); }
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<OrtopsKernel, float, double>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<OrtopsKernel, float, double, Half>(def); }
 
 }  // namespace ortops::deform_conv

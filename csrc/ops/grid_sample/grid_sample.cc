@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/upcast.h"
+
 namespace ortops::grid_sample {
 namespace {
 
@@ -120,10 +122,14 @@ struct CompactTaps {
   int32_t count;
 };
 
+// Elements of T are read as A = ComputeType<T> (float16 input converted once, up front) and
+// all arithmetic is in A, so a float16 kernel computes what the float32 kernel does on the
+// same values, then rounds once on store.
 template <typename T>
 class GridSampleKernel : public KernelBase {
  public:
   using Element = T;
+  using A = ComputeType<T>;
   static constexpr const OpSchema& kSchema = grid_sample::kSchema;
 
   GridSampleKernel(const Attributes& attrs, const OpDef& def)
@@ -149,24 +155,27 @@ class GridSampleKernel : public KernelBase {
     if (batch * channels * out_h * out_w == 0) return;
     Check(height > 0 && width > 0, "input 'input' has an empty map (shape ", ShapeText{input.shape},
           ") to sample from");
-    const Axis<T> x_axis{width, align_corners_ == 1, static_cast<Padding>(padding_)};
-    const Axis<T> y_axis{height, align_corners_ == 1, static_cast<Padding>(padding_)};
+    const Axis<A> x_axis{width, align_corners_ == 1, static_cast<Padding>(padding_)};
+    const Axis<A> y_axis{height, align_corners_ == 1, static_cast<Padding>(padding_)};
     const int64_t plane = height * width, out_plane = out_h * out_w;
     Check(plane < (int64_t{1} << 31), "input 'input' has planes of ", height, " x ", width,
           " elements, more than this op supports (2^31)");
     // The taps of a chunk of output points are computed once, then each channel reads its
     // whole plane through them: one plane at a time stays in cache for the random reads.
+    Scratch<A> converted;
+    const A* values = Upcast(io, input, converted);
     const bool bicubic = static_cast<Interpolation>(mode_) == Interpolation::kBicubic;
     const int64_t chunk = std::min<int64_t>(out_plane, bicubic ? (1 << 16) : (1 << 20));
-    const Scratch<PointTaps<T>> wide = io.Allocate<PointTaps<T>>(bicubic ? static_cast<size_t>(chunk) : 0);
-    const Scratch<CompactTaps<T>> compact = io.Allocate<CompactTaps<T>>(bicubic ? 0 : static_cast<size_t>(chunk));
+    const Scratch<PointTaps<A>> wide = io.Allocate<PointTaps<A>>(bicubic ? static_cast<size_t>(chunk) : 0);
+    const Scratch<CompactTaps<A>> compact = io.Allocate<CompactTaps<A>>(bicubic ? 0 : static_cast<size_t>(chunk));
     for (int64_t n = 0; n < batch; ++n) {
       for (int64_t start = 0; start < out_plane; start += chunk) {
         const int64_t count = std::min(chunk, out_plane - start);
         const T* points = grid.data + (n * out_plane + start) * 2;
         io.ParallelForRanges(static_cast<size_t>(count), 64, [&](size_t begin, size_t end) {
           for (size_t i = begin; i < end; ++i) {
-            const PointTaps<T> taps = Locate(points[2 * i], points[2 * i + 1], x_axis, y_axis);
+            const PointTaps<A> taps =
+                Locate(static_cast<A>(points[2 * i]), static_cast<A>(points[2 * i + 1]), x_axis, y_axis);
             if (bicubic) {
               wide[i] = taps;
             } else {
@@ -179,12 +188,12 @@ class GridSampleKernel : public KernelBase {
           }
         });
         io.ParallelFor(static_cast<size_t>(channels), [&](size_t c) {
-          const T* map = input.data + (n * channels + static_cast<int64_t>(c)) * plane;
+          const A* map = values + (n * channels + static_cast<int64_t>(c)) * plane;
           T* out = output + (n * channels + static_cast<int64_t>(c)) * out_plane + start;
           if (bicubic) {
-            for (int64_t i = 0; i < count; ++i) out[i] = Read(wide[i], map, width);
+            for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(Read(wide[i], map, width));
           } else {
-            for (int64_t i = 0; i < count; ++i) out[i] = ReadCompact(compact[i], map);
+            for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(ReadCompact(compact[i], map));
           }
         });
       }
@@ -192,8 +201,8 @@ class GridSampleKernel : public KernelBase {
   }
 
  private:
-  PointTaps<T> Locate(T gx, T gy, const Axis<T>& x_axis, const Axis<T>& y_axis) const {
-    PointTaps<T> p;
+  PointTaps<A> Locate(A gx, A gy, const Axis<A>& x_axis, const Axis<A>& y_axis) const {
+    PointTaps<A> p;
     if (std::isnan(gx) || std::isnan(gy)) {
       p.nan = true;
       return p;
@@ -203,7 +212,7 @@ class GridSampleKernel : public KernelBase {
       LocateBicubic(x_axis.Unnormalize(gx), y_axis.Unnormalize(gy), x_axis, y_axis, p);
       return p;
     }
-    const T x = x_axis.Pad(x_axis.Unnormalize(gx)), y = y_axis.Pad(y_axis.Unnormalize(gy));
+    const A x = x_axis.Pad(x_axis.Unnormalize(gx)), y = y_axis.Pad(y_axis.Unnormalize(gy));
     if (std::isnan(x) || std::isnan(y)) {
       p.nan = true;
       return p;
@@ -211,12 +220,12 @@ class GridSampleKernel : public KernelBase {
     if (!(std::abs(x) < kFarOutside && std::abs(y) < kFarOutside)) return p;  // far outside: reads 0
     if (mode == Interpolation::kNearest) {
       const auto ix = static_cast<int64_t>(std::nearbyint(x)), iy = static_cast<int64_t>(std::nearbyint(y));
-      if (x_axis.Inside(ix) && y_axis.Inside(iy)) Add(p, iy * x_axis.size + ix, T(1));
+      if (x_axis.Inside(ix) && y_axis.Inside(iy)) Add(p, iy * x_axis.size + ix, A(1));
       return p;
     }
-    const T x0 = std::floor(x), y0 = std::floor(y);
+    const A x0 = std::floor(x), y0 = std::floor(y);
     const auto ix = static_cast<int64_t>(x0), iy = static_cast<int64_t>(y0);
-    const T east = x - x0, west = (x0 + 1) - x, south = y - y0, north = (y0 + 1) - y;
+    const A east = x - x0, west = (x0 + 1) - x, south = y - y0, north = (y0 + 1) - y;
     const int64_t w = x_axis.size;
     if (x_axis.Inside(ix) && y_axis.Inside(iy)) Add(p, iy * w + ix, west * north);
     if (x_axis.Inside(ix + 1) && y_axis.Inside(iy)) Add(p, iy * w + ix + 1, east * north);
@@ -225,13 +234,13 @@ class GridSampleKernel : public KernelBase {
     return p;
   }
 
-  static void Add(PointTaps<T>& p, int64_t offset, T weight) {
+  static void Add(PointTaps<A>& p, int64_t offset, A weight) {
     p.offset[p.count] = offset;
     p.weight[p.count] = weight;
     ++p.count;
   }
 
-  void LocateBicubic(T x, T y, const Axis<T>& x_axis, const Axis<T>& y_axis, PointTaps<T>& p) const {
+  void LocateBicubic(A x, A y, const Axis<A>& x_axis, const Axis<A>& y_axis, PointTaps<A>& p) const {
     if (!(std::abs(x) < kFarOutside && std::abs(y) < kFarOutside)) {
       // So far out that every tap is outside (zeros) or on the edge/mirror (otherwise).
       if (x_axis.padding == Padding::kZeros) {
@@ -242,28 +251,28 @@ class GridSampleKernel : public KernelBase {
         p.nan = true;
         return;
       }
-      x = std::clamp(x, T(-kFarOutside), T(kFarOutside));
-      y = std::clamp(y, T(-kFarOutside), T(kFarOutside));
+      x = std::clamp(x, A(-kFarOutside), A(kFarOutside));
+      y = std::clamp(y, A(-kFarOutside), A(kFarOutside));
     }
-    const T x0 = std::floor(x), y0 = std::floor(y);
+    const A x0 = std::floor(x), y0 = std::floor(y);
     CubicCoefficients(x - x0, p.wx);
     CubicCoefficients(y - y0, p.wy);
     for (int i = 0; i < 4; ++i) {
-      p.column[i] = TapIndex(x_axis, x0 - 1 + static_cast<T>(i));
-      p.row[i] = TapIndex(y_axis, y0 - 1 + static_cast<T>(i));
+      p.column[i] = TapIndex(x_axis, x0 - 1 + static_cast<A>(i));
+      p.row[i] = TapIndex(y_axis, y0 - 1 + static_cast<A>(i));
     }
   }
 
   // PyTorch's get_value_bounded: pad the tap's coordinate, then read it if inside.
-  static int64_t TapIndex(const Axis<T>& axis, T coord) {
-    const T padded = axis.Pad(coord);
+  static int64_t TapIndex(const Axis<A>& axis, A coord) {
+    const A padded = axis.Pad(coord);
     if (std::isnan(padded)) return -1;
     const auto i = static_cast<int64_t>(padded);
     return axis.Inside(i) ? i : -1;
   }
 
-  static T ReadCompact(const CompactTaps<T>& p, const T* map) {
-    T sum = 0;  // PyTorch accumulates from 0 over the taps inside the map, in this order
+  static A ReadCompact(const CompactTaps<A>& p, const A* map) {
+    A sum = 0;  // PyTorch accumulates from 0 over the taps inside the map, in this order
     if (p.count == 4) {
       sum += map[p.offset[0]] * p.weight[0];
       sum += map[p.offset[1]] * p.weight[1];
@@ -271,24 +280,24 @@ class GridSampleKernel : public KernelBase {
       sum += map[p.offset[3]] * p.weight[3];
       return sum;
     }
-    if (p.count < 0) return std::numeric_limits<T>::quiet_NaN();
+    if (p.count < 0) return std::numeric_limits<A>::quiet_NaN();
     for (int k = 0; k < p.count; ++k) sum += map[p.offset[k]] * p.weight[k];
     return sum;
   }
 
-  T Read(const PointTaps<T>& p, const T* map, int64_t width) const {
-    if (p.nan) return std::numeric_limits<T>::quiet_NaN();
+  A Read(const PointTaps<A>& p, const A* map, int64_t width) const {
+    if (p.nan) return std::numeric_limits<A>::quiet_NaN();
     if (static_cast<Interpolation>(mode_) == Interpolation::kBicubic) {
-      T rows[4];
+      A rows[4];
       for (int i = 0; i < 4; ++i) {
-        T v[4];
+        A v[4];
         for (int j = 0; j < 4; ++j)
-          v[j] = p.row[i] >= 0 && p.column[j] >= 0 ? map[p.row[i] * width + p.column[j]] : T(0);
+          v[j] = p.row[i] >= 0 && p.column[j] >= 0 ? map[p.row[i] * width + p.column[j]] : A(0);
         rows[i] = v[0] * p.wx[0] + v[1] * p.wx[1] + v[2] * p.wx[2] + v[3] * p.wx[3];
       }
       return rows[0] * p.wy[0] + rows[1] * p.wy[1] + rows[2] * p.wy[2] + rows[3] * p.wy[3];
     }
-    T sum = 0;
+    A sum = 0;
     for (int k = 0; k < p.count; ++k) sum += map[p.offset[k]] * p.weight[k];
     return sum;
   }
@@ -298,6 +307,6 @@ class GridSampleKernel : public KernelBase {
 
 }  // namespace
 
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<GridSampleKernel, float, double>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<GridSampleKernel, float, double, Half>(def); }
 
 }  // namespace ortops::grid_sample

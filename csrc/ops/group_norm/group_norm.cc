@@ -108,6 +108,6 @@ class GroupNormKernel : public KernelBase {
 
 }  // namespace
 
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<GroupNormKernel, float, double>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<GroupNormKernel, float, double, Half>(def); }
 
 }  // namespace ortops::group_norm

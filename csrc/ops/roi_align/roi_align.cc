@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/upcast.h"
 #include "math/bilinear.h"
 #include "ops/roi_align/roi_pooling.h"
 
@@ -53,10 +54,13 @@ constexpr OpSchema kSchema{
 
 namespace {
 
+// Elements of T are read as A = ComputeType<T> and all arithmetic is in A, so a float16
+// kernel computes what the float32 kernel does on the same values, then rounds once on store.
 template <typename T>
 class RoiAlignKernel : public KernelBase {
  public:
   using Element = T;
+  using A = ComputeType<T>;
   static constexpr const OpSchema& kSchema = roi_align::kSchema;
 
   RoiAlignKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), pooling_(attrs) {
@@ -64,13 +68,15 @@ class RoiAlignKernel : public KernelBase {
     Check(mode == "avg" || mode == "max", "attribute 'mode' must be \"avg\" or \"max\", got \"", mode, "\"");
     max_mode_ = mode == "max";
     // mmcv's kernel started its running max at -10000; ortops' own op starts at -infinity.
-    max_start_ = def.compat ? T(-10000) : -std::numeric_limits<T>::infinity();
-    empty_bin_max_ = def.compat ? T(-10000) : T(0);
+    max_start_ = def.compat ? A(-10000) : -std::numeric_limits<A>::infinity();
+    empty_bin_max_ = def.compat ? A(-10000) : A(0);
   }
 
   void Compute(const KernelIO& io) const {
     const ConstTensor<T> input = io.Input<T>(0, 4);
-    const ConstTensor<T> rois = io.Input<T>(1, 2);
+    const ConstTensor<T> roi_input = io.Input<T>(1, 2);
+    Scratch<A> roi_storage;
+    const ConstTensor<A> rois{Upcast(io, roi_input, roi_storage), roi_input.shape};
     roi_pooling::CheckRois(rois, 5, "(batch_index, x1, y1, x2, y2)", input.shape);
     const int64_t channels = input.dim(1), height = input.dim(2), width = input.dim(3);
     const int64_t roi_count = rois.dim(0);
@@ -81,24 +87,24 @@ class RoiAlignKernel : public KernelBase {
     const int64_t plane = height * width;
     const bool channels_last =
         plane > 0 && roi_pooling::ChannelsLastPays(roi_count, bins, pooling_.sampling_ratio, channels, input.shape);
-    const Scratch<T> nhwc = channels_last ? roi_pooling::ToChannelsLast(io, input) : Scratch<T>();
+    const Scratch<A> nhwc = channels_last ? roi_pooling::ToChannelsLast<A>(io, input) : Scratch<A>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
-      ScratchVector<BilinearTap<T>> taps(io.Allocator<BilinearTap<T>>());
-      ScratchVector<T> value = io.Vector<T>(channels_last ? static_cast<size_t>(channels) : 0);
-      ScratchVector<T> acc = io.Vector<T>(value.size());
+      ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
+      ScratchVector<A> value = io.Vector<A>(channels_last ? static_cast<size_t>(channels) : 0);
+      ScratchVector<A> acc = io.Vector<A>(value.size());
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
-        const T* roi = rois.data + 5 * r;
+        const A* roi = rois.data + 5 * r;
         const Geometry g = RoiGeometry(roi);
         taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
         size_t t = 0;
         for (int64_t ph = 0; ph < pooling_.output_height; ++ph) {
           for (int64_t pw = 0; pw < pooling_.output_width; ++pw) {
             for (int64_t iy = 0; iy < g.grid_h; ++iy) {
-              const T y = g.start_h + static_cast<T>(ph) * g.bin_h +
-                          static_cast<T>(static_cast<T>(iy) + T(0.5)) * g.bin_h / static_cast<T>(g.grid_h);
+              const A y = g.start_h + static_cast<A>(ph) * g.bin_h +
+                          static_cast<A>(static_cast<A>(iy) + A(0.5)) * g.bin_h / static_cast<A>(g.grid_h);
               for (int64_t ix = 0; ix < g.grid_w; ++ix) {
-                const T x = g.start_w + static_cast<T>(pw) * g.bin_w +
-                            static_cast<T>(static_cast<T>(ix) + T(0.5)) * g.bin_w / static_cast<T>(g.grid_w);
+                const A x = g.start_w + static_cast<A>(pw) * g.bin_w +
+                            static_cast<A>(static_cast<A>(ix) + A(0.5)) * g.bin_w / static_cast<A>(g.grid_w);
                 taps[t++] = RoiAlignTap(y, x, height, width);
               }
             }
@@ -108,12 +114,12 @@ class RoiAlignKernel : public KernelBase {
         const auto image = static_cast<int64_t>(roi[0]);
         T* out = output + r * channels * bins;
         if (channels_last) {
-          const T* source = nhwc.data() + image * plane * channels;
+          const A* source = nhwc.data() + image * plane * channels;
           if (max_mode_) {
-            roi_pooling::PoolChannelsLast<T, true>(source, channels, taps.data(), bins, per_bin, max_start_,
+            roi_pooling::PoolChannelsLast<A, true>(source, channels, taps.data(), bins, per_bin, max_start_,
                                                    empty_bin_max_, out, value.data(), acc.data());
           } else {
-            roi_pooling::PoolChannelsLast<T, false>(source, channels, taps.data(), bins, per_bin, T(0), T(0), out,
+            roi_pooling::PoolChannelsLast<A, false>(source, channels, taps.data(), bins, per_bin, A(0), A(0), out,
                                                     value.data(), acc.data());
           }
           continue;
@@ -124,14 +130,14 @@ class RoiAlignKernel : public KernelBase {
             roi_pooling::AveragePool(map, taps.data(), bins, per_bin, out + c * bins);
             continue;
           }
-          const BilinearTap<T>* tap = taps.data();
+          const BilinearTap<A>* tap = taps.data();
           for (int64_t bin = 0; bin < bins; ++bin) {
-            T best = max_start_;
+            A best = max_start_;
             for (int64_t s = 0; s < per_bin; ++s, ++tap) {
-              const T v = map ? tap->Read(map) : T(0);
+              const A v = map ? tap->Read(map) : A(0);
               if (v > best) best = v;
             }
-            out[c * bins + bin] = per_bin == 0 ? empty_bin_max_ : best;
+            out[c * bins + bin] = static_cast<T>(per_bin == 0 ? empty_bin_max_ : best);
           }
         }
       }
@@ -140,24 +146,24 @@ class RoiAlignKernel : public KernelBase {
 
  private:
   struct Geometry {
-    T start_h, start_w, bin_h, bin_w;
+    A start_h, start_w, bin_h, bin_w;
     int64_t grid_h, grid_w;
   };
 
-  Geometry RoiGeometry(const T* roi) const {
-    const T scale = static_cast<T>(pooling_.spatial_scale);
-    const T shift = pooling_.aligned ? T(0.5) : T(0);
+  Geometry RoiGeometry(const A* roi) const {
+    const A scale = static_cast<A>(pooling_.spatial_scale);
+    const A shift = pooling_.aligned ? A(0.5) : A(0);
     Geometry g;
     g.start_w = roi[1] * scale - shift;
     g.start_h = roi[2] * scale - shift;
-    T roi_width = roi[3] * scale - shift - g.start_w;
-    T roi_height = roi[4] * scale - shift - g.start_h;
+    A roi_width = roi[3] * scale - shift - g.start_w;
+    A roi_height = roi[4] * scale - shift - g.start_h;
     if (!pooling_.aligned) {
-      roi_width = std::max(roi_width, T(1));
-      roi_height = std::max(roi_height, T(1));
+      roi_width = std::max(roi_width, A(1));
+      roi_height = std::max(roi_height, A(1));
     }
-    g.bin_h = roi_height / static_cast<T>(pooling_.output_height);
-    g.bin_w = roi_width / static_cast<T>(pooling_.output_width);
+    g.bin_h = roi_height / static_cast<A>(pooling_.output_height);
+    g.bin_w = roi_width / static_cast<A>(pooling_.output_width);
     g.grid_h = roi_pooling::GridSize(pooling_.sampling_ratio, roi_height, pooling_.output_height);
     g.grid_w = roi_pooling::GridSize(pooling_.sampling_ratio, roi_width, pooling_.output_width);
     roi_pooling::CheckTapCount(g.grid_h, g.grid_w, pooling_.bins());
@@ -166,11 +172,11 @@ class RoiAlignKernel : public KernelBase {
 
   roi_pooling::PoolingAttributes pooling_;
   bool max_mode_ = false;
-  T max_start_, empty_bin_max_;
+  A max_start_, empty_bin_max_;
 };
 
 }  // namespace
 
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<RoiAlignKernel, float, double>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<RoiAlignKernel, float, double, Half>(def); }
 
 }  // namespace ortops::roi_align

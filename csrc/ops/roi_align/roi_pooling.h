@@ -79,22 +79,23 @@ inline void CheckTapCount(int64_t grid_h, int64_t grid_w, int64_t bins) {
 }
 
 // out[bin] = mean of the bin's `per_bin` consecutive taps on `map` (0 for a bin without
-// taps; an empty map reads 0).
-template <typename T>
-void AveragePool(const T* map, const BilinearTap<T>* taps, int64_t bins, int64_t per_bin, T* out) {
-  const T count = static_cast<T>(per_bin > 1 ? per_bin : 1);
+// taps; an empty map reads 0). A is the compute type; map and out hold T (float16 for A =
+// float), read as A and rounded once on store.
+template <typename T, typename A>
+void AveragePool(const T* map, const BilinearTap<A>* taps, int64_t bins, int64_t per_bin, T* out) {
+  const A count = static_cast<A>(per_bin > 1 ? per_bin : 1);
   for (int64_t bin = 0; bin < bins; ++bin) {
-    T sum = 0;
-    for (int64_t s = 0; s < per_bin; ++s, ++taps) sum += map ? taps->Read(map) : T(0);
-    out[bin] = sum / count;
+    A sum = 0;
+    for (int64_t s = 0; s < per_bin; ++s, ++taps) sum += map ? taps->Read(map) : A(0);
+    out[bin] = static_cast<T>(sum / count);
   }
 }
 
-// [N, C, H, W] -> [N, H, W, C] in scratch memory.
-template <typename T>
-Scratch<T> ToChannelsLast(const KernelIO& io, const ConstTensor<T>& input) {
+// [N, C, H, W] -> [N, H, W, C] in scratch memory, as A (float16 converted to float).
+template <typename A, typename T>
+Scratch<A> ToChannelsLast(const KernelIO& io, const ConstTensor<T>& input) {
   const int64_t batch = input.dim(0), channels = input.dim(1), pixels = input.dim(2) * input.dim(3);
-  Scratch<T> out = io.Allocate<T>(static_cast<size_t>(input.size()));
+  Scratch<A> out = io.Allocate<A>(static_cast<size_t>(input.size()));
   for (int64_t n = 0; n < batch; ++n) {
     ortops::ToChannelsLast(io, input.data + n * channels * pixels, channels, pixels,
                            out.data() + n * pixels * channels);
@@ -115,10 +116,11 @@ inline bool ChannelsLastPays(int64_t rois, int64_t bins, int64_t sampling_ratio,
 // Pools one roi from a channels-last image ([H * W, C]) for every channel at once, with the
 // same per-channel arithmetic, in the same order, as the per-channel path: each sample is
 // w0 v0 + w1 v1 + w2 v2 + w3 v3, summed (or maxed) over the bin's samples in order.
-// out[c * bins + bin]; `value` and `acc` are scratch of `channels` elements.
-template <typename T, bool kMax>
+// out[c * bins + bin], rounded to Out (float16) if that is not T; `value` and `acc` are
+// scratch of `channels` elements.
+template <typename T, bool kMax, typename Out>
 void PoolChannelsLast(const T* image, int64_t channels, const BilinearTap<T>* taps, int64_t bins, int64_t per_bin,
-                      T max_start, T empty_bin, T* out, T* value, T* acc) {
+                      T max_start, T empty_bin, Out* out, T* value, T* acc) {
   const T count = static_cast<T>(per_bin > 1 ? per_bin : 1);
   for (int64_t bin = 0; bin < bins; ++bin) {
     std::fill(acc, acc + channels, kMax ? max_start : T(0));
@@ -136,7 +138,7 @@ void PoolChannelsLast(const T* image, int64_t channels, const BilinearTap<T>* ta
       }
     }
     for (int64_t c = 0; c < channels; ++c) {
-      out[c * bins + bin] = kMax ? (per_bin == 0 ? empty_bin : acc[c]) : acc[c] / count;
+      out[c * bins + bin] = static_cast<Out>(kMax ? (per_bin == 0 ? empty_bin : acc[c]) : acc[c] / count);
     }
   }
 }

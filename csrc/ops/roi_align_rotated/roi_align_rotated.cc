@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/upcast.h"
 #include "math/bilinear.h"
 #include "ops/roi_align/roi_pooling.h"
 
@@ -47,10 +48,13 @@ constexpr OpSchema kSchema{
 
 namespace {
 
+// Elements of T are read as A = ComputeType<T> and all arithmetic is in A, so a float16
+// kernel computes what the float32 kernel does on the same values, then rounds once on store.
 template <typename T>
 class RoiAlignRotatedKernel : public KernelBase {
  public:
   using Element = T;
+  using A = ComputeType<T>;
   static constexpr const OpSchema& kSchema = roi_align_rotated::kSchema;
 
   RoiAlignRotatedKernel(const Attributes& attrs, const OpDef& def)
@@ -60,7 +64,9 @@ class RoiAlignRotatedKernel : public KernelBase {
 
   void Compute(const KernelIO& io) const {
     const ConstTensor<T> input = io.Input<T>(0, 4);
-    const ConstTensor<T> rois = io.Input<T>(1, 2);
+    const ConstTensor<T> roi_input = io.Input<T>(1, 2);
+    Scratch<A> roi_storage;
+    const ConstTensor<A> rois{Upcast(io, roi_input, roi_storage), roi_input.shape};
     roi_pooling::CheckRois(rois, 6, "(batch_index, cx, cy, w, h, theta)", input.shape);
     const int64_t channels = input.dim(1), height = input.dim(2), width = input.dim(3);
     const int64_t roi_count = rois.dim(0), bins = pooling_.bins(), plane = height * width;
@@ -68,36 +74,36 @@ class RoiAlignRotatedKernel : public KernelBase {
     if (roi_count == 0 || channels == 0) return;
     io.ParallelFor(static_cast<size_t>(roi_count), [&](size_t task) {
       const auto r = static_cast<int64_t>(task);
-      const T* roi = rois.data + 6 * r;
-      const T scale = static_cast<T>(pooling_.spatial_scale);
-      const T shift = pooling_.aligned ? T(0.5) : T(0);
-      const T center_w = roi[1] * scale - shift, center_h = roi[2] * scale - shift;
-      T roi_width = roi[3] * scale, roi_height = roi[4] * scale;
-      const T theta = clockwise_ ? -roi[5] : roi[5];
-      const T cos_theta = std::cos(theta), sin_theta = std::sin(theta);
+      const A* roi = rois.data + 6 * r;
+      const A scale = static_cast<A>(pooling_.spatial_scale);
+      const A shift = pooling_.aligned ? A(0.5) : A(0);
+      const A center_w = roi[1] * scale - shift, center_h = roi[2] * scale - shift;
+      A roi_width = roi[3] * scale, roi_height = roi[4] * scale;
+      const A theta = clockwise_ ? -roi[5] : roi[5];
+      const A cos_theta = std::cos(theta), sin_theta = std::sin(theta);
       if (!pooling_.aligned) {
-        roi_width = std::max(roi_width, T(1));
-        roi_height = std::max(roi_height, T(1));
+        roi_width = std::max(roi_width, A(1));
+        roi_height = std::max(roi_height, A(1));
       }
-      const T bin_h = roi_height / static_cast<T>(pooling_.output_height),
-              bin_w = roi_width / static_cast<T>(pooling_.output_width);
+      const A bin_h = roi_height / static_cast<A>(pooling_.output_height),
+              bin_w = roi_width / static_cast<A>(pooling_.output_width);
       const int64_t grid_h = roi_pooling::GridSize(pooling_.sampling_ratio, roi_height, pooling_.output_height);
       const int64_t grid_w = roi_pooling::GridSize(pooling_.sampling_ratio, roi_width, pooling_.output_width);
       roi_pooling::CheckTapCount(grid_h, grid_w, bins);
-      const T start_h = -roi_height / T(2), start_w = -roi_width / T(2);
+      const A start_h = -roi_height / A(2), start_w = -roi_width / A(2);
 
-      ScratchVector<BilinearTap<T>> taps = io.Vector<BilinearTap<T>>(static_cast<size_t>(bins * grid_h * grid_w));
+      ScratchVector<BilinearTap<A>> taps = io.Vector<BilinearTap<A>>(static_cast<size_t>(bins * grid_h * grid_w));
       size_t t = 0;
       for (int64_t ph = 0; ph < pooling_.output_height; ++ph) {
         for (int64_t pw = 0; pw < pooling_.output_width; ++pw) {
           for (int64_t iy = 0; iy < grid_h; ++iy) {
-            const T yy = start_h + static_cast<T>(ph) * bin_h +
-                         static_cast<T>(static_cast<T>(iy) + T(0.5)) * bin_h / static_cast<T>(grid_h);
+            const A yy = start_h + static_cast<A>(ph) * bin_h +
+                         static_cast<A>(static_cast<A>(iy) + A(0.5)) * bin_h / static_cast<A>(grid_h);
             for (int64_t ix = 0; ix < grid_w; ++ix) {
-              const T xx = start_w + static_cast<T>(pw) * bin_w +
-                           static_cast<T>(static_cast<T>(ix) + T(0.5)) * bin_w / static_cast<T>(grid_w);
-              const T y = yy * cos_theta - xx * sin_theta + center_h;
-              const T x = yy * sin_theta + xx * cos_theta + center_w;
+              const A xx = start_w + static_cast<A>(pw) * bin_w +
+                           static_cast<A>(static_cast<A>(ix) + A(0.5)) * bin_w / static_cast<A>(grid_w);
+              const A y = yy * cos_theta - xx * sin_theta + center_h;
+              const A x = yy * sin_theta + xx * cos_theta + center_w;
               taps[t++] = RoiAlignTap(y, x, height, width);
             }
           }
@@ -118,6 +124,6 @@ class RoiAlignRotatedKernel : public KernelBase {
 
 }  // namespace
 
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<RoiAlignRotatedKernel, float, double>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<RoiAlignRotatedKernel, float, double, Half>(def); }
 
 }  // namespace ortops::roi_align_rotated

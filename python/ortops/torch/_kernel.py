@@ -25,10 +25,16 @@ _DOMAIN = "ortops"
 _IR_VERSION = 8  # read by every supported runtime
 _DEFAULT_OPSET = 17
 
-_TORCH_TYPES = {"float32": torch.float32, "float64": torch.float64, "int64": torch.int64}
+# Every element type an ortops kernel takes; which op takes which comes from the manifest.
+_TORCH_TYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "int64": torch.int64}
 _TYPE_NAMES = {dtype: name for name, dtype in _TORCH_TYPES.items()}
-_NUMPY_TYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.int64: np.int64}
-_ONNX_TYPES = {torch.float32: TensorProto.FLOAT, torch.float64: TensorProto.DOUBLE, torch.int64: TensorProto.INT64}
+_NUMPY_TYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int64: np.int64}
+_ONNX_TYPES = {
+    torch.float32: TensorProto.FLOAT,
+    torch.float64: TensorProto.DOUBLE,
+    torch.float16: TensorProto.FLOAT16,
+    torch.int64: TensorProto.INT64,
+}
 
 Shape = Sequence[int]
 
@@ -51,8 +57,8 @@ def check_dtypes(onnx_op: str, function: str, *tensors: torch.Tensor) -> None:
 
     ``tensors`` are the node's inputs in order. Inputs that accept several element types
     must share one. Called by the eager ops and by their fake (export-time) implementations,
-    so a float16 model fails at export with the op and the dtype named, instead of exporting
-    a file that ONNX Runtime will not load.
+    so a model with a dtype the op's kernels lack (float16 for the NMS family) fails at export
+    with the op and the dtype named, instead of exporting a file that ONNX Runtime will not load.
     """
     info = op_info(onnx_op)
     shared: torch.dtype | None = None

@@ -44,7 +44,7 @@ def corner_pool(input: torch.Tensor, mode: str | int) -> torch.Tensor:
     """Corner pooling (exports to ``ortops::CornerPool``).
 
     Args:
-        input: ``Tensor[N, C, H, W]``, float32 or float64.
+        input: ``Tensor[N, C, H, W]``, float32, float64 or float16.
         mode: ``"top"`` (running max from the bottom row up), ``"bottom"``, ``"left"`` (from the
             right edge leftward) or ``"right"``; or 0..3 in that order.
 

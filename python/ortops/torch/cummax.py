@@ -51,7 +51,7 @@ def cummax(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``torch.cummax`` that exports to ``ortops::CumMax``.
 
     Args:
-        input: ``Tensor[*]`` of any rank, float32, float64 or int64.
+        input: ``Tensor[*]`` of any rank, float32, float64, float16 or int64.
         dim: the axis to scan; negative counts from the end.
 
     Returns:

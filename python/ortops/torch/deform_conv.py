@@ -135,7 +135,7 @@ def deform_conv2d(
     (exports to ``ortops::DeformConv2d``).
 
     Args:
-        input: ``Tensor[N, C, H, W]``, float32 or float64.
+        input: ``Tensor[N, C, H, W]``, float32, float64 or float16.
         offset: ``Tensor[N, 2 * dg * kh * kw, H_out, W_out]``: channel ``2k`` is dy and ``2k+1`` is dx of
             kernel tap ``k = i * kw + j``, per deform group; dg (deform groups) is inferred from its channels.
         weight: ``Tensor[C_out, C / groups, kh, kw]``; groups = C / weight.shape[1].

@@ -58,7 +58,7 @@ def grid_sample(
     """``torch.nn.functional.grid_sample`` (2-D) that exports to ``ortops::GridSample``.
 
     Args:
-        input: ``Tensor[N, C, H_in, W_in]``, float32 or float64.
+        input: ``Tensor[N, C, H_in, W_in]``, float32, float64 or float16.
         grid: ``Tensor[N, H_out, W_out, 2]`` points (x, y) in [-1, 1].
         mode: ``"bilinear"``, ``"nearest"`` or ``"bicubic"``.
         padding_mode: ``"zeros"``, ``"border"`` or ``"reflection"``.

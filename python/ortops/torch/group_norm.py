@@ -48,7 +48,7 @@ def group_norm(
     """Group normalization (exports to ``ortops::GroupNorm``), as ``torch.nn.functional.group_norm``.
 
     Args:
-        input: ``Tensor[N, C, *]``, float32 or float64, rank 2 or more.
+        input: ``Tensor[N, C, *]``, float32, float64 or float16, rank 2 or more.
         num_groups: number of groups; must divide C.
         weight: ``Tensor[C]`` per-channel scale, or None (1).
         bias: ``Tensor[C]`` per-channel bias, or None (0).

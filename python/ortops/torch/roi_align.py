@@ -31,8 +31,10 @@ def _check(
         raise ValueError(
             f"ortops.roi_align: need input [N, C, H, W] and rois [R, 5], got {list(input.shape)}, {list(rois.shape)}"
         )
-    if input.dtype not in (torch.float32, torch.float64) or rois.dtype != input.dtype:
-        raise ValueError(f"ortops.roi_align: need float32 or float64 input and rois, got {input.dtype}, {rois.dtype}")
+    if input.dtype not in (torch.float32, torch.float64, torch.float16) or rois.dtype != input.dtype:
+        raise ValueError(
+            f"ortops.roi_align: need float32, float64 or float16 input and rois, got {input.dtype}, {rois.dtype}"
+        )
     if mode not in ("avg", "max"):
         raise ValueError(f"ortops.roi_align: mode must be 'avg' or 'max', got {mode!r}")
     if aligned not in (0, 1):
@@ -213,7 +215,7 @@ def roi_align(
     """RoIAlign, Detectron style (exports to ``ortops::RoIAlign``).
 
     Args:
-        input: ``Tensor[N, C, H, W]`` feature maps, float32 or float64.
+        input: ``Tensor[N, C, H, W]`` feature maps, float32, float64 or float16.
         rois: ``Tensor[R, 5]`` rois as (batch_index, x1, y1, x2, y2) in image coordinates, same
             dtype as ``input``; the batch index is truncated toward zero and must name an image,
             and every value must be finite (else ``ValueError``, as the kernel's error).

@@ -111,7 +111,7 @@ def roi_align_rotated(
     """RoIAlign over rotated rois, average pooling (exports to ``ortops::RoIAlignRotated``).
 
     Args:
-        input: ``Tensor[N, C, H, W]`` feature maps, float32 or float64.
+        input: ``Tensor[N, C, H, W]`` feature maps, float32, float64 or float16.
         rois: ``Tensor[R, 6]`` rois as (batch_index, cx, cy, w, h, theta), theta in radians.
         output_size: pooled size, ``int`` or ``(height, width)``.
         spatial_scale: multiplies roi centres and sizes to give feature-map coordinates.
