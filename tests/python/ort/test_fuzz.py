@@ -321,8 +321,8 @@ def make_case(seed: int, index: int, table: list[dict[str, Any]] | None = None) 
     effective = {a["name"]: (a["type"], _default_value(a)) for a in op["attributes"] if a["default"] is not None}
     effective.update((k, (v[0], v[1])) for k, v in attributes.items())
     sizes = _Sizes(rng, op["kernel"], effective)
-    float_types = [t for t in op["inputs"][0]["types"] if t.startswith("float")] if op["inputs"] else []
-    main_type = rng.choice(float_types or ["float32"])
+    # One element type for the inputs that take it (the ops' type parameter), else each its own.
+    main_type = rng.choice(op["inputs"][0]["types"]) if op["inputs"] else "float32"
     inputs = []
     for spec in op["inputs"]:
         if spec["optional"] and rng.random() < 0.3:
@@ -602,6 +602,9 @@ def test_fuzz_every_op() -> None:
         f"{len(failures)} crashes or hangs"
     )
     print(summary)
+    for i, result in sorted(results.items()):
+        if result == OUT_OF_MEMORY:  # worth a look: which allocation did the case ask for?
+            print(f"  out of memory under AddressSanitizer: case {i} ({cases[i]['domain']}::{cases[i]['op']})")
     if failures:  # the first few in full, then one line each
         shown = "\n".join(_report(f) for f in failures[:REPORTED])
         rest = "".join(
