@@ -2,8 +2,10 @@
 # Runs every test of ortops on a fresh or prepared machine: set-up (scripts/setup.sh),
 # format and lint checks, the C++ tests in a real ONNX Runtime (and again cross-built for
 # ARM64 under qemu, where the cross toolchain is installed), the Python tests in the main
-# environment, and the ONNX-Runtime-level Python tests again with the oldest supported
-# runtime. Ends with one line that totals every suite.
+# environment, the ONNX-Runtime-level Python tests again with the oldest supported runtime,
+# and the C++ and ONNX-Runtime-level tests again against a build with AddressSanitizer and
+# UndefinedBehaviorSanitizer (scripts/test_sanitizers.sh). Ends with one line that totals
+# every suite.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,6 +43,14 @@ step "Python tests (onnxruntime $(.venv/bin/python -c 'import onnxruntime; print
 step "ONNX-Runtime-level tests with the oldest supported runtime ($(.venv-ort-min/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)'))"
 .venv-ort-min/bin/python -m pytest -q -p no:cacheprovider tests/python/ort --junitxml "$REPORTS/pytest-ort-min.xml" \
   || failed=1
+
+step "Sanitizers: C++ and ONNX-Runtime-level tests against an ASan + UBSan build (build/asan)"
+# scripts/test_sanitizers.sh: the whole of tests/python/ort (the fuzz test included) and ctest.
+if [[ -f "$(${CXX:-c++} -print-file-name=libasan.so)" ]]; then
+  scripts/test_sanitizers.sh --junit-dir "$REPORTS" || failed=1
+else
+  echo "sanitizers skipped: ${CXX:-c++} has no libasan (GCC with its sanitizer runtimes is needed)"
+fi
 
 step "summary"
 .venv/bin/python scripts/summarize_tests.py "$REPORTS"/*.xml

@@ -2,11 +2,18 @@
 
 Models are built with onnx.helper at IR version 8 and default opset 17, which every
 supported runtime (1.17 on) reads, so the same tests run in the oldest-runtime environment.
+
+``ORTOPS_TEST_CPU_ARENA=0`` (set by scripts/test_sanitizers.sh) turns ONNX Runtime's CPU
+memory arena off in every session the tests make through ``ortops.session_options()``, in
+this process and in the subprocesses that import this module, so that each tensor and each
+scratch buffer is its own ``malloc`` and AddressSanitizer sees a read past its end. Only the
+tests change: the library and ``ortops.session_options()`` for users are left alone.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +23,21 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 import ortops
+
+
+def _without_cpu_arena(make: Any) -> Any:
+    @functools.wraps(make)
+    def session_options(options: ort.SessionOptions | None = None) -> ort.SessionOptions:
+        options = make(options)
+        options.enable_cpu_mem_arena = False
+        return options
+
+    session_options.ortest_no_arena = True  # type: ignore[attr-defined]
+    return session_options
+
+
+if os.environ.get("ORTOPS_TEST_CPU_ARENA") == "0" and not hasattr(ortops.session_options, "ortest_no_arena"):
+    ortops.session_options = _without_cpu_arena(ortops.session_options)
 
 IR_VERSION = 8
 DEFAULT_OPSET = 17

@@ -28,6 +28,8 @@ def test_library_links_nothing_from_onnxruntime_or_libstdcxx() -> None:
     out = subprocess.run(["readelf", "-d", ortops.get_library_path()], capture_output=True, text=True).stdout
     needed = [line for line in out.splitlines() if "(NEEDED)" in line]
     assert needed, out
+    if any("libasan" in line for line in needed):
+        pytest.skip("the sanitizer build (scripts/test_sanitizers.sh) links libstdc++ shared")
     assert not any("onnxruntime" in line or "libstdc++" in line for line in needed), needed
 
 

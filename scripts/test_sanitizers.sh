@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds ortops with AddressSanitizer and UndefinedBehaviorSanitizer (GCC) in build/asan and
+# runs against that library
+#   1. the C++ tests (ctest), and
+#   2. the ONNX-Runtime-level Python tests, tests/python/ort, the fuzz test included, in the
+#      main environment's Python (.venv) with libasan preloaded.
+#
+#   scripts/test_sanitizers.sh [--junit-dir DIR] [PYTEST ARGS...]
+#
+# PYTEST ARGS replace the default selection (tests/python/ort), e.g.
+#   scripts/test_sanitizers.sh tests/python/ort/test_roi_align.py -x
+#   ORTOPS_FUZZ_CASES=50000 scripts/test_sanitizers.sh tests/python/ort/test_fuzz.py
+# Needs what scripts/setup.sh puts in place (.deps/, .venv) and GCC's sanitizer runtimes
+# (libasan, libubsan: Debian's g++ has them). Overrides: ORTOPS_SANITIZE (default
+# address,undefined), ORTOPS_ORT_ROOT (as for setup.sh).
+#
+# How the Python half sees memory errors: Python itself is not instrumented, so libasan is
+# preloaded (with libstdc++, whose exceptions ASan intercepts), leak detection is off (Python
+# keeps memory until exit by design), and ORTOPS_TEST_CPU_ARENA=0 makes the tests' sessions
+# run without ONNX Runtime's CPU memory arena (tests/python/ortest.py), so that every input,
+# output and scratch buffer is its own malloc with ASan's red zones around it; a read past a
+# tensor's end then stops the run with a report naming the kernel's source line (pytest
+# captures sys.stdout/stderr only, so that the report, written to file descriptor 2 by a
+# process about to exit, is not lost with pytest's capture files).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=../deps/versions.env
+source deps/versions.env
+BUILD="$ROOT/build/asan"
+JUNIT_DIR=""
+if [[ "${1:-}" == "--junit-dir" ]]; then
+  JUNIT_DIR="$2"
+  shift 2
+fi
+PYTEST_ARGS=("$@")
+[[ ${#PYTEST_ARGS[@]} -gt 0 ]] || PYTEST_ARGS=(tests/python/ort)
+log() { printf '[sanitizers] %s\n' "$*" >&2; }
+
+ort_include="$ROOT/.deps/onnxruntime/include"
+ort_lib=""
+if [[ -n "${ORTOPS_ORT_ROOT:-}" ]]; then
+  ort_include="$ORTOPS_ORT_ROOT/include"
+  ort_lib="$ORTOPS_ORT_ROOT/lib"
+fi
+[[ -x .venv/bin/python ]] || { log "no .venv (run scripts/setup.sh first)"; exit 2; }
+
+log "build ($BUILD, -fsanitize=${ORTOPS_SANITIZE:-address,undefined})"
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DORTOPS_SANITIZE=${ORTOPS_SANITIZE:-address,undefined}" \
+  "-DORTOPS_ORT_INCLUDE_DIR=$ort_include" "-DORTOPS_ORT_LIBRARY_DIR=$ort_lib" \
+  "-DORTOPS_MIN_ORT_API=$ORTOPS_MIN_ORT_API" >/dev/null
+cmake --build "$BUILD" >&2
+
+# The runtimes of the compiler that built it (GCC's: -print-file-name finds them).
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+libasan=$("$cxx" -print-file-name=libasan.so)
+libstdcxx=$("$cxx" -print-file-name=libstdc++.so)
+for lib in "$libasan" "$libstdcxx"; do
+  [[ -f "$lib" ]] || { log "$cxx has no $(basename "$lib") (a GCC with its sanitizer runtimes is needed)"; exit 2; }
+done
+
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+failed=0
+
+log "C++ tests"
+(cd "$BUILD" && ctest --output-on-failure -j2 ${JUNIT_DIR:+--output-junit "$JUNIT_DIR/ctest-asan.xml"}) || failed=1
+
+log "Python tests: ${PYTEST_ARGS[*]}"
+LD_PRELOAD="$libasan $libstdcxx" \
+  ASAN_OPTIONS=detect_leaks=0 \
+  ORTOPS_TEST_CPU_ARENA=0 \
+  ORTOPS_LIBRARY="$BUILD/libortops.so" \
+  PYTHONPATH="$ROOT/python" \
+  .venv/bin/python -m pytest -q -p no:cacheprovider --capture=sys \
+  ${JUNIT_DIR:+--junitxml "$JUNIT_DIR/pytest-asan.xml"} "${PYTEST_ARGS[@]}" || failed=1
+exit "$failed"
