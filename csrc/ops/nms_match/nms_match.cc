@@ -68,6 +68,10 @@ class NmsMatchKernel : public KernelBase {
           ", C, ", count, "], got ", ShapeText{scores.shape});
     for (int64_t i = 0; i < boxes.size(); ++i) Check(!std::isnan(boxes.data[i]), "input 'boxes' contains NaN");
     for (int64_t i = 0; i < scores.size(); ++i) Check(!std::isnan(scores.data[i]), "input 'scores' contains NaN");
+    if (scores.size() == 0) {  // no box or no class: no match, and B * C may be huge
+      io.Output<int64_t>(0, {0, 4});
+      return;
+    }
 
     using Rows = ScratchVector<std::array<int64_t, 4>>;
     ScratchVector<Rows> rows(static_cast<size_t>(batch * classes), Rows(io.Allocator<std::array<int64_t, 4>>()),

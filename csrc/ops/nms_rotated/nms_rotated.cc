@@ -87,6 +87,10 @@ class NmsRotatedKernel : public KernelBase {
           ", C, ", count, "] to match 'boxes' ", ShapeText{boxes.shape}, ", got ", ShapeText{scores.shape});
     CheckFinite(boxes, "boxes");
     CheckFinite(scores, "scores");
+    if (scores.size() == 0) {  // no box or no class: nothing to keep, and B * C may be huge
+      io.Output<int64_t>(0, {0, 3});
+      return;
+    }
 
     // Corners, area and bounds of every box once; each (batch, class) pair reads its batch's.
     // The axis-aligned bounds (x1, y1, x2, y2) feed the grid that finds overlap candidates.

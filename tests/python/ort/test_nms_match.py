@@ -157,3 +157,11 @@ def test_bad_input_is_an_error(domain, op) -> None:
     boxes[1, 2, 0], scores[0, 1, 3] = 0, np.nan
     with pytest.raises(Exception, match="input 'scores' contains NaN"):
         match(op, domain, boxes, scores, 0.5, 0.1)
+
+
+def test_no_boxes_with_a_huge_class_count_allocates_nothing():
+    boxes = np.zeros((7, 0, 4), np.float32)
+    scores = np.zeros((7, 1 << 31, 0), np.float32)
+    thresholds = {"iou_threshold": np.array([0.5], np.float32), "score_threshold": np.array([0.0], np.float32)}
+    (matches,) = run("NMSMatch", "mmdeploy", {"boxes": boxes, "scores": scores, **thresholds}, ["matches"])
+    assert matches.shape == (0, 4) and matches.dtype == np.int64

@@ -393,3 +393,12 @@ def test_mixed_or_integer_types_are_rejected() -> None:
         nms(boxes, scores.astype(np.float64), 0.5, 0.0)
     with pytest.raises(Exception, match="NMSRotated"):
         nms(boxes.astype(np.int64), scores.astype(np.int64), 0.5, 0.0)
+
+
+def test_no_boxes_with_a_huge_class_count_allocates_nothing():
+    # [B, C, 0] scores hold no data whatever C is: the answer is empty, at once (the fuzz test
+    # found the kernel reserving per-(batch, class) memory first).
+    boxes = np.zeros((7, 0, 5), np.float32)
+    scores = np.zeros((7, 1 << 31, 0), np.float32)
+    (selected,) = run("NMSRotated", "mmdeploy", {"boxes": boxes, "scores": scores}, ["selected"])
+    assert selected.shape == (0, 3) and selected.dtype == np.int64
