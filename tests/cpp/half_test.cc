@@ -1,6 +1,7 @@
-// The float16 conversions against the compiler's own _Float16 (IEEE binary16, rounding to
+// The float16 conversions against the compiler's own half type (IEEE binary16, rounding to
 // nearest even): every half, and floats and doubles over and around the half range. The
-// library cannot use _Float16 (it needs libgcc_s from GCC 12); a test binary can.
+// library cannot use _Float16 (it needs libgcc_s from GCC 12); a test binary can. GCC 12
+// has no C++ _Float16 on aarch64, where its __fp16 is the same IEEE type.
 #include "core/half.h"
 
 #include <gtest/gtest.h>
@@ -14,7 +15,13 @@
 namespace ortops {
 namespace {
 
-uint16_t Bits(_Float16 h) { return std::bit_cast<uint16_t>(h); }
+#if defined(__aarch64__)
+using CompilerHalf = __fp16;
+#else
+using CompilerHalf = _Float16;
+#endif
+
+uint16_t Bits(CompilerHalf h) { return std::bit_cast<uint16_t>(h); }
 
 // NaNs compare as "both NaN"; everything else bit for bit (signed zeros included).
 void ExpectSameHalf(uint16_t actual, uint16_t expected, double from) {
@@ -29,7 +36,7 @@ void ExpectSameHalf(uint16_t actual, uint16_t expected, double from) {
 TEST(Half, EveryHalfConvertsToTheSameFloatAndBack) {
   for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
     const auto h = static_cast<uint16_t>(bits);
-    const float expected = static_cast<float>(std::bit_cast<_Float16>(h));
+    const float expected = static_cast<float>(std::bit_cast<CompilerHalf>(h));
     const float actual = HalfBitsToFloat(h);
     if (std::isnan(expected)) {
       EXPECT_TRUE(std::isnan(actual)) << bits;
@@ -51,7 +58,7 @@ TEST(Half, FloatsRoundToNearestEven) {
     for (uint32_t mantissa = 0; mantissa < (1u << 23); mantissa += 61) {
       for (uint32_t sign : {0u, 0x80000000u}) {
         const float f = std::bit_cast<float>(sign | exponent << 23 | mantissa);
-        ExpectSameHalf(FloatToHalfBits(f), Bits(static_cast<_Float16>(f)), f);
+        ExpectSameHalf(FloatToHalfBits(f), Bits(static_cast<CompilerHalf>(f)), f);
         ++checked;
       }
     }
@@ -61,14 +68,14 @@ TEST(Half, FloatsRoundToNearestEven) {
     const float low = HalfBitsToFloat(static_cast<uint16_t>(h)), high = HalfBitsToFloat(static_cast<uint16_t>(h + 1));
     const float tie = std::bit_cast<float>((std::bit_cast<uint32_t>(low) + std::bit_cast<uint32_t>(high)) / 2);
     for (float f : {tie, std::nextafter(tie, 0.0f), std::nextafter(tie, 1e9f), -tie}) {
-      ExpectSameHalf(FloatToHalfBits(f), Bits(static_cast<_Float16>(f)), f);
+      ExpectSameHalf(FloatToHalfBits(f), Bits(static_cast<CompilerHalf>(f)), f);
       ++checked;
     }
   }
   for (float f : {0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                   std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min(),
                   std::numeric_limits<float>::max(), 65504.0f, 65519.99f, 65520.0f, 0x1p-25f, 0x1.000002p-25f}) {
-    ExpectSameHalf(FloatToHalfBits(f), Bits(static_cast<_Float16>(f)), f);
+    ExpectSameHalf(FloatToHalfBits(f), Bits(static_cast<CompilerHalf>(f)), f);
   }
   EXPECT_GT(checked, 1000000);
 }
@@ -79,7 +86,7 @@ TEST(Half, DoublesRoundOnce) {
     const double low = HalfBitsToFloat(static_cast<uint16_t>(h)), high = HalfBitsToFloat(static_cast<uint16_t>(h + 1));
     const double tie = (low + high) / 2;
     for (double d : {tie, std::nextafter(tie, 0.0), std::nextafter(tie, 1e9), -std::nextafter(tie, 1e9)}) {
-      ExpectSameHalf(DoubleToHalfBits(d), Bits(static_cast<_Float16>(d)), d);
+      ExpectSameHalf(DoubleToHalfBits(d), Bits(static_cast<CompilerHalf>(d)), d);
     }
   }
   std::mt19937_64 random(7);
@@ -87,12 +94,12 @@ TEST(Half, DoublesRoundOnce) {
   for (int i = 0; i < 200000; ++i) {
     const double d =
         std::ldexp(1.0 + static_cast<double>(random() >> 11) * 0x1p-53, static_cast<int>(exponent(random)));
-    ExpectSameHalf(DoubleToHalfBits(d), Bits(static_cast<_Float16>(d)), d);
-    ExpectSameHalf(Half(-d).bits, Bits(static_cast<_Float16>(-d)), -d);
+    ExpectSameHalf(DoubleToHalfBits(d), Bits(static_cast<CompilerHalf>(d)), d);
+    ExpectSameHalf(Half(-d).bits, Bits(static_cast<CompilerHalf>(-d)), -d);
   }
   for (double d : {65519.999999, 65520.0, 1e300, -1e300, 1e-300, std::numeric_limits<double>::quiet_NaN(),
                    std::numeric_limits<double>::infinity()}) {
-    ExpectSameHalf(DoubleToHalfBits(d), Bits(static_cast<_Float16>(d)), d);
+    ExpectSameHalf(DoubleToHalfBits(d), Bits(static_cast<CompilerHalf>(d)), d);
   }
 }
 
