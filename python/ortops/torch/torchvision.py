@@ -39,7 +39,12 @@ from onnxscript import ir
 from onnxscript.onnx_opset import opset18 as onnx18
 from torch.onnx import symbolic_helper
 
-from ortops.torch._export import DOMAIN, onnx_opset, typed
+from ortops.torch.deform_conv import _symbolic as deform_conv_symbolic
+from ortops.torch.deform_conv import _translation as deform_conv_translation
+from ortops.torch.nms import _symbolic as nms_symbolic
+from ortops.torch.nms import _translation as nms_translation
+from ortops.torch.roi_align import _symbolic as roi_align_symbolic
+from ortops.torch.roi_align import _translation as roi_align_translation
 
 # The first opset of the TorchScript rules here. torchvision registers its own for nms at 11
 # and for roi_align at 11 and 16; ours replace every one of them while they are active.
@@ -64,8 +69,12 @@ def _adaptive(sampling_ratio: int) -> int:
 # ---- torch.export-based exporter (dynamo=True): onnxscript translations ------------------
 
 
+# Each translation maps torchvision's arguments onto the ortops op's and emits the node
+# through that op's own rule, so a node is written in one place for both.
+
+
 def _nms_translation(dets, scores, iou_threshold: float):  # noqa: ANN001, ANN202 (onnxscript values)
-    return onnx_opset.NMS(dets, scores, iou_threshold=iou_threshold, offset=0)
+    return nms_translation(dets, scores, iou_threshold, 0)
 
 
 def _roi_align_translation(  # noqa: ANN202 (onnxscript values)
@@ -77,16 +86,8 @@ def _roi_align_translation(  # noqa: ANN202 (onnxscript values)
     sampling_ratio: int,
     aligned: bool,
 ):
-    return onnx_opset.RoIAlign(
-        input,
-        rois,
-        output_height=pooled_height,
-        output_width=pooled_width,
-        spatial_scale=spatial_scale,
-        sampling_ratio=_adaptive(sampling_ratio),
-        mode="avg",
-        aligned=int(bool(aligned)),
-    )
+    attributes = (spatial_scale, _adaptive(sampling_ratio), "avg", int(bool(aligned)))
+    return roi_align_translation(input, rois, pooled_height, pooled_width, *attributes)
 
 
 def _deform_conv2d_translation(  # noqa: ANN202 (onnxscript values)
@@ -107,18 +108,8 @@ def _deform_conv2d_translation(  # noqa: ANN202 (onnxscript values)
 ):
     if not use_mask:  # torchvision passes a placeholder [N, 1] of zeros; the node's "none" is [0]
         mask = onnx18.Constant(value=ir.tensor([], dtype=input.dtype))
-    return onnx_opset.DeformConv2d(
-        input,
-        offset,
-        weight,
-        bias,
-        mask,
-        stride=[stride_h, stride_w],
-        padding=[pad_h, pad_w],
-        dilation=[dilation_h, dilation_w],
-        groups=groups,
-        deform_groups=offset_groups,
-    )
+    geometry = ([stride_h, stride_w], [pad_h, pad_w], [dilation_h, dilation_w])
+    return deform_conv_translation(input, offset, weight, bias, mask, *geometry, groups, offset_groups)
 
 
 def translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
@@ -140,27 +131,19 @@ def translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
 # ---- TorchScript exporter (dynamo=False): symbolic functions -----------------------------
 
 
+# As the translations: torchvision's arguments mapped, then the ortops op's own rule (whose
+# parse_args passes Python values through as they are).
+
+
 @symbolic_helper.parse_args("v", "v", "f")
 def _nms_symbolic(g, boxes, scores, iou_threshold):  # noqa: ANN001, ANN202 (TorchScript graph values)
-    indices = g.op(f"{DOMAIN}::NMS", boxes, scores, iou_threshold_f=iou_threshold, offset_i=0)
-    return typed(indices, boxes, sizes=[None], dtype=torch.int64)
+    return nms_symbolic(g, boxes, scores, iou_threshold, 0)
 
 
 @symbolic_helper.parse_args("v", "v", "f", "i", "i", "i", "b")
 def _roi_align_symbolic(g, input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):  # noqa: ANN001, ANN202
-    pooled = g.op(
-        f"{DOMAIN}::RoIAlign",
-        input,
-        rois,
-        output_height_i=pooled_height,
-        output_width_i=pooled_width,
-        spatial_scale_f=spatial_scale,
-        sampling_ratio_i=_adaptive(sampling_ratio),
-        mode_s="avg",
-        aligned_i=int(aligned),
-    )
-    channels = symbolic_helper._get_tensor_dim_size(input, 1)
-    return typed(pooled, input, sizes=[None, channels, pooled_height, pooled_width])
+    attributes = (spatial_scale, _adaptive(sampling_ratio), "avg", int(aligned))
+    return roi_align_symbolic(g, input, rois, pooled_height, pooled_width, *attributes)
 
 
 @symbolic_helper.parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
@@ -184,22 +167,8 @@ def _deform_conv2d_symbolic(  # noqa: ANN202 (TorchScript graph values)
     if not use_mask:
         dtype = input.type().dtype() if input.type().scalarType() is not None else torch.float32
         mask = g.op("Constant", value_t=torch.empty((0,), dtype=dtype))
-    node = g.op(
-        f"{DOMAIN}::DeformConv2d",
-        input,
-        offset,
-        weight,
-        bias,
-        mask,
-        stride_i=[stride_h, stride_w],
-        padding_i=[pad_h, pad_w],
-        dilation_i=[dilation_h, dilation_w],
-        groups_i=groups,
-        deform_groups_i=offset_groups,
-    )
-    batch = symbolic_helper._get_tensor_dim_size(input, 0)
-    out_channels = symbolic_helper._get_tensor_dim_size(weight, 0)
-    return typed(node, input, sizes=[batch, out_channels, None, None])
+    geometry = ([stride_h, stride_w], [pad_h, pad_w], [dilation_h, dilation_w])
+    return deform_conv_symbolic(g, input, offset, weight, bias, mask, *geometry, groups, offset_groups)
 
 
 _SYMBOLICS: dict[str, Callable[..., Any]] = {
