@@ -77,6 +77,13 @@ def make_model(
     )
 
 
+def mmcv_nms_model(**attributes: Any) -> onnx.ModelProto:
+    """One ``mmcv::NonMaxSuppression`` node as mmcv 1.x files hold it: boxes [N, 4] and scores
+    [N] float32 in, int64 ``indices`` out (the model the binding and packaging tests load)."""
+    inputs = [("boxes", np.float32, 2), ("scores", np.float32, 1)]
+    return make_model("NonMaxSuppression", "mmcv", inputs, ["indices"], **attributes)
+
+
 @functools.lru_cache(maxsize=256)
 def _session(model_bytes: bytes, threads: int) -> ort.InferenceSession:
     options = ortops.session_options()

@@ -6,12 +6,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import ortops
 
-from ortest import make_model
+from ortest import mmcv_nms_model
 
 ROOT = Path(__file__).resolve().parents[2]
 JAR = ROOT / ".deps" / "onnxruntime" / "lib" / "onnxruntime.jar"
@@ -19,14 +18,7 @@ JAR = ROOT / ".deps" / "onnxruntime" / "lib" / "onnxruntime.jar"
 
 @pytest.mark.skipif(shutil.which("javac") is None or not JAR.exists(), reason="needs a JDK and scripts/setup.sh's jar")
 def test_java_binding_registers_the_library(tmp_path: Path) -> None:
-    model = make_model(
-        "NonMaxSuppression",
-        "mmcv",
-        [("boxes", np.float32, 2), ("scores", np.float32, 1)],
-        ["indices"],
-        iou_threshold=0.5,
-        offset=0,
-    )
+    model = mmcv_nms_model(iou_threshold=0.5, offset=0)
     (tmp_path / "nms.onnx").write_bytes(model.SerializeToString())
     subprocess.run(
         ["javac", "-cp", str(JAR), "-d", str(tmp_path), str(ROOT / "tests" / "java" / "NmsCheck.java")], check=True

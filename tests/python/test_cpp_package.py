@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ortest import make_model, run
+from ortest import make_model, mmcv_nms_model, run
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("cmake", "ninja", "c++", "nm", "readelf")
@@ -147,14 +147,7 @@ def example(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     assert f"ortops library: {prefix / 'lib' / 'libortops.so'}" in out, out
     _check(_run(["cmake", "--build", tmp / "example", "-j2"]))
 
-    model = make_model(
-        "NonMaxSuppression",
-        "mmcv",
-        [("boxes", np.float32, 2), ("scores", np.float32, 1)],
-        ["indices"],
-        iou_threshold=0.5,
-        offset=0,
-    )
+    model = mmcv_nms_model(iou_threshold=0.5, offset=0)
     (tmp / "nms.onnx").write_bytes(model.SerializeToString())
     return Example(prefix, tmp / "example", tmp / "nms.onnx", emulator)
 

@@ -23,13 +23,12 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-import numpy as np
 import pytest
 from packaging.requirements import Requirement
 
 import ortops
 
-from ortest import make_model
+from ortest import mmcv_nms_model
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEEL_VENV = ROOT / ".venv-wheel"
@@ -185,14 +184,7 @@ EXPECTED = [3, 0, 2]
 
 
 def _mmcv_nms_file(folder: Path) -> Path:
-    model = make_model(
-        "NonMaxSuppression",
-        "mmcv",
-        [("boxes", np.float32, 2), ("scores", np.float32, 1)],
-        ["indices"],
-        iou_threshold=0.5,
-        offset=0,
-    )
+    model = mmcv_nms_model(iou_threshold=0.5, offset=0)
     path = folder / "nms.onnx"
     path.write_bytes(model.SerializeToString())
     return path

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import ortops
 
-from ortest import DEFAULT_OPSET, IR_VERSION, make_model
+from ortest import DEFAULT_OPSET, IR_VERSION, mmcv_nms_model
 
 # Hand-made NMS case: box 1 overlaps box 0 with IoU 81/119 = 0.68 (dropped at 0.5), box 2
 # overlaps box 0 with IoU 16/184 = 0.09 (kept), box 3 is box 2 shifted by 1 (IoU 0.68 with
@@ -38,9 +38,7 @@ def ortops_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProce
 
 
 def nms_model_file(tmp_path: Path, **attributes: object) -> Path:
-    model = make_model(
-        "NonMaxSuppression", "mmcv", [("boxes", np.float32, 2), ("scores", np.float32, 1)], ["indices"], **attributes
-    )
+    model = mmcv_nms_model(**attributes)
     boxes, scores = model.graph.input
     boxes.type.tensor_type.shape.dim[0].dim_param = "N"
     boxes.type.tensor_type.shape.dim[1].dim_value = 4

@@ -13,7 +13,7 @@ import pytest
 
 import ortops
 
-from ortest import make_model, run
+from ortest import make_model, mmcv_nms_model, run
 
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm")
@@ -67,7 +67,7 @@ def test_onnx_schemas_make_the_checker_accept_the_ops() -> None:
     ortops.register_onnx_schemas()  # a second call is harmless
     for op in ortops.ops():
         assert onnx.defs.has(op.name, op.since_version, op.domain), op.qualified_name
-    model = make_model("NonMaxSuppression", "mmcv", [("boxes", np.float32, 2), ("scores", np.float32, 1)], ["indices"])
+    model = mmcv_nms_model()
     model.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("indices", onnx.TensorProto.INT64, [None]))
     onnx.checker.check_model(model, full_check=True)
 
