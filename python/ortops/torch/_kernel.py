@@ -8,9 +8,10 @@ Input names, accepted element types and attribute types all come from the op man
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -136,11 +137,15 @@ def _session(
         )
 
 
-def _message(error: Exception) -> str:
-    """The kernel's own "ortops.Op: ..." text from an ONNX Runtime error."""
-    text = str(error)
-    marker = "Status Message: "
-    return text[text.index(marker) + len(marker) :].strip() if marker in text else text
+@contextlib.contextmanager
+def _kernel_errors() -> Iterator[None]:
+    """Turns an ONNX Runtime error into ValueError with the kernel's own "ortops.Op: ..." text."""
+    try:
+        yield
+    except Exception as error:  # onnxruntime raises RuntimeError or its own Fail/InvalidArgument
+        text = str(error)
+        marker = "Status Message: "
+        raise ValueError(text[text.index(marker) + len(marker) :].strip() if marker in text else text) from None
 
 
 def run(
@@ -175,18 +180,15 @@ def run(
         # Outputs the kernel sizes (the NMS family's indices) are small: a plain run over
         # zero-copy numpy views of the inputs costs less than binding them.
         feeds = {spec.name: t.detach().numpy() for spec, t in zip(info.inputs, inputs)}
-        try:
+        with _kernel_errors():
             produced_arrays = session.run(None, feeds)
-        except Exception as error:  # onnxruntime raises RuntimeError or its own Fail/InvalidArgument
-            raise ValueError(_message(error)) from None
         return [_from_numpy(array) for array in produced_arrays]
     binding = session.io_binding()
     for spec, tensor in zip(info.inputs, inputs):
         binding.bind_input(spec.name, "cpu", 0, _NUMPY_TYPES[tensor.dtype], list(tensor.shape), tensor.data_ptr())
     shared = next((t.dtype for spec, t in zip(info.inputs, inputs) if len(spec.types) > 1), None)
     results: list[torch.Tensor | None] = []
-    for i, spec in enumerate(info.outputs):
-        shape = output_shapes[i] if output_shapes is not None else None
+    for spec, shape in zip(info.outputs, output_shapes):
         if shape is None or 0 in tuple(shape):  # an empty tensor has no address to bind
             binding.bind_output(spec.name, "cpu")
             results.append(None)
@@ -195,10 +197,8 @@ def run(
         out = torch.empty(tuple(shape), dtype=dtype)
         binding.bind_output(spec.name, "cpu", 0, _NUMPY_TYPES[dtype], list(out.shape), out.data_ptr())
         results.append(out)
-    try:
+    with _kernel_errors():
         session.run_with_iobinding(binding)
-    except Exception as error:  # onnxruntime raises RuntimeError or its own Fail/InvalidArgument
-        raise ValueError(_message(error)) from None
     produced = binding.get_outputs()
     return [r if r is not None else _to_torch(produced[i]) for i, r in enumerate(results)]
 
