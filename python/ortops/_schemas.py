@@ -68,7 +68,51 @@ def shape_rule(op: OpInfo, output: int) -> list[str] | None:
     return dims
 
 
+def _bind_symbols(op: OpInfo, shapes: list[list[Any] | None]) -> dict[str, Any]:
+    """Each symbol of the inputs' documented shapes bound to the dim it has in this node
+    ("..." to the leading dims of the first input documented with it); unknown dims stay unbound."""
+    symbols: dict[str, Any] = {}
+    for spec, dims in zip(op.inputs, shapes):
+        documented = _dims(spec.doc)
+        if documented is None or dims is None:
+            continue
+        if "..." in documented:
+            lead = len(dims) - (len(documented) - 1)
+            symbols.setdefault("...", dims[:lead])
+            documented = [d for d in documented if d != "..."]
+            dims = dims[lead:]
+        if len(documented) != len(dims):
+            continue  # the kernel reports the rank; inference just learns nothing
+        for name, dim in zip(documented, dims):
+            if _IDENTIFIER.match(name) and (dim.HasField("dim_value") or dim.HasField("dim_param")):
+                symbols.setdefault(name, dim)
+    return symbols
+
+
+def _output_dims(rule: list[str], symbols: dict[str, Any], attribute: Callable[[str], int | None]) -> list | None:
+    """The dims of an output whose shape rule is ``rule``, or None when its rank is unknown
+    (a "..." whose input has no shape). An unbound symbol (NMS's K) is an unknown dim."""
+    import onnx
+
+    dims = []
+    for name in rule:
+        if name == "...":
+            if "..." not in symbols:
+                return None
+            dims.extend(symbols["..."])
+            continue
+        dim = onnx.TensorShapeProto.Dimension()
+        value = int(name) if name.isdigit() else attribute(name)
+        if value is not None:
+            dim.dim_value = value
+        elif name in symbols:
+            dim.CopyFrom(symbols[name])
+        dims.append(dim)
+    return dims
+
+
 def _infer(op: OpInfo) -> Callable[[Any], None]:
+    import numpy as np
     import onnx
 
     rules = [shape_rule(op, i) for i in range(len(op.outputs))]
@@ -81,71 +125,32 @@ def _infer(op: OpInfo) -> Callable[[Any], None]:
             t = ctx.get_input_type(i) if ctx.has_input(i) else None
             known = t is not None and t.HasField("tensor_type") and t.tensor_type.HasField("shape")
             shapes.append(list(t.tensor_type.shape.dim) if known else None)
-        symbols: dict[str, Any] = {}
-        for spec, dims in zip(op.inputs, shapes):
-            documented = _dims(spec.doc)
-            if documented is None or dims is None:
-                continue
-            if "..." in documented:
-                lead = len(dims) - (len(documented) - 1)
-                symbols.setdefault("...", dims[:lead])
-                documented = [d for d in documented if d != "..."]
-                dims = dims[lead:]
-            if len(documented) != len(dims):
-                continue  # the kernel reports the rank; inference just learns nothing
-            for name, dim in zip(documented, dims):
-                if _IDENTIFIER.match(name) and (dim.HasField("dim_value") or dim.HasField("dim_param")):
-                    symbols.setdefault(name, dim)
+        symbols = _bind_symbols(op, shapes)
 
         def attribute(name: str) -> int | None:
+            """An int attribute's value (the schema's default when absent); None: not an attribute."""
+            if name not in attribute_defaults:
+                return None
             try:
                 return ctx.get_attribute(name).i
             except Exception:  # absent: the schema's default
-                default = attribute_defaults.get(name)
+                default = attribute_defaults[name]
                 return int(default) if default else None
 
         for index, (spec, rule) in enumerate(zip(op.outputs, rules)):
+            out = onnx.TypeProto()
             if len(spec.types) > 1 and type_param is not None:
                 source = ctx.get_input_type(type_param)
-                elem_type = source.tensor_type.elem_type if source is not None else 0
+                out.tensor_type.elem_type = source.tensor_type.elem_type if source is not None else 0
             else:
-                elem_type = {"float32": 1, "float64": 11, "float16": 10, "int64": 7}[spec.types[0]]
-            out = onnx.TypeProto()
-            out.tensor_type.elem_type = elem_type
-            shape = out.tensor_type.shape
-            if rule is None:
-                if not shapes or shapes[0] is None:
-                    ctx.set_output_type(index, _unshaped(out))
-                    continue
-                shape.dim.extend(shapes[0])
-            else:
-                for name in rule:
-                    if name == "...":
-                        if "..." not in symbols:
-                            break
-                        shape.dim.extend(symbols["..."])
-                        continue
-                    dim = shape.dim.add()
-                    if name.isdigit():
-                        dim.dim_value = int(name)
-                    elif any(a.name == name for a in op.attributes):
-                        value = attribute(name)
-                        if value is not None:
-                            dim.dim_value = value
-                    elif name in symbols:
-                        dim.CopyFrom(symbols[name])
-                else:
-                    ctx.set_output_type(index, out)
-                    continue
-                out = _unshaped(out)  # "..." with an input of unknown shape: rank unknown
+                out.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(spec.types[0]))
+            dims = (shapes[0] if shapes else None) if rule is None else _output_dims(rule, symbols, attribute)
+            if dims is not None:
+                out.tensor_type.shape.SetInParent()  # rank 0 has a shape too: an empty one
+                out.tensor_type.shape.dim.extend(dims)
             ctx.set_output_type(index, out)
 
     return infer
-
-
-def _unshaped(t: Any) -> Any:
-    t.tensor_type.ClearField("shape")
-    return t
 
 
 def make_schema(op: OpInfo) -> onnx.defs.OpSchema:
