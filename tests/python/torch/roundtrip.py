@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -21,11 +22,13 @@ def export(
     module: torch.nn.Module,
     args: tuple[torch.Tensor, ...],
     exporter: str,
-    dynamic_dims: Sequence[dict[int, str]] | None = None,
+    dynamic_dims: Sequence[dict[int, str] | None] | None = None,
+    **export_options: Any,
 ) -> onnx.ModelProto:
     """Exports ``module`` with ``exporter`` ("torchscript" or "dynamo") to an in-memory model.
 
     ``dynamic_dims[i]`` maps dimensions of input i to names; those stay symbolic.
+    ``export_options`` go to ``ortops.torch.export`` (e.g. ``torchvision=True``).
     """
     names = [f"input{i}" for i in range(len(args))]
     with warnings.catch_warnings():
@@ -34,14 +37,21 @@ def export(
             buffer = io.BytesIO()
             axes = {names[i]: dims for i, dims in enumerate(dynamic_dims or []) if dims}
             ortops.torch.export(
-                module, args, buffer, dynamo=False, input_names=names, dynamic_axes=axes or None, opset_version=17
+                module,
+                args,
+                buffer,
+                dynamo=False,
+                input_names=names,
+                dynamic_axes=axes or None,
+                opset_version=17,
+                **export_options,
             )
             return onnx.load_from_string(buffer.getvalue())
         shapes = None
         if dynamic_dims:
             shapes = tuple({d: torch.export.Dim.DYNAMIC for d in dims} if dims else None for dims in dynamic_dims)
         program = ortops.torch.export(
-            module, args, dynamo=True, input_names=names, dynamic_shapes=shapes, verbose=False
+            module, args, dynamo=True, input_names=names, dynamic_shapes=shapes, verbose=False, **export_options
         )
         return program.model_proto
 

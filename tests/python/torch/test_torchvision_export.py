@@ -7,8 +7,6 @@ and ONNX Runtime's results must equal eager torchvision's.
 from __future__ import annotations
 
 import contextlib
-import io
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from unittest import mock
 
@@ -24,6 +22,7 @@ import ortops
 import ortops.torch
 import ortops.torch.torchvision as ortops_tv
 
+import roundtrip
 from roundtrip import EXPORTERS, run_onnx
 
 # The standard ONNX ops that the switch replaces.
@@ -63,36 +62,7 @@ def export(
     torchvision_ops: bool = True,
 ) -> onnx.ModelProto:
     """Exports ``module`` through ``ortops.torch.export`` with the torchvision switch."""
-    names = [f"input{i}" for i in range(len(args))]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if exporter == "torchscript":
-            buffer = io.BytesIO()
-            axes = {names[i]: dims for i, dims in enumerate(dynamic_dims or []) if dims}
-            ortops.torch.export(
-                module,
-                args,
-                buffer,
-                dynamo=False,
-                torchvision=torchvision_ops,
-                input_names=names,
-                dynamic_axes=axes or None,
-                opset_version=17,
-            )
-            return onnx.load_from_string(buffer.getvalue())
-        shapes = None
-        if dynamic_dims:
-            shapes = tuple({d: torch.export.Dim.DYNAMIC for d in dims} if dims else None for dims in dynamic_dims)
-        program = ortops.torch.export(
-            module,
-            args,
-            dynamo=True,
-            torchvision=torchvision_ops,
-            input_names=names,
-            dynamic_shapes=shapes,
-            verbose=False,
-        )
-        return program.model_proto
+    return roundtrip.export(module, args, exporter, dynamic_dims, torchvision=torchvision_ops)
 
 
 def run_by_name(model: onnx.ModelProto, args: Sequence[torch.Tensor]) -> list[np.ndarray]:
