@@ -19,18 +19,6 @@ int64_t NumElements(const Shape& shape) {
 
 namespace {
 
-const char* TypeName(ONNXTensorElementDataType type) {
-  switch (type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return "float32";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "float64";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return "float16";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return "bfloat16";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return "int64";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return "int32";
-    default: return "another type";
-  }
-}
-
 // True if the call succeeded; a failure status is released.
 bool TryStatus(OrtStatus* status) {
   if (status == nullptr) return true;
@@ -38,20 +26,10 @@ bool TryStatus(OrtStatus* status) {
   return false;
 }
 
-const char* AttrTypeName(AttrType type) {
-  switch (type) {
-    case AttrType::kInt: return "int";
-    case AttrType::kFloat: return "float";
-    case AttrType::kString: return "string";
-    case AttrType::kInts: return "ints";
-  }
-  return "?";
-}
-
-// The number of values the node's array attribute `name` holds when read as T, or -1 if it
+// The number of values the node's array attribute `name` holds as `read` reads it, or -1 if it
 // cannot be read as an array. ONNX Runtime's array reads check neither the attribute's type
 // nor that it is an array: an INT or FLOATS attribute reads as zero int64 values.
-template <typename T, typename ReadArray>
+template <typename ReadArray>
 int64_t ArraySize(const OrtKernelInfo* info, const char* name, ReadArray read) {
   size_t size = 0;
   if (!TryStatus(read(info, name, nullptr, &size))) return -1;
@@ -71,8 +49,8 @@ const char* StoredAttrType(const OrtKernelInfo* info, const char* name) {
   if (TryStatus(Api().KernelInfoGetAttribute_float(info, name, &float_value))) return "float";
   size_t size = 0;
   if (TryStatus(Api().KernelInfoGetAttribute_string(info, name, nullptr, &size))) return "string";
-  const int64_t ints = ArraySize<int64_t>(info, name, Api().KernelInfoGetAttributeArray_int64);
-  const int64_t floats = ArraySize<float>(info, name, Api().KernelInfoGetAttributeArray_float);
+  const int64_t ints = ArraySize(info, name, Api().KernelInfoGetAttributeArray_int64);
+  const int64_t floats = ArraySize(info, name, Api().KernelInfoGetAttributeArray_float);
   if (ints > 0) return "ints";
   if (floats > 0) return "floats";
   if (ints == 0 || floats == 0) return kEmptyList;
@@ -193,7 +171,8 @@ const OrtValue* KernelIO::RawInput(size_t index, ONNXTensorElementDataType type,
   }
   Api().ReleaseTensorTypeAndShapeInfo(info);
   ThrowOnError(status);
-  Check(actual == type, "input '", InputName(index), "' must be ", TypeName(type), ", got ", TypeName(actual));
+  Check(actual == type, "input '", InputName(index), "' must be ", ElementTypeName(type), ", got ",
+        ElementTypeName(actual));
   Check(rank < 0 || dims == static_cast<size_t>(rank), "input '", InputName(index), "' must have rank ", rank,
         ", got shape ", ShapeText{shape});
   return value;

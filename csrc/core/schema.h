@@ -47,6 +47,19 @@ constexpr ONNXTensorElementDataType Resolve(ElemType type) {
   return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 }
 
+// The name of an element type in error messages, the manifest and the docs.
+constexpr const char* ElementTypeName(ONNXTensorElementDataType type) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return "float32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "float64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return "float16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return "bfloat16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return "int64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return "int32";
+    default: return "another type";
+  }
+}
+
 struct IoSpec {
   std::string_view name;
   ElemType type;
@@ -57,6 +70,17 @@ struct IoSpec {
 };
 
 enum class AttrType { kInt, kFloat, kString, kInts };
+
+// The name of an attribute type, as the manifest, the docs and error messages write it.
+constexpr const char* AttrTypeName(AttrType type) {
+  switch (type) {
+    case AttrType::kInt: return "int";
+    case AttrType::kFloat: return "float";
+    case AttrType::kString: return "string";
+    case AttrType::kInts: return "ints";
+  }
+  return "?";
+}
 
 struct AttrSpec {
   std::string_view name;

@@ -28,31 +28,12 @@ std::string Quote(std::string_view text) {
   return out + "\"";
 }
 
-const char* TypeName(ONNXTensorElementDataType type) {
-  switch (type) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return "float32";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "float64";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return "float16";
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return "int64";
-    default: return "other";
-  }
-}
-
-const char* AttrTypeName(ortops::AttrType type) {
-  switch (type) {
-    case ortops::AttrType::kInt: return "int";
-    case ortops::AttrType::kFloat: return "float";
-    case ortops::AttrType::kString: return "string";
-    case ortops::AttrType::kInts: return "ints";
-  }
-  return "?";
-}
-
 // The element types each input (or output) accepts over all kernels of the op, in kernel order.
 std::string Types(const std::vector<ortops::OpPtr>& ops, size_t index, bool input) {
   std::vector<std::string> names;
   for (const auto& op : ops) {
-    std::string name = TypeName(input ? op->GetInputType(op.get(), index) : op->GetOutputType(op.get(), index));
+    std::string name =
+        ortops::ElementTypeName(input ? op->GetInputType(op.get(), index) : op->GetOutputType(op.get(), index));
     bool seen = false;
     for (const auto& n : names) seen |= n == name;
     if (!seen) names.push_back(name);
@@ -103,7 +84,7 @@ int main() {
     for (size_t i = 0; i < def.schema->attributes.size(); ++i) {
       const AttrSpec& a = def.schema->attributes[i];
       std::cout << (i ? "," : "") << "\n        {\"name\": " << Quote(a.name) << ", \"type\": \""
-                << AttrTypeName(a.type)
+                << ortops::AttrTypeName(a.type)
                 << "\", \"default\": " << (a.default_value.empty() ? std::string("null") : Quote(a.default_value))
                 << ", \"doc\": " << Quote(a.doc) << "}";
     }
