@@ -50,6 +50,8 @@ def _section(group: list[ortops.OpInfo], torch_ops: dict[str, ortops.torch.Expor
         "",
     ]
     lines += [main.doc, ""]
+    if main.differences:
+        lines += [f"**Differences from the original:** {main.differences}", ""]
     lines += _io_table("Inputs", main.inputs)
     if main.attributes:
         lines += ["**Attributes**", "", "| name | type | default | meaning |", "|---|---|---|---|"]

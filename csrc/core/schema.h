@@ -15,7 +15,7 @@ namespace ortops {
 
 // Element type of an input or output. kTypeParam stands for the kernel's element type T,
 // so one schema serves the float, double (and float16) kernels of an op.
-enum class ElemType { kTypeParam, kFloat, kDouble, kInt64 };
+enum class ElemType { kTypeParam, kFloat, kDouble, kInt64, kInt32 };
 
 template <typename T>
 constexpr ONNXTensorElementDataType OnnxType();
@@ -36,6 +36,11 @@ constexpr ONNXTensorElementDataType OnnxType<int64_t>() {
   return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
 }
 
+template <>
+constexpr ONNXTensorElementDataType OnnxType<int32_t>() {
+  return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+}
+
 template <typename T>
 constexpr ONNXTensorElementDataType Resolve(ElemType type) {
   switch (type) {
@@ -43,6 +48,7 @@ constexpr ONNXTensorElementDataType Resolve(ElemType type) {
     case ElemType::kFloat: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
     case ElemType::kDouble: return ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
     case ElemType::kInt64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+    case ElemType::kInt32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
   }
   return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
 }
@@ -95,6 +101,9 @@ struct OpSchema {
   std::span<const IoSpec> inputs;
   std::span<const IoSpec> outputs;
   std::span<const AttrSpec> attributes;
+  // For ops that reproduce another runtime's node (TensorRT plugins, mmdeploy's nodes): where
+  // ortops deliberately differs from the original, in Markdown; empty when it does not.
+  std::string_view differences = {};
 };
 
 }  // namespace ortops

@@ -77,6 +77,7 @@ int main() {
     }
     std::cout << "      \"kernel\": " << Quote(kernel) << ",\n";
     std::cout << "      \"doc\": " << Quote(def.schema->doc) << ",\n";
+    std::cout << "      \"differences\": " << Quote(def.schema->differences) << ",\n";
     WriteIo("inputs", def.schema->inputs, ops, true);
     std::cout << ",\n";
     WriteIo("outputs", def.schema->outputs, ops, false);

@@ -48,7 +48,7 @@ _LIBRARY_NAME = "libortops.so"
 _MANIFEST_NAME = "ortops_ops.json"
 
 #: The custom domains the library registers, each at opset version 1.
-DOMAINS: tuple[str, ...] = ("ortops", "mmcv", "mmdeploy")
+DOMAINS: tuple[str, ...] = ("ortops", "mmcv", "mmdeploy", "TRT")
 
 
 def get_library_path() -> str:
@@ -107,6 +107,8 @@ class OpInfo:
     compat: bool
     kernel: str  # rows with the same kernel are one op under several names
     doc: str
+    # Where the kernel deliberately differs from the runtime that defined the node (empty if not).
+    differences: str
     inputs: tuple[InputInfo, ...]
     outputs: tuple[InputInfo, ...]
     attributes: tuple[AttributeInfo, ...]
@@ -135,6 +137,7 @@ def ops() -> tuple[OpInfo, ...]:
             compat=op["compat"],
             kernel=op["kernel"],
             doc=op["doc"],
+            differences=op["differences"],
             inputs=tuple(_io(i) for i in op["inputs"]),
             outputs=tuple(_io(o) for o in op["outputs"]),
             attributes=tuple(AttributeInfo(a["name"], a["type"], a["default"], a["doc"]) for a in op["attributes"]),
