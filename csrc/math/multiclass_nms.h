@@ -1,0 +1,143 @@
+// Multi-class NMS with a fixed number of outputs per image: the selection behind ortops'
+// BatchedNMS, TensorRT's EfficientNMS_TRT / BatchedNMS_TRT and mmdeploy's TRTBatchedNMS.
+//
+// Per image, every (box, class) whose score passes the score threshold is a candidate
+// (the background class never is). Candidates are grouped per class (or all in one group
+// when class-agnostic); in each group the best `pre_topk` enter a greedy NMS in score order;
+// the image's output is then the best `max_output` kept candidates over all groups.
+//
+// One total order is used everywhere: score descending, then box index, then class
+// ascending, so every result is deterministic and independent of the thread count. Greedy
+// NMS within a group only ever looks at higher-ranked candidates, so a group stops as soon
+// as it has kept `max_output` (no later candidate of it can reach the output), and the
+// candidates are sorted a chunk at a time, so that a group that fills up early never sorts
+// its tail. Nodes differ only in their score test, IoU arithmetic, box decoding and output
+// encoding, which they pass in.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include "core/kernel_io.h"
+
+namespace ortops {
+
+template <typename T>
+struct NmsCandidate {
+  T score;
+  int32_t box;
+  int32_t cls;
+};
+
+// The order of the output: score descending, then box, then class ascending.
+template <typename T>
+inline bool RanksBefore(const NmsCandidate<T>& a, const NmsCandidate<T>& b) {
+  if (a.score != b.score) return a.score > b.score;
+  if (a.box != b.box) return a.box < b.box;
+  return a.cls < b.cls;
+}
+
+struct MulticlassNmsConfig {
+  int64_t background_class = -1;  // never a candidate; -1 (or any id outside [0, C)): none
+  int64_t pre_topk = -1;          // per group, the best this many enter NMS; negative: all
+  int64_t max_output = 0;         // per image
+  bool class_agnostic = false;    // one group per image instead of one per class
+};
+
+// Runs the selection over `batch` images of `num_boxes` boxes and `num_classes` classes.
+//   passes(score) -> bool                  the score test (threshold, strict or not; false for NaN)
+//   score_at(b, n, c) -> T                 the score of box n for class c in image b
+//   suppresses(b, kept, candidate) -> bool whether a kept candidate suppresses a later one
+//                                          (called only for candidates of the same group)
+//   emit(b, std::span<const NmsCandidate<T>>) receives image b's output, in output order
+// num_boxes and num_classes must be below 2^31 (callers check); emit runs once per image,
+// possibly on several threads at once for different images.
+template <typename T, typename Passes, typename ScoreAt, typename Suppresses, typename Emit>
+void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes,
+                   int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Suppresses&& suppresses, Emit&& emit) {
+  using Candidate = NmsCandidate<T>;
+  const int64_t groups = config.class_agnostic ? 1 : num_classes;
+  const auto limit = static_cast<size_t>(std::max<int64_t>(config.max_output, 0));
+
+  // Greedy NMS of one group's candidates, in place: the kept ones end up at the front, in
+  // order; returns how many. Sorts a growing chunk at a time.
+  auto select_group = [&](int64_t b, std::span<Candidate> candidates) -> size_t {
+    size_t size = candidates.size();
+    if (config.pre_topk >= 0) size = std::min(size, static_cast<size_t>(config.pre_topk));
+    const auto first = candidates.begin();
+    size_t kept = 0, sorted = 0, chunk = std::max<size_t>(2 * limit, 64);
+    for (size_t next = 0; next < size && kept < limit; ++next) {
+      if (next == sorted) {
+        const size_t end = std::min(size, sorted + chunk);
+        // Partition the best `end` of all candidates (not only of the first `size`: the
+        // pre-top-k are the best ones), then sort the new chunk.
+        if (end < candidates.size()) std::nth_element(first + sorted, first + end, candidates.end(), RanksBefore<T>);
+        std::sort(first + sorted, first + end, RanksBefore<T>);
+        sorted = end;
+        chunk *= 2;
+      }
+      const Candidate candidate = candidates[next];
+      bool suppressed = false;
+      for (size_t k = 0; k < kept && !suppressed; ++k) suppressed = suppresses(b, candidates[k], candidate);
+      if (!suppressed) candidates[kept++] = candidate;
+    }
+    return kept;
+  };
+
+  // One image: bucket the candidates by group, select each group (in parallel when asked),
+  // merge the kept ones.
+  auto select_image = [&](int64_t b, bool parallel_groups) {
+    ScratchVector<int64_t> group_start = io.Vector<int64_t>(static_cast<size_t>(groups) + 1);
+    auto group_of = [&](int64_t c) { return config.class_agnostic ? int64_t{0} : c; };
+    for (int64_t n = 0; n < num_boxes; ++n) {
+      for (int64_t c = 0; c < num_classes; ++c) {
+        if (c != config.background_class && passes(score_at(b, n, c))) ++group_start[group_of(c) + 1];
+      }
+    }
+    for (int64_t g = 0; g < groups; ++g) group_start[g + 1] += group_start[g];
+    ScratchVector<Candidate> candidates(static_cast<size_t>(group_start[groups]), Candidate{}, io.Allocator<Candidate>());
+    ScratchVector<int64_t> fill(group_start.begin(), group_start.end() - 1, io.Allocator<int64_t>());
+    for (int64_t n = 0; n < num_boxes; ++n) {
+      for (int64_t c = 0; c < num_classes; ++c) {
+        const T score = score_at(b, n, c);
+        if (c != config.background_class && passes(score)) {
+          candidates[fill[group_of(c)]++] = Candidate{score, static_cast<int32_t>(n), static_cast<int32_t>(c)};
+        }
+      }
+    }
+
+    ScratchVector<size_t> kept = io.Vector<size_t>(static_cast<size_t>(groups));
+    auto run_group = [&](size_t g) {
+      std::span<Candidate> group(candidates.data() + group_start[g], candidates.data() + group_start[g + 1]);
+      kept[g] = select_group(b, group);
+    };
+    if (parallel_groups) {
+      io.ParallelFor(static_cast<size_t>(groups), run_group);
+    } else {
+      for (size_t g = 0; g < static_cast<size_t>(groups); ++g) run_group(g);
+    }
+
+    // Gather the kept candidates of every group to the front, then order the best `limit`.
+    size_t total = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      const Candidate* group = candidates.data() + group_start[g];
+      std::copy(group, group + kept[g], candidates.begin() + static_cast<int64_t>(total));
+      total += kept[g];
+    }
+    const size_t count = std::min(total, limit);
+    std::partial_sort(candidates.begin(), candidates.begin() + static_cast<int64_t>(count),
+                      candidates.begin() + static_cast<int64_t>(total), RanksBefore<T>);
+    emit(b, std::span<const Candidate>(candidates.data(), count));
+  };
+
+  // A single image with several classes parallelises over its classes; otherwise over images.
+  if (batch == 1 && groups > 1) {
+    select_image(0, true);
+  } else {
+    io.ParallelFor(static_cast<size_t>(batch), [&](size_t b) { select_image(static_cast<int64_t>(b), false); });
+  }
+}
+
+}  // namespace ortops
