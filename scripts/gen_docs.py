@@ -57,7 +57,8 @@ def _section(group: list[ortops.OpInfo], torch_ops: dict[str, ortops.torch.Expor
         lines += ["**Attributes**", "", "| name | type | default | meaning |", "|---|---|---|---|"]
         for a in main.attributes:
             default = "required" if a.default is None else f"`{a.default}`"
-            lines.append(f"| `{a.name}` | {a.type} | {default} | {_cell(a.doc)} |")
+            kind = f"{a.type} (or ints of one value)" if a.also_ints_of_one else a.type
+            lines.append(f"| `{a.name}` | {kind} | {default} | {_cell(a.doc)} |")
         lines.append("")
     lines += _io_table("Outputs", main.outputs)
     exported = torch_ops.get(main.name) if main.domain == ortops.torch.DOMAIN else None
@@ -90,7 +91,8 @@ def render() -> str:
         "Load the library into any ONNX Runtime from 1.17 on: `ortops.session_options()` in Python,",
         "or `register_custom_ops_library(ortops.get_library_path())`; from C++, Java or Node, register",
         "`libortops.so` with the runtime's `RegisterCustomOpsLibrary`. Domains: `ortops` (these clean",
-        "names), `mmcv` and `mmdeploy` (the names existing exported files use), each at opset version 1.",
+        "names), `mmcv`, `mmdeploy` and `TRT` (the names existing exported files use; `TRT` holds",
+        "TensorRT's plugin nodes), each at opset version 1.",
         "",
         "| op | registered as | PyTorch |",
         "|---|---|---|",

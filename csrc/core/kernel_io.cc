@@ -79,6 +79,12 @@ void Attributes::CheckTypes() const {
     const char* stored = StoredAttrType(info_, name.c_str());
     if (stored == nullptr || stored == std::string_view(AttrTypeName(spec.type))) continue;
     if (stored == kEmptyList && spec.type == AttrType::kInts) continue;
+    if (spec.also_ints_of_one && (stored == std::string_view("ints") || stored == kEmptyList)) {
+      const int64_t size = ArraySize(info_, name.c_str(), Api().KernelInfoGetAttributeArray_int64);
+      Check(size == 1, "attribute '", name, "' must be of type int, got ints holding ", size,
+            " values (ints holding one value are read as that int)");
+      continue;
+    }
     Fail("attribute '", name, "' must be of type ", AttrTypeName(spec.type), ", got ", stored);
   }
 }
@@ -102,6 +108,12 @@ int64_t Attributes::Int(std::string_view name) const {
   const AttrSpec& spec = Spec(name, AttrType::kInt);
   int64_t value = 0;
   if (TryStatus(Api().KernelInfoGetAttribute_int64(info_, spec.name.data(), &value))) return value;
+  if (spec.also_ints_of_one) {
+    size_t size = 1;  // CheckTypes has made sure that an INTS attribute holds one value
+    if (TryStatus(Api().KernelInfoGetAttributeArray_int64(info_, spec.name.data(), &value, &size)) && size == 1) {
+      return value;
+    }
+  }
   RequireDefault(spec);
   return ParseInts(spec.default_value).at(0);
 }

@@ -94,6 +94,9 @@ struct AttrSpec {
   // Default as written in an ONNX file ("0.5", "avg", "1,1"); empty means required.
   std::string_view default_value;
   std::string_view doc;
+  // kInt only: also accepted stored as INTS holding exactly one value, which some exporters
+  // write for an int (yolov7 passes Python tuples such as `(-1,)` to TorchScript's g.op).
+  bool also_ints_of_one = false;
 };
 
 struct OpSchema {

@@ -87,6 +87,7 @@ int main() {
       std::cout << (i ? "," : "") << "\n        {\"name\": " << Quote(a.name) << ", \"type\": \""
                 << ortops::AttrTypeName(a.type)
                 << "\", \"default\": " << (a.default_value.empty() ? std::string("null") : Quote(a.default_value))
+                << ", \"also_ints_of_one\": " << (a.also_ints_of_one ? "true" : "false")
                 << ", \"doc\": " << Quote(a.doc) << "}";
     }
     std::cout << "\n      ]\n    }";

@@ -88,12 +88,17 @@ class InputInfo:
 
 @dataclass(frozen=True)
 class AttributeInfo:
-    """An attribute: name, ONNX type (int, float, string, ints), default (None: required)."""
+    """An attribute: name, ONNX type (int, float, string, ints), default (None: required).
+
+    ``also_ints_of_one``: an int attribute that the op also accepts stored as ints holding
+    one value (as yolov7 writes some TensorRT plugin attributes).
+    """
 
     name: str
     type: str
     default: str | None
     doc: str
+    also_ints_of_one: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,7 +145,10 @@ def ops() -> tuple[OpInfo, ...]:
             differences=op["differences"],
             inputs=tuple(_io(i) for i in op["inputs"]),
             outputs=tuple(_io(o) for o in op["outputs"]),
-            attributes=tuple(AttributeInfo(a["name"], a["type"], a["default"], a["doc"]) for a in op["attributes"]),
+            attributes=tuple(
+                AttributeInfo(a["name"], a["type"], a["default"], a["doc"], a.get("also_ints_of_one", False))
+                for a in op["attributes"]
+            ),
         )
         for op in data["ops"]
     )

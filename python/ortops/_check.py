@@ -229,6 +229,8 @@ class _Checker:
             if attribute.ref_attr_name:
                 continue  # inside a function, bound by the caller: type known only there
             actual = attribute.type
+            if spec.also_ints_of_one and actual == _ATTRIBUTE_TYPES["ints"] and len(attribute.ints) == 1:
+                continue  # an int written as a one-value list (yolov7's TensorRT NMS attributes)
             if actual != _ATTRIBUTE_TYPES[spec.type]:
                 actual_name = _ATTRIBUTE_TYPE_NAMES.get(actual, f"type {actual}")
                 if actual == 0:  # UNDEFINED: old writers left the type out; name what is set
@@ -333,7 +335,7 @@ def check_model(model: ModelLike) -> list[ModelProblem]:
     found, in graph order (an empty list: every custom node is one ortops runs):
 
     - ``unknown-op``: an op in a custom domain that ortops does not register (e.g. a
-      TensorRT plugin such as ``TRT::EfficientNMS_TRT``, or a misspelled op name);
+      TensorRT plugin such as ``TRT::PyramidROIAlign_TRT``, or a misspelled op name);
     - ``unknown-attribute``: an attribute the op does not have. ONNX Runtime gives a custom
       op no way to list a node's attribute names, so the kernel cannot notice one; this is
       the only place where a misspelled ``iou_treshold`` (whose value the op would silently

@@ -37,6 +37,7 @@ def _onnx_type(name: str) -> str:
         "float64": "tensor(double)",
         "float16": "tensor(float16)",
         "int64": "tensor(int64)",
+        "int32": "tensor(int32)",
     }[name]
 
 

@@ -20,7 +20,7 @@ from ortest import IR_VERSION, make_model
 _VALUES = {"int": 1, "float": 0.5, "string": "avg", "ints": [1, 1], "floats": [0.5, 0.5]}
 # Valid values for required attributes, so that only the attribute under test is wrong.
 _REQUIRED = {"num_groups": 1}
-_NUMPY = {"float32": np.float32, "float64": np.float64, "int64": np.int64}
+_NUMPY = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32}
 
 
 def _cases() -> list[tuple[ortops.OpInfo, ortops.AttributeInfo, str]]:
