@@ -1,8 +1,10 @@
 // Intersection over union of axis-aligned boxes, with the arithmetic of mmcv and
-// torchvision (same operation order, so float results agree to the last bit).
+// torchvision (same operation order, so float results agree to the last bit), of mmdeploy's
+// NMSMatch and of TensorRT's NMS plugins.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 
 namespace ortops {
 
@@ -52,4 +54,102 @@ inline float MatchIoU(const T* a, const T* b) {
   return static_cast<float>(static_cast<double>(inter) / (static_cast<double>(area_a + area_b - inter) + 1e-10));
 }
 
+}  // namespace ortops
+
+namespace ortops {
+
+// IoU as TensorRT's EfficientNMS_TRT plugin computes it (efficientNMSInference.cu/.cuh), in
+// float. A box is four corner coordinates (v0, v1, v2, v3): (v0, v2) on one axis, (v1, v3) on
+// the other (the plugin calls them y1, x1, y2, x2 but treats x-first boxes alike). Each
+// comparison is written as the original's, so NaN takes the same branches.
+namespace trt_efficient_nms {
+
+// Puts each axis's pair in increasing order, by the plugin's arithmetic swap
+// (lo = lo - hi; hi = lo + hi; lo = hi - lo), which in float is not always an exact swap.
+inline void ReorderCorners(float* box) {
+  auto order = [](float& lo, float& hi) {
+    if (lo > hi) {
+      lo = lo - hi;
+      hi = lo + hi;
+      lo = hi - lo;
+    }
+  };
+  order(box[0], box[2]);
+  order(box[1], box[3]);
+}
+
+// 0 for a box without positive extent on both axes.
+inline float CornerArea(const float* box) {
+  const float extent_0 = box[2] - box[0];
+  const float extent_1 = box[3] - box[1];
+  if (extent_0 <= 0.0f) return 0.0f;
+  if (extent_1 <= 0.0f) return 0.0f;
+  return extent_0 * extent_1;
+}
+
+// IoU of two reordered boxes given their CornerArea: 0 when the intersection or the union
+// is not positive. The plugin passes the lower-ranked box first; with NaN the order matters.
+inline float IoU(const float* a, float area_a, const float* b, float area_b) {
+  const float intersection[4] = {a[0] > b[0] ? a[0] : b[0], a[1] > b[1] ? a[1] : b[1], a[2] < b[2] ? a[2] : b[2],
+                                 a[3] < b[3] ? a[3] : b[3]};
+  const float intersection_area = CornerArea(intersection);
+  if (intersection_area <= 0.0f) return 0.0f;
+  const float union_area = area_a + area_b - intersection_area;
+  if (union_area <= 0.0f) return 0.0f;
+  return intersection_area / union_area;
+}
+
+}  // namespace trt_efficient_nms
+
+// IoU as TensorRT's BatchedNMS_TRT plugin computes it (allClassNMS.cu), in float. Boxes are
+// (x1, y1, x2, y2) with the corners in either order; min and max are CUDA's fminf / fmaxf,
+// which ignore a NaN operand (std::fmin / std::fmax do the same).
+namespace trt_batched_nms {
+
+// A box with its corners sorted per axis (xmin, ymin, xmax, ymax) and its size.
+struct SortedBox {
+  float corner[4];
+  float size;
+};
+
+// `pixel_sizes`: not normalized, so a box's width and height each count one more pixel.
+// (The original adds this 1 to the sizes whenever the boxes are not normalized; to the
+// intersection only with Caffe semantics as well.)
+inline SortedBox SortBox(const float* box, bool pixel_sizes) {
+  SortedBox s;
+  s.corner[0] = std::fmin(box[0], box[2]);
+  s.corner[1] = std::fmin(box[1], box[3]);
+  s.corner[2] = std::fmax(box[0], box[2]);
+  s.corner[3] = std::fmax(box[1], box[3]);
+  if (s.corner[2] < s.corner[0] || s.corner[3] < s.corner[1]) {
+    s.size = 0.0f;
+  } else {
+    const float width = s.corner[2] - s.corner[0];
+    const float height = s.corner[3] - s.corner[1];
+    s.size = pixel_sizes ? (width + 1.0f) * (height + 1.0f) : width * height;
+  }
+  return s;
+}
+
+// `intersection_plus_one`: Caffe semantics on unnormalized boxes, where the intersection's
+// width and height get +1 (even for disjoint boxes, whose intersection is the empty box
+// [0, 0, 0, 0]: their IoU is then 1 / (size_a + size_b - 1), not 0).
+inline float IoU(const SortedBox& a, const SortedBox& b, bool intersection_plus_one) {
+  float intersection[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (!(b.corner[0] > a.corner[2] || b.corner[2] < a.corner[0] || b.corner[1] > a.corner[3] ||
+        b.corner[3] < a.corner[1])) {
+    intersection[0] = std::fmax(a.corner[0], b.corner[0]);
+    intersection[1] = std::fmax(a.corner[1], b.corner[1]);
+    intersection[2] = std::fmin(a.corner[2], b.corner[2]);
+    intersection[3] = std::fmin(a.corner[3], b.corner[3]);
+  }
+  const float plus = intersection_plus_one ? 1.0f : 0.0f;
+  const float width = intersection[2] - intersection[0] + plus;
+  const float height = intersection[3] - intersection[1] + plus;
+  if (!(width > 0.0f && height > 0.0f)) return 0.0f;
+  const float intersection_size = width * height;
+  return intersection_size / (a.size + b.size - intersection_size);
+}
+
+}  // namespace trt_batched_nms
 }  // namespace ortops
