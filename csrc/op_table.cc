@@ -13,6 +13,7 @@
 #include "ops/roi_align_rotated/roi_align_rotated.h"
 #include "ops/rotated_feature_align/rotated_feature_align.h"
 #include "ops/soft_nms/soft_nms.h"
+#include "ops/trt_efficient_nms/trt_efficient_nms.h"
 
 namespace ortops {
 namespace {
@@ -53,6 +54,8 @@ constexpr OpDef kOpTable[] = {
   {kMmcvDomain,     "MMCVDeformConv2d",          1,     kCpu,     &deform_conv::kV1Schema,         &deform_conv::MakeV1,         kCompat},
   {kOrtopsDomain,   "GroupNorm",                 1,     kCpu,     &group_norm::kSchema,            &group_norm::Make},
   {kOrtopsDomain,   "MatrixInverse",             1,     kCpu,     &matrix_inverse::kSchema,        &matrix_inverse::Make},
+  // TensorRT's plugin nodes, as TensorRT's exporters write them.
+  {kTrtDomain,      "EfficientNMS_TRT",          1,     kCpu,     &trt_efficient_nms::kSchema,     &trt_efficient_nms::Make,     kCompat},
 };
 // clang-format on
 

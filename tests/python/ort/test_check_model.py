@@ -91,7 +91,7 @@ def test_unknown_op_in_ortops_domain_suggests_the_right_name() -> None:
     assert "ortops::nms" in problem.message and "ortops::NMS" in problem.message
 
 
-@pytest.mark.parametrize("domain,op", [("TRT", "EfficientNMS_TRT"), ("com.example", "MyOp"), ("mmcv", "Foo")])
+@pytest.mark.parametrize("domain,op", [("TRT", "PyramidROIAlign_TRT"), ("com.example", "MyOp"), ("mmcv", "Foo")])
 def test_unknown_custom_ops(domain: str, op: str) -> None:
     model = make_model(op, domain, NMS_INPUTS, ["indices"])
     (problem,) = ortops.check_model(model)

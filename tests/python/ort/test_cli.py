@@ -49,12 +49,12 @@ def nms_model_file(tmp_path: Path, **attributes: object) -> Path:
 
 
 def mixed_model_file(tmp_path: Path) -> Path:
-    """Relu then mmcv::cummax along axis 1 on x [N, 5], and TRT::EfficientNMS_TRT on other inputs."""
+    """Relu then mmcv::cummax along axis 1 on x [N, 5], and TRT::PyramidROIAlign_TRT on other inputs."""
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="relu"),
         helper.make_node("cummax", ["r"], ["values", "indices"], domain="mmcv", name="cm", dim=1),
-        helper.make_node("EfficientNMS_TRT", ["boxes", "scores"], ["num", "det"], domain="TRT", name="trt"),
-        helper.make_node("EfficientNMS_TRT", ["boxes", "scores"], ["num2", "det2"], domain="TRT", name="trt2"),
+        helper.make_node("PyramidROIAlign_TRT", ["boxes", "scores"], ["num", "det"], domain="TRT", name="trt"),
+        helper.make_node("PyramidROIAlign_TRT", ["boxes", "scores"], ["num2", "det2"], domain="TRT", name="trt2"),
     ]
     graph = helper.make_graph(
         nodes,
@@ -120,17 +120,17 @@ def test_inspect_model_with_tensorrt_plugin(tmp_path) -> None:
     path = mixed_model_file(tmp_path)
     result = ortops_cli("inspect", str(path))
     assert result.returncode == 1, result.stdout + result.stderr
-    trt = next(line for line in result.stdout.splitlines() if "TRT::EfficientNMS_TRT" in line)
+    trt = next(line for line in result.stdout.splitlines() if "TRT::PyramidROIAlign_TRT" in line)
     assert "x2" in trt and "NOT IMPLEMENTED" in trt
-    assert "[unknown-op] Node trt uses TRT::EfficientNMS_TRT" in result.stdout
+    assert "[unknown-op] Node trt uses TRT::PyramidROIAlign_TRT" in result.stdout
 
     report = json.loads(ortops_cli("inspect", str(path), "--json").stdout)
     assert report["runnable"] is False
     ops = {(c["domain"], c["op_type"]): c for c in report["custom_ops"]}
-    assert set(ops) == {("mmcv", "cummax"), ("TRT", "EfficientNMS_TRT")}
+    assert set(ops) == {("mmcv", "cummax"), ("TRT", "PyramidROIAlign_TRT")}
     assert ops["mmcv", "cummax"]["implemented"] and ops["mmcv", "cummax"]["count"] == 1
     assert ops["mmcv", "cummax"]["execution_providers"] == ["CPUExecutionProvider"]
-    assert not ops["TRT", "EfficientNMS_TRT"]["implemented"] and ops["TRT", "EfficientNMS_TRT"]["count"] == 2
+    assert not ops["TRT", "PyramidROIAlign_TRT"]["implemented"] and ops["TRT", "PyramidROIAlign_TRT"]["count"] == 2
     assert [(p["node"], p["kind"]) for p in report["problems"]] == [("trt", "unknown-op"), ("trt2", "unknown-op")]
 
 
@@ -222,7 +222,7 @@ def test_run_profile_prints_a_summary_and_leaves_no_file(tmp_path) -> None:
 def test_run_refuses_model_with_unknown_ops(tmp_path) -> None:
     result = ortops_cli("run", str(mixed_model_file(tmp_path)))
     assert result.returncode == 1
-    assert "cannot run with ortops" in result.stderr and "TRT::EfficientNMS_TRT" in result.stderr
+    assert "cannot run with ortops" in result.stderr and "TRT::PyramidROIAlign_TRT" in result.stderr
     assert result.stdout == ""
 
 

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, shape_inference
 import ortops
 from ortops._schemas import shape_rule
 
-F, D, I64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64
+F, D, I64, I32 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.INT32
 HAS_INFERENCE = hasattr(onnx.defs.OpSchema, "set_type_and_shape_inference_function")
 
 # (domain, op, inputs (name, type, shape), attributes, expected outputs (type, shape));
@@ -80,6 +80,13 @@ CASES = [
         [(F, [2, 8, 3, 3, 3])],
     ),
     ("ortops", "MatrixInverse", [("x", D, [2, 3, "M", "M"])], {}, [(D, [2, 3, "M", "M"])]),
+    (
+        "TRT",
+        "EfficientNMS_TRT",
+        [("b", F, ["B", 8400, 4]), ("s", F, ["B", 8400, 80])],
+        {"max_output_boxes": 50, "background_class": [-1], "plugin_version": "1"},
+        [(I32, ["B", 1]), (F, ["B", 50, 4]), (F, ["B", 50]), (I32, ["B", 50])],
+    ),
 ]
 
 
