@@ -13,6 +13,7 @@
 #include "ops/roi_align_rotated/roi_align_rotated.h"
 #include "ops/rotated_feature_align/rotated_feature_align.h"
 #include "ops/soft_nms/soft_nms.h"
+#include "ops/trt_batched_nms/trt_batched_nms.h"
 #include "ops/trt_efficient_nms/trt_efficient_nms.h"
 
 namespace ortops {
@@ -56,6 +57,8 @@ constexpr OpDef kOpTable[] = {
   {kOrtopsDomain,   "MatrixInverse",             1,     kCpu,     &matrix_inverse::kSchema,        &matrix_inverse::Make},
   // TensorRT's plugin nodes, as TensorRT's exporters write them.
   {kTrtDomain,      "EfficientNMS_TRT",          1,     kCpu,     &trt_efficient_nms::kSchema,     &trt_efficient_nms::Make,     kCompat},
+  {kTrtDomain,      "BatchedNMSDynamic_TRT",     1,     kCpu,     &trt_batched_nms::kSchema,       &trt_batched_nms::Make,       kCompat},
+  {kTrtDomain,      "BatchedNMS_TRT",            1,     kCpu,     &trt_batched_nms::kStaticSchema, &trt_batched_nms::MakeStatic, kCompat},
 };
 // clang-format on
 

@@ -87,6 +87,22 @@ CASES = [
         {"max_output_boxes": 50, "background_class": [-1], "plugin_version": "1"},
         [(I32, ["B", 1]), (F, ["B", 50, 4]), (F, ["B", 50]), (I32, ["B", 50])],
     ),
+    (
+        "TRT",
+        "BatchedNMSDynamic_TRT",
+        [("b", F, ["B", 8400, 1, 4]), ("s", F, ["B", 8400, 80])],
+        {"shareLocation": 1, "backgroundLabelId": -1, "numClasses": 80, "topK": 1000, "keepTopK": 100}
+        | {"scoreThreshold": 0.25, "iouThreshold": 0.45},
+        [(I32, ["B", 1]), (F, ["B", 100, 4]), (F, ["B", 100]), (F, ["B", 100])],
+    ),
+    (
+        "TRT",
+        "BatchedNMS_TRT",
+        [("b", TensorProto.FLOAT16, [2, 300, 3, 4]), ("s", TensorProto.FLOAT16, [2, 300, 3])],
+        {"shareLocation": 0, "backgroundLabelId": 0, "numClasses": 3, "topK": 20, "keepTopK": 10}
+        | {"scoreThreshold": 0.25, "iouThreshold": 0.45},
+        [(I32, [2]), (TensorProto.FLOAT16, [2, 10, 4]), (TensorProto.FLOAT16, [2, 10]), (TensorProto.FLOAT16, [2, 10])],
+    ),
 ]
 
 

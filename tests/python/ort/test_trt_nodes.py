@@ -614,3 +614,302 @@ def test_yolo_exported_file_runs_unchanged(exporter: str, batch: int) -> None:
     assert_efficient_equal([num, det_boxes, det_scores, det_classes], expected)
     assert (num > 0).all() and (num < 100).all(), num.ravel()
     assert num.shape == (batch, 1) and det_boxes.shape == (batch, 100, 4)
+
+
+# --- BatchedNMS_TRT / BatchedNMSDynamic_TRT reference (allClassNMS.cu, gatherNMSOutputs.cu) ---
+
+
+def _sorted_box(box: np.ndarray, normalized: int) -> tuple[list, np.float32]:
+    v = [f32(x) for x in box]
+    s = [np.fmin(v[0], v[2]), np.fmin(v[1], v[3]), np.fmax(v[0], v[2]), np.fmax(v[1], v[3])]
+    if s[2] < s[0] or s[3] < s[1]:
+        return s, f32(0)
+    w, h = f32(s[2] - s[0]), f32(s[3] - s[1])
+    return s, f32(w * h) if normalized else f32(f32(w + f32(1)) * f32(h + f32(1)))
+
+
+def _batched_iou(kept: np.ndarray, candidate: np.ndarray, normalized: int, caffe: int) -> np.float32:
+    (a, size_a), (b, size_b) = _sorted_box(kept, normalized), _sorted_box(candidate, normalized)
+    inter = [f32(0)] * 4
+    if not (b[0] > a[2] or b[2] < a[0] or b[1] > a[3] or b[3] < a[1]):
+        inter = [np.fmax(a[0], b[0]), np.fmax(a[1], b[1]), np.fmin(a[2], b[2]), np.fmin(a[3], b[3])]
+    plus = f32(0) if normalized or not caffe else f32(1)
+    w, h = f32(f32(inter[2] - inter[0]) + plus), f32(f32(inter[3] - inter[1]) + plus)
+    if not (w > 0 and h > 0):
+        return f32(0)
+    size = f32(w * h)
+    with np.errstate(all="ignore"):
+        return f32(size / f32(f32(size_a + size_b) - size))
+
+
+def batched_nms_reference(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    shareLocation: int,  # noqa: N803 - the plugin's attribute names
+    backgroundLabelId: int,  # noqa: N803
+    numClasses: int,  # noqa: N803
+    topK: int,  # noqa: N803
+    keepTopK: int,  # noqa: N803
+    scoreThreshold: float,  # noqa: N803
+    iouThreshold: float,  # noqa: N803
+    isNormalized: int = 1,  # noqa: N803
+    clipBoxes: int = 1,  # noqa: N803
+    caffeSemantics: int = 1,  # noqa: N803
+    **_: Any,
+) -> list[np.ndarray]:
+    """Per class: scores > threshold sorted (stable), the first topK through greedy NMS
+    (IoU > threshold); then all kept sorted by score (stable over class-major order) and the
+    first keepTopK gathered; padding: box 0, score 0, class -1."""
+    batch, n = scores.shape[:2]
+    dtype = boxes.dtype
+    num = np.zeros((batch, 1), np.int32)
+    out_boxes = np.zeros((batch, keepTopK, 4), dtype)
+    out_scores = np.zeros((batch, keepTopK), dtype)
+    out_classes = np.full((batch, keepTopK), -1, dtype)
+    for b in range(batch):
+        detections = []
+        for c in range(numClasses):
+            if c == backgroundLabelId:
+                continue
+            column = 0 if shareLocation else c
+            candidates = [(f32(scores[b, i, c]), i) for i in range(n) if f32(scores[b, i, c]) > f32(scoreThreshold)]
+            candidates.sort(key=lambda t: -t[0])  # stable: lower box first on ties
+            kept: list[tuple] = []
+            for score, i in candidates[:topK]:
+                box = boxes[b, i, column].astype(np.float32)
+                if not any(
+                    _batched_iou(kbox, box, isNormalized, caffeSemantics) > f32(iouThreshold) for _, _, kbox in kept
+                ):
+                    kept.append((score, i, box))
+            detections += [(score, c, i, box) for score, i, box in kept]
+        detections.sort(key=lambda t: -t[0])  # stable: class-major, then rank within the class
+        detections = detections[:keepTopK]
+        num[b, 0] = len(detections)
+        for row, (score, c, _, box) in enumerate(detections):
+            out_boxes[b, row] = np.fmax(np.fmin(box, f32(1)), f32(0)) if clipBoxes else box
+            out_scores[b, row] = score
+            out_classes[b, row] = c
+    return [num, out_boxes, out_scores, out_classes]
+
+
+def run_batched(boxes, scores, op: str = "BatchedNMSDynamic_TRT", **attributes: Any) -> list[np.ndarray]:
+    return run(op, "TRT", {"boxes": boxes, "scores": scores}, BATCHED_OUTPUTS, **attributes)
+
+
+def batched_attributes(classes: int, **overrides: Any) -> dict[str, Any]:
+    attributes = dict(
+        shareLocation=1,
+        backgroundLabelId=-1,
+        numClasses=classes,
+        topK=12,
+        keepTopK=10,
+        scoreThreshold=0.2,
+        iouThreshold=0.45,
+        isNormalized=1,
+        clipBoxes=1,
+        caffeSemantics=1,
+    )
+    attributes.update(overrides)
+    return attributes
+
+
+@pytest.mark.parametrize("op", ["BatchedNMSDynamic_TRT", "BatchedNMS_TRT"])
+@pytest.mark.parametrize("share_location", [0, 1])
+@pytest.mark.parametrize("normalized", [0, 1])
+@pytest.mark.parametrize("caffe", [0, 1])
+@pytest.mark.parametrize("clip", [0, 1])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_batched_nms_matches_reference(op, share_location, normalized, caffe, clip, dtype) -> None:
+    rng = np.random.default_rng(share_location + 2 * normalized + 4 * caffe + 8 * clip)
+    batch, n, c = 2, 50, 4
+    boxes, scores = yolo_like(rng, batch, n, c, objects=4)
+    scores = np.sort(rng.uniform(0, 1, (batch, n, c)) ** 2, axis=None).reshape(batch, n, c)  # all distinct
+    scores = rng.permuted(scores.reshape(-1)).reshape(batch, n, c).astype(dtype)
+    if normalized:
+        boxes = boxes / 250  # mostly in [0, 1]: clipping changes a few
+    boxes = boxes[:, :, None, :] if share_location else boxes[:, :, None, :] + rng.normal(0, 1, (batch, n, c, 4))
+    boxes = boxes.astype(dtype)
+    boxes[:, ::9] = boxes[:, ::9][..., [2, 3, 0, 1]]  # corners swapped: sorted for the IoU, output as given
+    attributes = batched_attributes(
+        c,
+        shareLocation=share_location,
+        backgroundLabelId=2 if caffe else -1,
+        isNormalized=normalized,
+        clipBoxes=clip,
+        caffeSemantics=caffe,
+    )
+    got = run_batched(boxes, scores, op, **attributes)
+    expected = batched_nms_reference(boxes, scores, **attributes)
+    assert [g.dtype for g in got] == [np.int32, dtype, dtype, dtype]
+    assert got[0].shape == ((batch, 1) if op == "BatchedNMSDynamic_TRT" else (batch,))
+    np.testing.assert_array_equal(got[0].reshape(batch, 1), expected[0])
+    for g, e in zip(got[1:], expected[1:]):
+        np.testing.assert_array_equal(g, e)
+    assert (got[0] > 3).all() and (got[0] <= 10).all()
+
+
+def test_batched_nms_per_class_top_k_and_strict_comparisons() -> None:
+    boxes = np.array([[[[0, 0, 4, 1]], [[0, 0, 2, 1]], [[2, 0, 4, 1]], [[10, 10, 11, 11]]]], np.float32)
+    scores = np.array([[[0.9, 0.3], [0.8, 0.3], [0.7, 0.2], [0.6, 0.5]]], np.float32)  # IoU(0, 1) = 0.5
+    attributes = batched_attributes(2, topK=3, keepTopK=3, scoreThreshold=0.3, iouThreshold=0.5, clipBoxes=0)
+    num, out_boxes, out_scores, classes = run_batched(boxes, scores, **attributes)
+    # Class 0's top 3 are boxes 0, 1, 2 (box 3 is 4th): IoU 0.5 is not > 0.5, all kept; class 1:
+    # only box 3 is > 0.3. keepTopK 3 keeps the three best of the four.
+    assert num.tolist() == [[3]]
+    np.testing.assert_array_equal(out_scores, np.array([[0.9, 0.8, 0.7]], np.float32))
+    np.testing.assert_array_equal(classes, [[0, 0, 0]])
+    num, _, out_scores, classes = run_batched(boxes, scores, **{**attributes, "iouThreshold": 0.49, "keepTopK": 3})
+    assert num.tolist() == [[2]]
+    np.testing.assert_array_equal(out_scores, np.array([[0.9, 0.5, 0]], np.float32))
+    np.testing.assert_array_equal(classes, [[0, 1, -1]])
+
+
+def test_batched_nms_ties_come_in_class_order() -> None:
+    boxes = np.array([[[[0, 0, 1, 1]], [[5, 5, 6, 6]]]], np.float32)
+    scores = np.array([[[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]]], np.float32)
+    _, _, _, classes = run_batched(boxes, scores, **batched_attributes(3, keepTopK=6))
+    np.testing.assert_array_equal(classes, [[0, 0, 1, 1, 2, 2]])
+
+
+def test_batched_nms_caffe_semantics_makes_disjoint_pixel_boxes_overlap() -> None:
+    """With isNormalized 0 and caffeSemantics 1 the empty intersection of disjoint boxes gets
+    +1 width and height: two disjoint points have IoU 1 / (1 + 1 - 1) = 1."""
+    boxes = np.array([[[[0, 0, 0, 0]], [[1.5, 0, 1.5, 0]]]], np.float32)
+    scores = np.array([[[0.9], [0.8]]], np.float32)
+    attributes = batched_attributes(1, isNormalized=0, clipBoxes=0)
+    assert run_batched(boxes, scores, **attributes)[0].tolist() == [[1]]
+    assert run_batched(boxes, scores, **{**attributes, "caffeSemantics": 0})[0].tolist() == [[2]]
+    assert run_batched(boxes, scores, **{**attributes, "isNormalized": 1})[0].tolist() == [[2]]
+
+
+def test_batched_nms_padding_and_empty_inputs() -> None:
+    rng = np.random.default_rng(8)
+    boxes, scores = yolo_like(rng, 2, 20, 3)
+    boxes = boxes[:, :, None, :] / 250
+    num, out_boxes, out_scores, classes = run_batched(boxes, scores, **batched_attributes(3, scoreThreshold=1.0))
+    assert num.tolist() == [[0], [0]] and not out_boxes.any() and not out_scores.any() and (classes == -1).all()
+    for shape in ((0, 5, 3), (2, 0, 3)):
+        got = run_batched(
+            np.zeros((*shape[:2], 1, 4), np.float32), np.zeros(shape, np.float32), **batched_attributes(3)
+        )
+        assert [g.shape for g in got] == [(shape[0], 1), (shape[0], 10, 4), (shape[0], 10), (shape[0], 10)]
+        assert not got[0].any() and (got[3] == -1).all()
+    got = run_batched(boxes, scores, **batched_attributes(3, keepTopK=0))
+    assert [g.shape for g in got] == [(2, 1), (2, 0, 4), (2, 0), (2, 0)]
+
+
+def test_batched_nms_nan() -> None:
+    """NaN scores are never candidates; min and max ignore a NaN corner (CUDA's fminf / fmaxf)."""
+    boxes = np.array([[[[0, 0, 1, 1]], [[0, 0, 1, math.nan]], [[0, 0, 1, 0.9]], [[0, 0, 1, 1]]]], np.float32)
+    scores = np.array([[[math.nan], [0.9], [0.8], [0.7]]], np.float32)
+    attributes = batched_attributes(1, clipBoxes=0)
+    got = run_batched(boxes, scores, **attributes)
+    expected = batched_nms_reference(boxes, scores, **attributes)
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g, e)
+    # Box 1 reads as (0, 0, 1, 0), without area: IoU 0 with every box; box 2 suppresses box 3.
+    assert got[0].tolist() == [[2]]
+    np.testing.assert_array_equal(got[2], np.array([[0.9, 0.8] + [0] * 8], np.float32))
+
+
+def test_batched_nms_is_the_same_on_one_thread_and_many() -> None:
+    rng = np.random.default_rng(9)
+    for batch in (1, 3):
+        boxes, scores = yolo_like(rng, batch, 300, 6)
+        inputs = {"boxes": boxes[:, :, None, :], "scores": scores}
+        attributes = batched_attributes(6, topK=100, keepTopK=50, isNormalized=0, clipBoxes=0)
+        one = run("BatchedNMSDynamic_TRT", "TRT", inputs, BATCHED_OUTPUTS, threads=1, **attributes)
+        many = run("BatchedNMSDynamic_TRT", "TRT", inputs, BATCHED_OUTPUTS, threads=4, **attributes)
+        for a, b in zip(one, many):
+            np.testing.assert_array_equal(a, b)
+
+
+BAD_BATCHED = [
+    (
+        (2, 5, 1, 4),
+        (2, 5, 4),
+        {},
+        r"input 'scores' must have shape \[B, N, numClasses\] .*numClasses = 3, got \[2, 5, 4\]",
+    ),
+    ((2, 5, 4), (2, 5, 3), {}, r"input 'boxes' must have shape \[B, N, 1, 4\] with B = 2 and N = 5 .*got \[2, 5, 4\]"),
+    (
+        (2, 5, 1, 4),
+        (2, 5, 3),
+        {"shareLocation": 0},
+        r"input 'boxes' must have shape \[B, N, 3, 4\] .*got \[2, 5, 1, 4\]",
+    ),
+    ((2, 6, 1, 4), (2, 5, 3), {}, r"input 'boxes' must have shape \[B, N, 1, 4\] .*N = 5.*got \[2, 6, 1, 4\]"),
+    ((2, 5, 1, 4), (2, 5, 3), {"keepTopK": 13}, r"attribute 'keepTopK' must be in \[0, topK = 12\]"),
+    ((2, 5, 1, 4), (2, 5, 3), {"topK": 0}, r"attribute 'topK' must be in \[1, 2147483647\], got 0"),
+    ((2, 5, 1, 4), (2, 5, 3), {"numClasses": 0}, r"attribute 'numClasses' must be in \[1, "),
+    ((2, 5, 1, 4), (2, 5, 3), {"shareLocation": 2}, r"attribute 'shareLocation' must be 0 or 1, got 2"),
+    ((2, 5, 1, 4), (2, 5, 3), {"isNormalized": -1}, r"attribute 'isNormalized' must be 0 or 1, got -1"),
+    ((2, 5, 1, 4), (2, 5, 3), {"iouThreshold": math.nan}, r"attribute 'iouThreshold' is NaN"),
+    ((2, 5, 1, 4), (2, 5, 3), {"numClasses": None}, r"attribute 'numClasses' \(int\) is required"),
+]
+
+
+@pytest.mark.parametrize(("boxes", "scores", "overrides", "message"), BAD_BATCHED)
+def test_batched_nms_bad_inputs_are_errors(boxes, scores, overrides, message) -> None:
+    attributes = {k: v for k, v in {**batched_attributes(3), **overrides}.items() if v is not None}
+    for op in ("BatchedNMSDynamic_TRT", "BatchedNMS_TRT"):
+        with pytest.raises(Exception, match=rf"TRT\.{op}: " + message):
+            run_batched(np.zeros(boxes, np.float32), np.zeros(scores, np.float32), op, **attributes)
+
+
+def mmyolo_batched_nms_model(rng: np.random.Generator, batch: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """mmyolo's easydeploy for TensorRT 7 (projects/easydeploy/nms/trt_nms.py _batched_nms):
+    boxes unsqueezed to [B, N, 1, 4], TRT::BatchedNMSDynamic_TRT with exactly its attributes
+    (topK = min(pre_topk 1000, 4096), isNormalized 0, clipBoxes 0, scoreBits 16,
+    caffeSemantics 1), classes cast to int32 after it; the YOLOv8-style head above."""
+    model, weights = yolov8_tensorrt_model(rng, batch)
+    graph = model.graph
+    del graph.node[-1]
+    del graph.output[:4]
+    graph.node.extend(
+        [
+            helper.make_node("Unsqueeze", ["boxes"], ["boxes_4d"], axes=[2]),  # opset 11: axes attribute
+            helper.make_node(
+                "BatchedNMSDynamic_TRT",
+                ["boxes_4d", "scores"],
+                ["num_dets", "det_boxes", "det_scores", "det_classes_f"],
+                name="/BatchedNMSDynamic_TRT",
+                domain="TRT",
+                shareLocation=1,
+                plugin_version="1",
+                backgroundLabelId=-1,
+                numClasses=NUM_CLASSES,
+                topK=1000,
+                keepTopK=100,
+                scoreThreshold=0.25,
+                iouThreshold=0.65,
+                isNormalized=0,
+                clipBoxes=0,
+                scoreBits=16,
+                caffeSemantics=1,
+            ),
+            helper.make_node("Cast", ["det_classes_f"], ["labels"], to=TensorProto.INT32),
+        ]
+    )
+    head_outputs = list(graph.output)
+    del graph.output[:]
+    graph.output.extend(_exported_outputs(["num_dets", "det_boxes", "det_scores", "labels"], batch, 100))
+    graph.output.extend(head_outputs)
+    return model, weights
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_mmyolo_batched_nms_file_runs_unchanged(batch: int) -> None:
+    rng = np.random.default_rng(10 + batch)
+    model, _ = mmyolo_batched_nms_model(rng, batch)
+    onnx.checker.check_model(model)
+    assert ortops.check_model(model) == []
+    features = rng.normal(0, 1, (batch, 8, GRID, GRID)).astype(np.float32)
+    num, det_boxes, det_scores, labels, boxes, scores = session(model).run(None, {"images": features})
+    attributes = {a.name: helper.get_attribute_value(a) for a in model.graph.node[-2].attribute}
+    expected = batched_nms_reference(boxes[:, :, None, :], scores, **attributes)
+    np.testing.assert_array_equal(num, expected[0])
+    np.testing.assert_array_equal(det_boxes, expected[1])
+    np.testing.assert_array_equal(det_scores, expected[2])
+    np.testing.assert_array_equal(labels, expected[3].astype(np.int32))
+    assert labels.dtype == np.int32 and (num > 0).all()

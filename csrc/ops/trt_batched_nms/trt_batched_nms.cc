@@ -1,0 +1,253 @@
+// TensorRT's BatchedNMS_TRT and BatchedNMSDynamic_TRT plugin nodes (plugin/batchedNMSPlugin
+// with plugin/common/kernels' sortScoresPerClass, allClassNMS, sortScoresPerImage and
+// gatherNMSOutputs in NVIDIA/TensorRT up to 10.16): per-class top-k, per-class greedy NMS and
+// a fixed number of padded detections per image.
+#include "ops/trt_batched_nms/trt_batched_nms.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include "core/half.h"
+#include "math/box_iou.h"
+#include "math/multiclass_nms.h"
+
+namespace ortops::trt_batched_nms {
+namespace {
+
+constexpr IoSpec kInputs[] = {
+    {"boxes", ElemType::kTypeParam,
+     "`[B, N, L, 4]` boxes as (x1, y1, x2, y2), corners in either order (or y-first: the IoU is the same); L = 1 "
+     "with `shareLocation` 1 (one box for every class), else L = `numClasses` (one box per class)"},
+    {"scores", ElemType::kTypeParam,
+     "`[B, N, numClasses]` (or `[B, N, numClasses, 1]`) the score of each box for "
+     "each class"},
+};
+constexpr IoSpec kDynamicOutputs[] = {
+    {"num_detections", ElemType::kInt32, "`[B, 1]` the number of detections of each image"},
+    {"nmsed_boxes", ElemType::kTypeParam,
+     "`[B, keepTopK, 4]` the detections' boxes as the input gives them (clamped to [0, 1] with `clipBoxes` 1); rows "
+     "past num_detections are 0"},
+    {"nmsed_scores", ElemType::kTypeParam,
+     "`[B, keepTopK]` their scores, highest first; rows past num_detections are 0"},
+    {"nmsed_classes", ElemType::kTypeParam,
+     "`[B, keepTopK]` their classes, as floats; rows past num_detections are -1"},
+};
+constexpr IoSpec kStaticOutputs[] = {
+    {"num_detections", ElemType::kInt32, "`[B]` the number of detections of each image"},
+    kDynamicOutputs[1],
+    kDynamicOutputs[2],
+    kDynamicOutputs[3],
+};
+constexpr AttrSpec kAttributes[] = {
+    {"shareLocation", AttrType::kInt, "",
+     "1: one box per anchor for every class (`boxes` [B, N, 1, 4]); 0: one "
+     "per class"},
+    {"backgroundLabelId", AttrType::kInt, "", "a class that is never detected; -1: none"},
+    {"numClasses", AttrType::kInt, "", "the number of classes, C of `scores`"},
+    {"topK", AttrType::kInt, "", "per class, the best this many candidates enter NMS; at least 1"},
+    {"keepTopK", AttrType::kInt, "", "detections per image, at most `topK`"},
+    {"scoreThreshold", AttrType::kFloat, "",
+     "a (box, class) is a candidate when its score is strictly greater than this"},
+    {"iouThreshold", AttrType::kFloat, "",
+     "a candidate is dropped when its IoU with a kept box of its class is strictly greater than this"},
+    {"isNormalized", AttrType::kInt, "1",
+     "1: coordinates in [0, 1]; 0: pixels, so box sizes count one more pixel per side (w + 1) (h + 1)"},
+    {"clipBoxes", AttrType::kInt, "1", "1: output boxes clamped to [0, 1] (whatever `isNormalized`)"},
+    {"scoreBits", AttrType::kInt, "16", "bits of float16 scores the plugin sorts on; accepted and ignored"},
+    {"caffeSemantics", AttrType::kInt, "1",
+     "1 (with `isNormalized` 0): the intersection's width and height also count one more pixel"},
+    {"plugin_version", AttrType::kString, "1", "TensorRT's plugin version; accepted and ignored"},
+    // `""` (not empty, which would make it required): the default is the empty string.
+    {"plugin_namespace", AttrType::kString, "\"\"", "TensorRT's plugin namespace; accepted and ignored"},
+};
+
+constexpr std::string_view kDoc =
+    "TensorRT's BatchedNMS_TRT plugin (TensorRT's implicit-batch one) and BatchedNMSDynamic_TRT (the same with "
+    "dynamic shapes, which mmyolo's easydeploy writes for TensorRT 7): per-class NMS with a fixed number of "
+    "detections per image. Every (box, class) whose score is strictly greater than `scoreThreshold` (never "
+    "`backgroundLabelId`; NaN scores never) is a candidate. Per class, the best `topK` candidates (ties: lower "
+    "box first) are visited in descending score order, and one is dropped when its IoU with a kept one is "
+    "strictly greater than `iouThreshold`. IoU is the plugin's, in float: each box's corners sorted per axis "
+    "(min and max ignore NaN, as CUDA's do); with `isNormalized` 0 box sizes are (w + 1) (h + 1), and with "
+    "`caffeSemantics` 1 as well the intersection's width and height get + 1, even for disjoint boxes (whose "
+    "intersection is the empty box, so that their IoU is 1 / (size_a + size_b - 1), not 0); with `isNormalized` "
+    "1 nothing gets + 1. The best `keepTopK` kept detections over all classes are the output, highest score "
+    "first (ties: lower class, then lower box): boxes as the input gives them (clamped to [0, 1] with "
+    "`clipBoxes` 1, whatever `isNormalized`), classes as floats; the rows after `num_detections` have box 0, "
+    "score 0 and class -1.";
+
+constexpr std::string_view kDifferences =
+    "No limit of 4096 on `topK` (the plugin refuses more when the engine is built). The plugin ranks with a "
+    "descending radix sort in which rejected candidates score 0, so with a negative `scoreThreshold` the "
+    "candidates scoring 0 or less sort after the rejected ones (a class whose best one does skips NMS, and "
+    "padding rows can come before detections); ortops ranks every candidate by its score. `scoreBits` (a "
+    "float16 sort on fewer bits, in approximate order) is ignored: the order is always exact. Where scores tie "
+    "across the `keepTopK` cut, ortops keeps the lower box index where the plugin keeps the lower class. The "
+    "plugin outputs no detection and leaves the other outputs uninitialised when `keepTopK` exceeds `topK`, and "
+    "runs into undefined behaviour for a `topK` below 1, a `numClasses` other than the scores' or a boolean "
+    "attribute other than 0 or 1: ortops reports these as errors. A missing `isNormalized` is undefined in the "
+    "plugin (an uninitialised field; its README gives true as the default, its header false): ortops takes 1. "
+    "Float16 is computed in float32 (the plugin compares and sorts float16 scores and computes IoU from float16 "
+    "corners in float).";
+
+}  // namespace
+
+constexpr OpSchema kSchema{
+    .doc = kDoc,
+    .inputs = kInputs,
+    .outputs = kDynamicOutputs,
+    .attributes = kAttributes,
+    .differences = kDifferences,
+};
+
+constexpr OpSchema kStaticSchema{
+    .doc = kDoc,
+    .inputs = kInputs,
+    .outputs = kStaticOutputs,
+    .attributes = kAttributes,
+    .differences =
+        "As for BatchedNMSDynamic_TRT; also, this implicit-batch plugin runs float32 only in TensorRT (float16 is "
+        "disabled there), where ortops also takes float16. No limit of 4096 on `topK`; `scoreBits` ignored; "
+        "errors for `keepTopK` above `topK`, `topK` below 1 and a `numClasses` other than the scores'.",
+};
+
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+int64_t Boolean(const Attributes& attrs, const char* name) {
+  const int64_t value = attrs.Int(name);
+  Check(value == 0 || value == 1, "attribute '", name, "' must be 0 or 1, got ", value);
+  return value;
+}
+
+// The output order of the plugin's final sort (stable, over classes laid out one after the
+// other): score descending, then class, then box.
+template <typename T>
+bool PluginOrder(const NmsCandidate<T>& a, const NmsCandidate<T>& b) {
+  if (a.score != b.score) return a.score > b.score;
+  if (a.cls != b.cls) return a.cls < b.cls;
+  return a.box < b.box;
+}
+
+template <typename T, bool kDynamic>
+class BatchedNmsKernel : public KernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = kDynamic ? trt_batched_nms::kSchema : kStaticSchema;
+
+  BatchedNmsKernel(const Attributes& attrs, const OpDef& def)
+      : KernelBase(def),
+        share_location_(Boolean(attrs, "shareLocation")),
+        background_class_(attrs.Int("backgroundLabelId")),
+        num_classes_(attrs.Int("numClasses")),
+        top_k_(attrs.Int("topK")),
+        keep_top_k_(attrs.Int("keepTopK")),
+        score_threshold_(attrs.Float("scoreThreshold")),
+        iou_threshold_(attrs.Float("iouThreshold")),
+        normalized_(Boolean(attrs, "isNormalized")),
+        clip_boxes_(Boolean(attrs, "clipBoxes")),
+        caffe_semantics_(Boolean(attrs, "caffeSemantics")) {
+    Check(num_classes_ >= 1 && num_classes_ <= kInt32Max, "attribute 'numClasses' must be in [1, ", kInt32Max,
+          "], got ", num_classes_);
+    Check(top_k_ >= 1 && top_k_ <= kInt32Max, "attribute 'topK' must be in [1, ", kInt32Max, "], got ", top_k_);
+    Check(keep_top_k_ >= 0 && keep_top_k_ <= top_k_, "attribute 'keepTopK' must be in [0, topK = ", top_k_,
+          "] (TensorRT's plugin outputs nothing when it is larger), got ", keep_top_k_);
+    Check(!std::isnan(score_threshold_), "attribute 'scoreThreshold' is NaN");
+    Check(!std::isnan(iou_threshold_), "attribute 'iouThreshold' is NaN");
+  }
+
+  void Compute(const KernelIO& io) const {
+    const ConstTensor<T> boxes = io.Input<T>(0);
+    const ConstTensor<T> scores = io.Input<T>(1);
+    Check((scores.rank() == 3 || (scores.rank() == 4 && scores.dim(3) == 1)) && scores.dim(2) == num_classes_,
+          "input 'scores' must have shape [B, N, numClasses] (or [B, N, numClasses, 1]) with numClasses = ",
+          num_classes_, ", got ", ShapeText{scores.shape});
+    const int64_t batch = scores.dim(0), count = scores.dim(1);
+    const int64_t columns = share_location_ ? 1 : num_classes_;
+    Check(boxes.rank() == 4 && boxes.dim(0) == batch && boxes.dim(1) == count && boxes.dim(2) == columns &&
+              boxes.dim(3) == 4,
+          "input 'boxes' must have shape [B, N, ", columns, ", 4] with B = ", batch, " and N = ", count,
+          " (from input 'scores' of shape ", ShapeText{scores.shape}, ") and shareLocation = ", share_location_,
+          ", got ", ShapeText{boxes.shape});
+    Check(count <= kInt32Max, "input 'scores' of shape ", ShapeText{scores.shape}, " has more than ", kInt32Max,
+          " boxes");
+
+    int32_t* num_detections = io.Output<int32_t>(0, kDynamic ? Shape{batch, 1} : Shape{batch});
+    T* out_boxes = io.Output<T>(1, {batch, keep_top_k_, 4});
+    T* out_scores = io.Output<T>(2, {batch, keep_top_k_});
+    T* out_classes = io.Output<T>(3, {batch, keep_top_k_});
+    std::fill(num_detections, num_detections + batch, 0);
+    std::fill(out_boxes, out_boxes + batch * keep_top_k_ * 4, T(0));
+    std::fill(out_scores, out_scores + batch * keep_top_k_, T(0));
+    std::fill(out_classes, out_classes + batch * keep_top_k_, T(-1));
+    if (batch == 0 || count == 0 || keep_top_k_ == 0) return;
+
+    // Every box sorted and sized once for the IoU.
+    const auto total_boxes = static_cast<size_t>(batch * count * columns);
+    const bool pixel_sizes = !normalized_;
+    Scratch<trt_batched_nms::SortedBox> sorted = io.Allocate<trt_batched_nms::SortedBox>(total_boxes);
+    io.ParallelForRanges(total_boxes, 64, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        const T* box = boxes.data + 4 * i;
+        const float corners[4] = {static_cast<float>(box[0]), static_cast<float>(box[1]), static_cast<float>(box[2]),
+                                  static_cast<float>(box[3])};
+        sorted[i] = trt_batched_nms::SortBox(corners, pixel_sizes);
+      }
+    });
+    auto box_index = [&](int64_t b, const NmsCandidate<float>& c) {
+      return static_cast<size_t>((b * count + c.box) * columns + (share_location_ ? 0 : c.cls));
+    };
+
+    MulticlassNmsConfig config;
+    config.background_class = background_class_;
+    config.pre_topk = top_k_;
+    config.max_output = keep_top_k_;
+    const T* score_data = scores.data;
+    const int64_t classes = num_classes_;
+    const float score_threshold = score_threshold_, iou_threshold = iou_threshold_;
+    const bool plus_one = !normalized_ && caffe_semantics_;
+    MulticlassNms<float>(
+        io, config, batch, count, classes, [&](float score) { return score > score_threshold; },
+        [&](int64_t b, int64_t n, int64_t c) { return static_cast<float>(score_data[(b * count + n) * classes + c]); },
+        [&](int64_t b, const NmsCandidate<float>& kept, const NmsCandidate<float>& candidate) {
+          return trt_batched_nms::IoU(sorted[box_index(b, kept)], sorted[box_index(b, candidate)], plus_one) >
+                 iou_threshold;
+        },
+        [&](int64_t b, std::span<const NmsCandidate<float>> kept) {
+          ScratchVector<NmsCandidate<float>> ordered(kept.begin(), kept.end(), io.Allocator<NmsCandidate<float>>());
+          std::sort(ordered.begin(), ordered.end(), PluginOrder<float>);
+          num_detections[b] = static_cast<int32_t>(ordered.size());
+          for (size_t k = 0; k < ordered.size(); ++k) {
+            const int64_t row = b * keep_top_k_ + static_cast<int64_t>(k);
+            const T* box = boxes.data + 4 * box_index(b, ordered[k]);
+            for (int i = 0; i < 4; ++i) {
+              out_boxes[4 * row + i] =
+                  clip_boxes_ ? static_cast<T>(std::fmax(std::fmin(static_cast<float>(box[i]), 1.0f), 0.0f)) : box[i];
+            }
+            out_scores[row] = static_cast<T>(ordered[k].score);
+            out_classes[row] = static_cast<T>(static_cast<float>(ordered[k].cls));
+          }
+        });
+  }
+
+ private:
+  int64_t share_location_, background_class_, num_classes_, top_k_, keep_top_k_;
+  float score_threshold_, iou_threshold_;
+  int64_t normalized_, clip_boxes_, caffe_semantics_;
+};
+
+template <typename T>
+using DynamicKernel = BatchedNmsKernel<T, true>;
+template <typename T>
+using StaticKernel = BatchedNmsKernel<T, false>;
+
+}  // namespace
+
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<DynamicKernel, float, Half>(def); }
+std::vector<OpPtr> MakeStatic(const OpDef& def) { return MakeOps<StaticKernel, float, Half>(def); }
+
+}  // namespace ortops::trt_batched_nms
