@@ -15,6 +15,7 @@
 #include "ops/soft_nms/soft_nms.h"
 #include "ops/trt_batched_nms/trt_batched_nms.h"
 #include "ops/trt_efficient_nms/trt_efficient_nms.h"
+#include "ops/trt_roi_align/trt_roi_align.h"
 
 namespace ortops {
 namespace {
@@ -59,6 +60,7 @@ constexpr OpDef kOpTable[] = {
   {kTrtDomain,      "EfficientNMS_TRT",          1,     kCpu,     &trt_efficient_nms::kSchema,     &trt_efficient_nms::Make,     kCompat},
   {kTrtDomain,      "BatchedNMSDynamic_TRT",     1,     kCpu,     &trt_batched_nms::kSchema,       &trt_batched_nms::Make,       kCompat},
   {kTrtDomain,      "BatchedNMS_TRT",            1,     kCpu,     &trt_batched_nms::kStaticSchema, &trt_batched_nms::MakeStatic, kCompat},
+  {kTrtDomain,      "ROIAlign_TRT",              1,     kCpu,     &trt_roi_align::kSchema,         &trt_roi_align::Make,         kCompat},
 };
 // clang-format on
 

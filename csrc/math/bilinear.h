@@ -3,6 +3,7 @@
 // agree with theirs to the last bit.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace ortops {
@@ -19,6 +20,16 @@ struct BilinearTap {
   T Read(const Element* plane) const {
     return weight[0] * plane[offset[0]] + weight[1] * plane[offset[1]] + weight[2] * plane[offset[2]] +
            weight[3] * plane[offset[3]];
+  }
+
+  // The largest of the four weighted corners instead of their sum: what ONNX's RoiAlign "max"
+  // mode computes per sample in ONNX Runtime and TensorRT's ROIAlign_TRT. A NaN product is
+  // skipped unless all are NaN (CUDA's fmaxf, as the plugin's max).
+  template <typename Element>
+  T ReadMaxOfCorners(const Element* plane) const {
+    using std::fmax;
+    return fmax(fmax(fmax(weight[0] * plane[offset[0]], weight[1] * plane[offset[1]]), weight[2] * plane[offset[2]]),
+                weight[3] * plane[offset[3]]);
   }
 };
 

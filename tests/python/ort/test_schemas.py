@@ -103,6 +103,13 @@ CASES = [
         | {"scoreThreshold": 0.25, "iouThreshold": 0.45},
         [(I32, [2]), (TensorProto.FLOAT16, [2, 10, 4]), (TensorProto.FLOAT16, [2, 10]), (TensorProto.FLOAT16, [2, 10])],
     ),
+    (
+        "TRT",
+        "ROIAlign_TRT",
+        [("x", F, ["N", 256, 50, 60]), ("r", F, ["R", 4]), ("i", I32, ["R"])],
+        {"output_height": 7, "output_width": 5, "mode": 0},
+        [(F, ["R", 256, 7, 5])],
+    ),
 ]
 
 

@@ -913,3 +913,241 @@ def test_mmyolo_batched_nms_file_runs_unchanged(batch: int) -> None:
     np.testing.assert_array_equal(det_scores, expected[2])
     np.testing.assert_array_equal(labels, expected[3].astype(np.int32))
     assert labels.dtype == np.int32 and (num > 0).all()
+
+
+# --- ROIAlign_TRT reference (roiAlignKernel.cu), one float32 op at a time ---------------------
+
+
+def _bilinear(plane: np.ndarray, y: np.float32, x: np.float32, average: int) -> np.float32:
+    height, width = plane.shape
+    if y < -1 or y > height or x < -1 or x > width:
+        return f32(0)
+    y, x = max(y, f32(0)), max(x, f32(0))
+    y_low, x_low = int(y), int(x)
+    if y_low >= height - 1:
+        y_low = y_high = height - 1
+        y = f32(y_low)
+    else:
+        y_high = y_low + 1
+    if x_low >= width - 1:
+        x_low = x_high = width - 1
+        x = f32(x_low)
+    else:
+        x_high = x_low + 1
+    ly, lx = f32(y - f32(y_low)), f32(x - f32(x_low))
+    hy, hx = f32(1) - ly, f32(1) - lx
+    corners = [
+        f32(f32(hy * hx) * plane[y_low, x_low]),
+        f32(f32(hy * lx) * plane[y_low, x_high]),
+        f32(f32(ly * hx) * plane[y_high, x_low]),
+        f32(f32(ly * lx) * plane[y_high, x_high]),
+    ]
+    if average:
+        return f32(f32(f32(corners[0] + corners[1]) + corners[2]) + corners[3])
+    return np.fmax(np.fmax(np.fmax(corners[0], corners[1]), corners[2]), corners[3])
+
+
+def roi_align_trt_reference(
+    x: np.ndarray,
+    rois: np.ndarray,
+    batch_indices: np.ndarray,
+    coordinate_transformation_mode: int = 1,
+    mode: int = 1,
+    output_height: int = 1,
+    output_width: int = 1,
+    sampling_ratio: int = 0,
+    spatial_scale: float = 1.0,
+    **_: Any,
+) -> np.ndarray:
+    """RoIAlignForward's loops (a bin without samples: 0, where the plugin divides 0 by 0)."""
+    features, rois = x.astype(np.float32), rois.astype(np.float32)
+    out = np.zeros((len(rois), x.shape[1], output_height, output_width), np.float32)
+    scale, offset = f32(spatial_scale), f32(0.5 if coordinate_transformation_mode else 0)
+    for r, roi in enumerate(rois):
+        start_w, start_h = f32(roi[0] * scale) - offset, f32(roi[1] * scale) - offset
+        width, height = f32(f32(roi[2] * scale) - offset) - start_w, f32(f32(roi[3] * scale) - offset) - start_h
+        if not coordinate_transformation_mode:
+            width, height = np.fmax(width, f32(1)), np.fmax(height, f32(1))
+        bin_h, bin_w = f32(height / f32(output_height)), f32(width / f32(output_width))
+        grid_h = sampling_ratio or max(0, int(np.ceil(f32(height / f32(output_height)))))
+        grid_w = sampling_ratio or max(0, int(np.ceil(f32(width / f32(output_width)))))
+        for c in range(x.shape[1]):
+            plane = features[batch_indices[r], c]
+            for ph in range(output_height):
+                for pw in range(output_width):
+                    if grid_h * grid_w == 0:
+                        continue
+                    y_off, x_off = f32(start_h + f32(ph * bin_h)), f32(start_w + f32(pw * bin_w))
+                    y_fac, x_fac = f32(bin_h / f32(grid_h)), f32(bin_w / f32(grid_w))
+                    values = [
+                        _bilinear(
+                            plane,
+                            f32(y_off + f32(f32(iy + 0.5) * y_fac)),
+                            f32(x_off + f32(f32(ix + 0.5) * x_fac)),
+                            mode,
+                        )
+                        for iy in range(grid_h)
+                        for ix in range(grid_w)
+                    ]
+                    if mode:
+                        total = f32(0)
+                        for v in values:
+                            total = f32(total + v)
+                        out[r, c, ph, pw] = f32(total / f32(len(values)))
+                    else:
+                        best = values[0]
+                        for v in values[1:]:
+                            best = np.fmax(best, v)
+                        out[r, c, ph, pw] = best
+    return out.astype(x.dtype)
+
+
+def roi_case(rng: np.random.Generator, n: int, c: int, h: int, w: int, r: int, scale: float) -> tuple:
+    x = rng.normal(size=(n, c, h, w)).astype(np.float32)
+    image_w, image_h = w / scale, h / scale
+    xy = rng.uniform(-0.2, 1.0, (r, 2)) * [image_w, image_h]
+    wh = rng.uniform(0, 0.6, (r, 2)) * [image_w, image_h]
+    rois = np.concatenate([xy, xy + wh], axis=1).astype(np.float32)
+    return x, rois, rng.integers(0, n, r).astype(np.int32)
+
+
+def run_roi_align(x, rois, batch_indices, **attributes: Any) -> np.ndarray:
+    (y,) = run("ROIAlign_TRT", "TRT", {"X": x, "rois": rois, "batch_indices": batch_indices}, ["Y"], **attributes)
+    return y
+
+
+@pytest.mark.parametrize("half_pixel", [0, 1])
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("sampling", [0, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_roi_align_matches_reference(half_pixel, mode, sampling, dtype) -> None:
+    rng = np.random.default_rng(half_pixel + 2 * mode + 4 * sampling)
+    x, rois, indices = roi_case(rng, 2, 3, 9, 11, 7, 0.5)
+    x, rois = x.astype(dtype), rois.astype(dtype)
+    attributes = dict(
+        coordinate_transformation_mode=half_pixel,
+        mode=mode,
+        output_height=3,
+        output_width=4,
+        sampling_ratio=sampling,
+        spatial_scale=0.5,
+        plugin_version="1",
+    )
+    got = run_roi_align(x, rois, indices, **attributes)
+    assert got.dtype == dtype and got.shape == (7, 3, 3, 4)
+    np.testing.assert_array_equal(got, roi_align_trt_reference(x, rois, indices, **attributes))
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+def test_roi_align_channels_last_path_and_many_rois(mode) -> None:
+    """Enough channels and rois for the channels-last copy (avg mode); the same results."""
+    rng = np.random.default_rng(11)
+    x, rois, indices = roi_case(rng, 2, 16, 12, 10, 40, 0.25)
+    attributes = dict(mode=mode, output_height=2, output_width=2, sampling_ratio=2, spatial_scale=0.25)
+    np.testing.assert_array_equal(
+        run_roi_align(x, rois, indices, **attributes), roi_align_trt_reference(x, rois, indices, **attributes)
+    )
+
+
+@pytest.mark.parametrize("half_pixel", [0, 1])
+@pytest.mark.parametrize("mode", [0, 1])
+def test_roi_align_agrees_with_onnx_roi_align(half_pixel, mode) -> None:
+    """ONNX's RoiAlign (opset 16) in ONNX Runtime: the same sampling, max of weighted corners in
+    max mode; its sample positions round in another order, so only to float tolerance."""
+    rng = np.random.default_rng(12 + half_pixel + 2 * mode)
+    x, rois, indices = roi_case(rng, 2, 4, 10, 12, 9, 0.5)
+    attributes = dict(output_height=3, output_width=2, sampling_ratio=0, spatial_scale=0.5)
+    got = run_roi_align(x, rois, indices, coordinate_transformation_mode=half_pixel, mode=mode, **attributes)
+    node = helper.make_node(
+        "RoiAlign",
+        ["X", "rois", "batch_indices"],
+        ["Y"],
+        mode="avg" if mode else "max",
+        coordinate_transformation_mode="half_pixel" if half_pixel else "output_half_pixel",
+        **attributes,
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, list(x.shape)),
+            helper.make_tensor_value_info("rois", TensorProto.FLOAT, list(rois.shape)),
+            helper.make_tensor_value_info("batch_indices", TensorProto.INT64, [len(rois)]),
+        ],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 16)])
+    (expected,) = session(model).run(None, {"X": x, "rois": rois, "batch_indices": indices.astype(np.int64)})
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_roi_align_empty_bins_rois_and_maps() -> None:
+    x = np.ones((1, 2, 4, 4), np.float32)
+    point = np.array([[1, 1, 1, 1]], np.float32)  # half_pixel: size 0, adaptive grid empty
+    for mode in (0, 1):
+        got = run_roi_align(x, point, np.zeros(1, np.int32), mode=mode, output_height=2, output_width=2)
+        np.testing.assert_array_equal(got, np.zeros((1, 2, 2, 2), np.float32))
+    got = run_roi_align(x, np.zeros((0, 4), np.float32), np.zeros(0, np.int32), output_height=2, output_width=3)
+    assert got.shape == (0, 2, 2, 3)
+    got = run_roi_align(
+        np.zeros((1, 2, 0, 4), np.float32), (point + [0, 0, 2, 2]).astype(np.float32), np.zeros(1, np.int32), mode=0
+    )
+    np.testing.assert_array_equal(got, np.zeros((1, 2, 1, 1), np.float32))
+
+
+def test_roi_align_max_takes_the_largest_weighted_corner() -> None:
+    """One sample at the centre of pixels (4, 4, 4, 8), each weighted 1/4: max mode gives the
+    largest w_i * v_i, 2, not the interpolated value 5 (which avg mode gives)."""
+    x = np.array([[[[4, 4], [4, 8]]]], np.float32)
+    roi = np.array([[0, 0, 2, 2]], np.float32)  # half_pixel: (-0.5, -0.5) to (1.5, 1.5), one bin
+    attributes = dict(output_height=1, output_width=1, sampling_ratio=1)
+    assert run_roi_align(x, roi, np.zeros(1, np.int32), mode=0, **attributes).item() == 2
+    assert run_roi_align(x, roi, np.zeros(1, np.int32), mode=1, **attributes).item() == 5
+
+
+@pytest.mark.parametrize(
+    ("x", "rois", "indices", "message"),
+    [
+        ((1, 2, 4, 4), (3, 5), (3,), r"input 'rois' must have shape \[R, 4\] as \(x1, y1, x2, y2\), got \[3, 5\]"),
+        ((1, 2, 4, 4), (3, 4), (2,), r"input 'batch_indices' must have shape \[R\] with R = 3 .*got \[2\]"),
+        ((1, 2, 4, 4), (3, 4), (3, 1), r"input 'batch_indices' must have rank 1, got shape \[3, 1\]"),
+        ((2, 4, 4), (3, 4), (3,), r"input 'X' must have rank 4, got shape \[2, 4, 4\]"),
+    ],
+)
+def test_roi_align_bad_shapes_are_errors(x, rois, indices, message) -> None:
+    with pytest.raises(Exception, match=r"TRT\.ROIAlign_TRT: " + message):
+        run_roi_align(np.zeros(x, np.float32), np.zeros(rois, np.float32), np.zeros(indices, np.int32))
+
+
+def test_roi_align_bad_values_are_errors() -> None:
+    x, roi = np.zeros((2, 1, 4, 4), np.float32), np.array([[0, 0, 2, 2]], np.float32)
+    with pytest.raises(Exception, match=r"TRT\.ROIAlign_TRT: input 'batch_indices' names image 2 for roi 0, but"):
+        run_roi_align(x, roi, np.array([2], np.int32))
+    with pytest.raises(Exception, match=r"TRT\.ROIAlign_TRT: input 'batch_indices' names image -1"):
+        run_roi_align(x, roi, np.array([-1], np.int32))
+    with pytest.raises(Exception, match=r"TRT\.ROIAlign_TRT: roi 0 in input 'rois' is not finite"):
+        run_roi_align(x, np.array([[0, 0, math.nan, 2]], np.float32), np.zeros(1, np.int32))
+    with pytest.raises(Exception, match=r"TRT\.ROIAlign_TRT: a roi needs .* samples per bin"):
+        run_roi_align(x, np.array([[0, 0, 1e30, 1e30]], np.float32), np.zeros(1, np.int32))
+    with pytest.raises(Exception, match="ROIAlign_TRT"):
+        run_roi_align(x, roi, np.zeros(1, np.int64))  # int64 indices: ONNX's RoiAlign, not the plugin
+
+
+@pytest.mark.parametrize(
+    ("attributes", "message"),
+    [
+        ({"mode": 2}, r"attribute 'mode' must be 0 \(max\) or 1 \(avg\), got 2"),
+        ({"coordinate_transformation_mode": -1}, r"attribute 'coordinate_transformation_mode' must be 0"),
+        ({"output_height": 0}, r"attributes 'output_height' and 'output_width' must be at least 1, got 0 and 1"),
+        ({"output_width": 1 << 40}, r"output size 1 x 1099511627776 is too large"),
+        ({"sampling_ratio": -1}, r"attribute 'sampling_ratio' must be in \[0, 65536\], got -1"),
+        ({"spatial_scale": 0.0}, r"attribute 'spatial_scale' must be positive and finite, got 0"),
+        ({"spatial_scale": math.inf}, r"attribute 'spatial_scale' must be positive and finite, got inf"),
+        ({"mode": "avg"}, r"attribute 'mode' must be of type int, got string"),
+    ],
+)
+def test_roi_align_bad_attributes_are_errors(attributes, message) -> None:
+    with pytest.raises(Exception, match=r"TRT\.ROIAlign_TRT: " + message):
+        run_roi_align(
+            np.zeros((1, 1, 4, 4), np.float32), np.zeros((1, 4), np.float32), np.zeros(1, np.int32), **attributes
+        )

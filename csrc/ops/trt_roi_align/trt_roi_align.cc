@@ -1,0 +1,210 @@
+// TensorRT's ROIAlign_TRT plugin node (plugin/roiAlignPlugin in NVIDIA/TensorRT, versions 1
+// and 2): ONNX's RoiAlign with int32 batch indices, integer mode attributes and ONNX's max
+// mode, on the RoIAlign pieces shared with ortops' own RoIAlign.
+#include "ops/trt_roi_align/trt_roi_align.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/upcast.h"
+#include "math/bilinear.h"
+#include "ops/roi_align/roi_pooling.h"
+
+namespace ortops::trt_roi_align {
+namespace {
+
+constexpr IoSpec kInputs[] = {
+    {"X", ElemType::kTypeParam, "`[N, C, H, W]` feature maps"},
+    {"rois", ElemType::kTypeParam, "`[R, 4]` rois as (x1, y1, x2, y2) in input-image coordinates"},
+    {"batch_indices", ElemType::kInt32, "`[R]` the image of `X` each roi pools from"},
+};
+constexpr IoSpec kOutputs[] = {
+    {"Y", ElemType::kTypeParam, "`[R, C, output_height, output_width]` pooled features"},
+};
+constexpr AttrSpec kAttributes[] = {
+    {"coordinate_transformation_mode", AttrType::kInt, "1",
+     "1 (ONNX's half_pixel): roi corners shifted by -0.5 pixel; 0 (output_half_pixel): not shifted, and roi "
+     "sides of at least 1"},
+    {"mode", AttrType::kInt, "1", "1: average of the samples; 0: max (ONNX's max, see above)"},
+    {"output_height", AttrType::kInt, "1", "height of each pooled output"},
+    {"output_width", AttrType::kInt, "1", "width of each pooled output"},
+    {"sampling_ratio", AttrType::kInt, "0",
+     "samples per bin along each axis; 0: adaptive, ceil(roi size / output size)"},
+    {"spatial_scale", AttrType::kFloat, "1.0", "multiplies roi coordinates to give feature-map coordinates; positive"},
+    {"plugin_version", AttrType::kString, "1", "TensorRT's plugin version (1 or 2); accepted and ignored"},
+    // `""` (not empty, which would make it required): the default is the empty string.
+    {"plugin_namespace", AttrType::kString, "\"\"", "TensorRT's plugin namespace; accepted and ignored"},
+};
+
+}  // namespace
+
+constexpr OpSchema kSchema{
+    .doc =
+        "TensorRT's ROIAlign_TRT plugin, ONNX's RoiAlign as TensorRT runs it (plugin versions 1 and 2 compute "
+        "the same). Roi r (x1, y1, x2, y2) pools from image `batch_indices[r]`: its corners are scaled by "
+        "`spatial_scale` and, with `coordinate_transformation_mode` 1 (half_pixel), shifted by -0.5; with 0 "
+        "(output_half_pixel) they are not shifted and the roi's sides are raised to at least 1. It is divided "
+        "into `output_height x output_width` bins, each sampling a grid of `sampling_ratio` points per axis "
+        "(0: ceil(roi side / output side)) at bin start + (i + 0.5) * (bin size / grid size), read bilinearly by "
+        "the RoIAlign rule (a point more than one pixel outside the map reads 0; nearer ones are clamped to the "
+        "edge). `mode` 1 averages a bin's samples. `mode` 0 takes, for each sample, the largest of its four "
+        "weighted corners (w_i * v_i, not their sum: ONNX Runtime's RoiAlign max does the same) and the largest "
+        "of those over the bin. A bin without samples (an empty adaptive grid) is 0; a map with H or W = 0 reads "
+        "0. A batch index outside the images or a non-finite roi coordinate is an error.",
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = kAttributes,
+    .differences =
+        "A bin without samples (a roi of size 0 or less with adaptive sampling) is 0: the plugin divides by a "
+        "zero sample count in avg mode (NaN). Batch indices outside the images and non-finite roi coordinates are "
+        "errors where the plugin reads out of bounds or converts NaN to an integer, and rois needing more than "
+        "2^24 samples are refused where the plugin would run for minutes. Sample positions follow the plugin's "
+        "operation order, but without the GPU's fused multiply-adds, so results can differ in the last bits. "
+        "Float16 is computed in float32 and rounded once (the plugin computes in float16).",
+};
+
+namespace {
+
+template <typename T>
+class TrtRoiAlignKernel : public KernelBase {
+ public:
+  using Element = T;
+  using A = ComputeType<T>;
+  static constexpr const OpSchema& kSchema = trt_roi_align::kSchema;
+
+  TrtRoiAlignKernel(const Attributes& attrs, const OpDef& def)
+      : KernelBase(def),
+        half_pixel_(attrs.Int("coordinate_transformation_mode")),
+        average_(attrs.Int("mode")),
+        output_height_(attrs.Int("output_height")),
+        output_width_(attrs.Int("output_width")),
+        sampling_ratio_(attrs.Int("sampling_ratio")),
+        spatial_scale_(attrs.Float("spatial_scale")) {
+    Check(half_pixel_ == 0 || half_pixel_ == 1,
+          "attribute 'coordinate_transformation_mode' must be 0 (output_half_pixel) or 1 (half_pixel), got ",
+          half_pixel_);
+    Check(average_ == 0 || average_ == 1, "attribute 'mode' must be 0 (max) or 1 (avg), got ", average_);
+    Check(output_height_ >= 1 && output_width_ >= 1,
+          "attributes 'output_height' and 'output_width' must be at least 1, got ", output_height_, " and ",
+          output_width_);
+    // Divided, not multiplied: the product of two huge sizes would overflow and pass.
+    Check(output_height_ <= roi_pooling::kMaxTapsPerRoi / output_width_, "output size ", output_height_, " x ",
+          output_width_, " is too large: more than ", roi_pooling::kMaxTapsPerRoi, " bins per roi");
+    Check(sampling_ratio_ >= 0 && sampling_ratio_ <= roi_pooling::kMaxSamplesPerAxis,
+          "attribute 'sampling_ratio' must be in [0, ", roi_pooling::kMaxSamplesPerAxis, "], got ", sampling_ratio_);
+    Check(std::isfinite(spatial_scale_) && spatial_scale_ > 0.0f,
+          "attribute 'spatial_scale' must be positive and finite, got ", spatial_scale_);
+  }
+
+  void Compute(const KernelIO& io) const {
+    const ConstTensor<T> input = io.Input<T>(0, 4);
+    const ConstTensor<T> roi_input = io.Input<T>(1, 2);
+    const ConstTensor<int32_t> batch_indices = io.Input<int32_t>(2, 1);
+    Check(roi_input.dim(1) == 4, "input 'rois' must have shape [R, 4] as (x1, y1, x2, y2), got ",
+          ShapeText{roi_input.shape});
+    const int64_t roi_count = roi_input.dim(0);
+    Check(batch_indices.dim(0) == roi_count, "input 'batch_indices' must have shape [R] with R = ", roi_count,
+          " (from input 'rois' of shape ", ShapeText{roi_input.shape}, "), got ", ShapeText{batch_indices.shape});
+    Scratch<A> roi_storage;
+    const A* rois = Upcast(io, roi_input, roi_storage);
+    const int64_t images = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
+    for (int64_t r = 0; r < roi_count; ++r) {
+      for (int64_t k = 0; k < 4; ++k)
+        Check(std::isfinite(rois[4 * r + k]), "roi ", r, " in input 'rois' is not finite");
+      const int32_t image = batch_indices.data[r];
+      Check(image >= 0 && image < images, "input 'batch_indices' names image ", image, " for roi ", r,
+            ", but input 'X' has ", images, " images (shape ", ShapeText{input.shape}, ")");
+    }
+
+    const int64_t bins = output_height_ * output_width_;
+    T* output = io.Output<T>(0, {roi_count, channels, output_height_, output_width_});
+    if (roi_count == 0 || channels == 0) return;
+    const int64_t plane = height * width;
+    // The channels-last path computes interpolated values; max mode needs the corners.
+    const bool channels_last =
+        average_ && plane > 0 && roi_pooling::ChannelsLastPays(roi_count, bins, sampling_ratio_, channels, input.shape);
+    const Scratch<A> nhwc = channels_last ? roi_pooling::ToChannelsLast<A>(io, input) : Scratch<A>();
+    io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
+      ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
+      ScratchVector<A> value = io.Vector<A>(channels_last ? static_cast<size_t>(channels) : 0);
+      ScratchVector<A> acc = io.Vector<A>(value.size());
+      for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
+        const int64_t per_bin = Taps(rois + 4 * r, height, width, taps);
+        const int64_t image = batch_indices.data[r];
+        T* out = output + r * channels * bins;
+        if (channels_last) {
+          roi_pooling::PoolChannelsLast<A, false>(nhwc.data() + image * plane * channels, channels, taps.data(), bins,
+                                                  per_bin, A(0), A(0), out, value.data(), acc.data());
+          continue;
+        }
+        for (int64_t c = 0; c < channels; ++c) {
+          const T* map = plane == 0 ? nullptr : input.data + (image * channels + c) * plane;
+          if (average_) {
+            roi_pooling::AveragePool(map, taps.data(), bins, per_bin, out + c * bins);
+          } else {
+            MaxPool(map, taps.data(), bins, per_bin, out + c * bins);
+          }
+        }
+      }
+    });
+  }
+
+ private:
+  // Fills `taps` with roi's samples, bin by bin (row-major), each bin's grid row by row, in the
+  // plugin's arithmetic; returns the samples per bin.
+  int64_t Taps(const A* roi, int64_t height, int64_t width, ScratchVector<BilinearTap<A>>& taps) const {
+    const A scale = static_cast<A>(spatial_scale_);
+    const A offset = half_pixel_ ? A(0.5) : A(0);
+    const A start_w = roi[0] * scale - offset, start_h = roi[1] * scale - offset;
+    const A end_w = roi[2] * scale - offset, end_h = roi[3] * scale - offset;
+    A roi_width = end_w - start_w, roi_height = end_h - start_h;
+    if (!half_pixel_) {  // output_half_pixel: malformed rois become 1 x 1
+      roi_width = std::fmax(roi_width, A(1));
+      roi_height = std::fmax(roi_height, A(1));
+    }
+    const A bin_h = roi_height / static_cast<A>(output_height_), bin_w = roi_width / static_cast<A>(output_width_);
+    const int64_t grid_h = roi_pooling::GridSize(sampling_ratio_, roi_height, output_height_);
+    const int64_t grid_w = roi_pooling::GridSize(sampling_ratio_, roi_width, output_width_);
+    roi_pooling::CheckTapCount(grid_h, grid_w, output_height_ * output_width_);
+    taps.resize(static_cast<size_t>(output_height_ * output_width_ * grid_h * grid_w));
+    // The step between samples; unused (the loops are empty) when a grid has no samples.
+    const A step_h = grid_h > 0 ? bin_h / static_cast<A>(grid_h) : A(0);
+    const A step_w = grid_w > 0 ? bin_w / static_cast<A>(grid_w) : A(0);
+    size_t t = 0;
+    for (int64_t ph = 0; ph < output_height_; ++ph) {
+      const A y_start = start_h + static_cast<A>(ph) * bin_h;
+      for (int64_t pw = 0; pw < output_width_; ++pw) {
+        const A x_start = start_w + static_cast<A>(pw) * bin_w;
+        for (int64_t iy = 0; iy < grid_h; ++iy) {
+          const A y = y_start + (static_cast<A>(iy) + A(0.5)) * step_h;
+          for (int64_t ix = 0; ix < grid_w; ++ix) {
+            taps[t++] = RoiAlignTap(y, x_start + (static_cast<A>(ix) + A(0.5)) * step_w, height, width);
+          }
+        }
+      }
+    }
+    return grid_h * grid_w;
+  }
+
+  // out[bin] = the largest of the bin's samples, each the largest of its weighted corners, NaN
+  // skipped as CUDA's fmaxf does; 0 for a bin without samples or on an empty map.
+  static void MaxPool(const T* map, const BilinearTap<A>* taps, int64_t bins, int64_t per_bin, T* out) {
+    for (int64_t bin = 0; bin < bins; ++bin, taps += per_bin) {
+      A best = 0;
+      if (map != nullptr && per_bin > 0) {
+        best = taps[0].ReadMaxOfCorners(map);
+        for (int64_t s = 1; s < per_bin; ++s) best = std::fmax(best, taps[s].ReadMaxOfCorners(map));
+      }
+      out[bin] = static_cast<T>(best);
+    }
+  }
+
+  int64_t half_pixel_, average_, output_height_, output_width_, sampling_ratio_;
+  float spatial_scale_;
+};
+
+}  // namespace
+
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<TrtRoiAlignKernel, float, Half>(def); }
+
+}  // namespace ortops::trt_roi_align
