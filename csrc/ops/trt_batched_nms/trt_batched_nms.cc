@@ -19,11 +19,10 @@ namespace {
 
 constexpr IoSpec kInputs[] = {
     {"boxes", ElemType::kTypeParam,
-     "`[B, N, L, 4]` boxes as (x1, y1, x2, y2), corners in either order (or y-first: the IoU is the same); L = 1 "
-     "with `shareLocation` 1 (one box for every class), else L = `numClasses` (one box per class)"},
+     "`[B, N, 1, 4]` one box per anchor for every class (`shareLocation` 1), or `[B, N, numClasses, 4]` one per "
+     "class (`shareLocation` 0); as (x1, y1, x2, y2), corners in either order (or y-first: the IoU is the same)"},
     {"scores", ElemType::kTypeParam,
-     "`[B, N, numClasses]` (or `[B, N, numClasses, 1]`) the score of each box for "
-     "each class"},
+     "`[B, N, numClasses]` (or `[B, N, numClasses, 1]`) the score of each anchor for each class"},
 };
 constexpr IoSpec kDynamicOutputs[] = {
     {"num_detections", ElemType::kInt32, "`[B, 1]` the number of detections of each image"},
@@ -42,11 +41,9 @@ constexpr IoSpec kStaticOutputs[] = {
     kDynamicOutputs[3],
 };
 constexpr AttrSpec kAttributes[] = {
-    {"shareLocation", AttrType::kInt, "",
-     "1: one box per anchor for every class (`boxes` [B, N, 1, 4]); 0: one "
-     "per class"},
+    {"shareLocation", AttrType::kInt, "", "1: `boxes` hold one box per anchor for every class; 0: one per class"},
     {"backgroundLabelId", AttrType::kInt, "", "a class that is never detected; -1: none"},
-    {"numClasses", AttrType::kInt, "", "the number of classes, C of `scores`"},
+    {"numClasses", AttrType::kInt, "", "the number of classes, C of `scores`; at least 1"},
     {"topK", AttrType::kInt, "", "per class, the best this many candidates enter NMS; at least 1"},
     {"keepTopK", AttrType::kInt, "", "detections per image, at most `topK`"},
     {"scoreThreshold", AttrType::kFloat, "",
