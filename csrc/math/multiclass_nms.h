@@ -141,3 +141,79 @@ void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_
 }
 
 }  // namespace ortops
+
+namespace ortops {
+
+// MulticlassNms over scores laid out [batch, num_boxes, num_classes] in memory (`scores`,
+// elements read as float), visiting only the boxes that have a candidate. A detector head
+// has thousands of boxes of which a few hundred score above the threshold in any class: one
+// pass over each box's contiguous class scores (which the compiler vectorises) finds them,
+// and MulticlassNms then scans only those. Same callbacks and results as MulticlassNms with
+// score_at reading `scores`; `suppresses` and `emit` see the original box indices.
+// passes(NaN) must be false (images with fewer such boxes than others pad with NaN scores).
+template <typename T, typename Element, typename Passes, typename Suppresses, typename Emit>
+void MulticlassNmsOverScores(const KernelIO& io, const MulticlassNmsConfig& config, const Element* scores,
+                             int64_t batch, int64_t num_boxes, int64_t num_classes, Passes&& passes,
+                             Suppresses&& suppresses, Emit&& emit) {
+  using Candidate = NmsCandidate<T>;
+  // Whether each box has a passing score (any class: the background is left to MulticlassNms),
+  // in parallel over all boxes of all images; then image b's such boxes, in increasing order,
+  // at b * num_boxes.
+  const auto total = static_cast<size_t>(batch * num_boxes);
+  ScratchVector<uint8_t> has = io.Vector<uint8_t>(total);
+  io.ParallelForRanges(total, 64, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const Element* row = scores + static_cast<int64_t>(i) * num_classes;
+      int any = 0;  // an int, not a bool: GCC vectorises the OR of ints only
+      for (int64_t c = 0; c < num_classes; ++c) any |= passes(static_cast<T>(row[c])) ? 1 : 0;
+      has[i] = static_cast<uint8_t>(any);
+    }
+  });
+  ScratchVector<int32_t> boxes = io.Vector<int32_t>(total);
+  ScratchVector<int64_t> counts = io.Vector<int64_t>(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    int32_t* found = boxes.data() + b * num_boxes;
+    const uint8_t* flags = has.data() + b * num_boxes;
+    int64_t count = 0;
+    for (int64_t n = 0; n < num_boxes; ++n) {
+      found[count] = static_cast<int32_t>(n);
+      count += flags[n];
+    }
+    counts[static_cast<size_t>(b)] = count;
+  }
+  const int64_t most = batch > 0 ? *std::max_element(counts.begin(), counts.end()) : 0;
+  // Their scores, gathered [batch, most, num_classes] as T (NaN past an image's count), so that
+  // MulticlassNms's two scans read them in order.
+  const int64_t row_scores = most * num_classes;
+  ScratchVector<T> gathered = io.Vector<T>(static_cast<size_t>(batch * row_scores));
+  io.ParallelFor(static_cast<size_t>(batch), [&](size_t b) {
+    T* out = gathered.data() + static_cast<int64_t>(b) * row_scores;
+    const int32_t* found = boxes.data() + static_cast<int64_t>(b) * num_boxes;
+    for (int64_t k = 0; k < counts[b]; ++k) {
+      const Element* row = scores + (static_cast<int64_t>(b) * num_boxes + found[k]) * num_classes;
+      for (int64_t c = 0; c < num_classes; ++c) out[k * num_classes + c] = static_cast<T>(row[c]);
+    }
+    std::fill(out + counts[b] * num_classes, out + row_scores, std::numeric_limits<T>::quiet_NaN());
+  });
+
+  auto original = [&](int64_t b, const Candidate& c) {
+    return Candidate{c.score, boxes[static_cast<size_t>(b * num_boxes + c.box)], c.cls};
+  };
+  const T* gathered_scores = gathered.data();
+  MulticlassNms<T>(
+      io, config, batch, most, num_classes, passes,
+      [gathered_scores, row_scores, num_classes](int64_t b, int64_t k, int64_t c) {
+        return gathered_scores[b * row_scores + k * num_classes + c];
+      },
+      [&](int64_t b, const Candidate& kept, const Candidate& candidate) {
+        return suppresses(b, original(b, kept), original(b, candidate));
+      },
+      [&](int64_t b, std::span<const Candidate> kept) {
+        ScratchVector<Candidate> mapped(io.Allocator<Candidate>());
+        mapped.reserve(kept.size());
+        for (const Candidate& c : kept) mapped.push_back(original(b, c));
+        emit(b, std::span<const Candidate>(mapped.data(), mapped.size()));
+      });
+}
+
+}  // namespace ortops

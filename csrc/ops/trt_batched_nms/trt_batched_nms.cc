@@ -203,13 +203,11 @@ class BatchedNmsKernel : public KernelBase {
     config.background_class = background_class_;
     config.pre_topk = top_k_;
     config.max_output = keep_top_k_;
-    const T* score_data = scores.data;
-    const int64_t classes = num_classes_;
     const float score_threshold = score_threshold_, iou_threshold = iou_threshold_;
     const bool plus_one = !normalized_ && caffe_semantics_;
-    MulticlassNms<float>(
-        io, config, batch, count, classes, [&](float score) { return score > score_threshold; },
-        [&](int64_t b, int64_t n, int64_t c) { return static_cast<float>(score_data[(b * count + n) * classes + c]); },
+    MulticlassNmsOverScores<float>(
+        io, config, scores.data, batch, count, num_classes_,
+        [score_threshold](float score) { return score > score_threshold; },
         [&](int64_t b, const NmsCandidate<float>& kept, const NmsCandidate<float>& candidate) {
           return trt_batched_nms::IoU(sorted[box_index(b, kept)], sorted[box_index(b, candidate)], plus_one) >
                  iou_threshold;

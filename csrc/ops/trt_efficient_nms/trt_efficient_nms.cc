@@ -208,14 +208,10 @@ class EfficientNmsKernel : public KernelBase {
     config.background_class = background_class_;
     config.max_output = max_output_;
     config.class_agnostic = class_agnostic_ != 0;
-    const T* score_data = scores.data;
-    const int64_t image_scores = anchors_count * classes;
     const float score_threshold = score_threshold_, iou_threshold = iou_threshold_;
-    MulticlassNms<float>(
-        io, config, batch, anchors_count, classes, [&](float score) { return score >= score_threshold; },
-        [&](int64_t b, int64_t n, int64_t c) {
-          return static_cast<float>(score_data[b * image_scores + n * classes + c]);
-        },
+    MulticlassNmsOverScores<float>(
+        io, config, scores.data, batch, anchors_count, classes,
+        [score_threshold](float score) { return score >= score_threshold; },
         [&](int64_t b, const NmsCandidate<float>& kept, const NmsCandidate<float>& candidate) {
           // The plugin passes the candidate first, the kept box second.
           const IouBox& lower = iou_boxes[static_cast<size_t>(box_slot(b, candidate.box, candidate.cls))];
