@@ -396,6 +396,168 @@ def eager_cases() -> list[Case]:
     return cases
 
 
+def yolo_detections(batch: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """A YOLOv8-style head's decoded output on 640x640 images, as YOLOv8-TensorRT feeds
+    TRT::EfficientNMS_TRT: 8400 anchors (strides 8, 16, 32), boxes as corners [B, 8400, 4] and
+    sigmoid class scores [B, 8400, 80]. About 12 objects per image: the anchors inside one
+    predict its box (with noise) and its class with a score falling off from its centre, plus
+    a confusable class 3 logits lower; the rest score sigmoid(N(-7, 1.5)) for every class."""
+    rng = np.random.default_rng(seed)
+    centres = np.concatenate(
+        [np.stack(np.meshgrid(*(np.arange(640 // s) * s + s / 2,) * 2), -1).reshape(-1, 2) for s in (8, 16, 32)]
+    )
+    count, classes = len(centres), 80
+    boxes = np.empty((batch, count, 4), np.float32)
+    logits = rng.normal(-7, 1.5, (batch, count, classes))
+    for b in range(batch):
+        wh = rng.uniform(8, 40, (count, 2))
+        boxes[b] = np.concatenate([centres - wh / 2, centres + wh / 2], 1)
+        for _ in range(12):
+            centre, size = rng.uniform(40, 600, 2), rng.uniform(24, 240, 2)
+            cls, confusable = rng.integers(0, classes, 2)
+            distance = np.abs(centres - centre) / (size / 2)
+            inside = np.nonzero(distance.max(1) < 1)[0]
+            xy = centre + rng.normal(0, 0.05, (len(inside), 2)) * size
+            half = size * rng.uniform(0.85, 1.15, (len(inside), 2)) / 2
+            boxes[b, inside] = np.concatenate([xy - half, xy + half], 1)
+            logits[b, inside, cls] = 10 * (1 - distance[inside].max(1)) - 6.5 + rng.normal(0, 0.5, len(inside))
+            logits[b, inside, confusable] = np.maximum(logits[b, inside, confusable], logits[b, inside, cls] - 3)
+    return boxes, (1 / (1 + np.exp(-logits))).astype(np.float32)
+
+
+def padded_nms_topk_graph(max_output: int, iou: float, score: float) -> onnx.ModelProto:
+    """EfficientNMS_TRT's outputs from ONNX's own ops: NonMaxSuppression per image and class;
+    the kept scores scattered into a dense [B, C * N] (-1 elsewhere); TopK of each image's
+    `max_output`; classes and boxes gathered from the flat indices; rows that are not a
+    detection (score -1) zeroed; num_detections [B, 1] int32, as the plugin outputs them."""
+    f, i32, i64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
+    n = helper.make_node
+    nodes = [
+        n("Transpose", ["scores"], ["scores_t"], perm=[0, 2, 1]),
+        n("NonMaxSuppression", ["boxes", "scores_t", "per_class", "iou", "score"], ["sel"]),
+        n("GatherND", ["scores_t", "sel"], ["s"]),
+        n("Shape", ["scores_t"], ["shape"]),
+        n("Gather", ["shape", "zero"], ["batch"], axis=0),
+        n("Gather", ["shape", "two_i"], ["anchors"], axis=0),
+        n("ReduceProd", ["shape"], ["all"], keepdims=0),
+        n("Div", ["all", "batch"], ["per_image"]),
+        n("Concat", ["batch", "per_image"], ["dense_shape"], axis=0),
+        n("ConstantOfShape", ["dense_shape"], ["empty"], value=helper.make_tensor("v", f, [1], [-1.0])),
+        n("Gather", ["sel", "zero_s"], ["b"], axis=1),
+        n("Gather", ["sel", "one_s"], ["c"], axis=1),
+        n("Gather", ["sel", "two_s"], ["a"], axis=1),
+        n("Mul", ["c", "anchors"], ["c_offset"]),
+        n("Add", ["c_offset", "a"], ["position"]),
+        n("Unsqueeze", ["b", "one"], ["b_col"]),
+        n("Unsqueeze", ["position", "one"], ["position_col"]),
+        n("Concat", ["b_col", "position_col"], ["at"], axis=1),
+        n("ScatterND", ["empty", "at", "s"], ["dense"]),
+        n("TopK", ["dense", "k"], ["top", "flat"], axis=1),
+        n("Greater", ["top", "minus_half"], ["valid"]),
+        n("Cast", ["valid"], ["valid_i"], to=i32),
+        n("ReduceSum", ["valid_i", "one"], ["num_detections"], keepdims=1),
+        n("Where", ["valid", "top", "zero_f"], ["detection_scores"]),
+        n("Div", ["flat", "anchors"], ["cls"]),
+        n("Cast", ["cls"], ["cls_i"], to=i32),
+        n("Where", ["valid", "cls_i", "zero_i"], ["detection_classes"]),
+        n("Mod", ["flat", "anchors"], ["box"]),
+        n("Unsqueeze", ["box", "two"], ["box_col"]),
+        n("Concat", ["batch", "k", "four"], ["gather_shape"], axis=0),
+        n("Expand", ["box_col", "gather_shape"], ["box_index"]),
+        n("GatherElements", ["boxes", "box_index"], ["picked"], axis=1),
+        n("Unsqueeze", ["valid", "two"], ["valid_col"]),
+        n("Where", ["valid_col", "picked", "zero_f"], ["detection_boxes"]),
+    ]
+    constants = [
+        helper.make_tensor("per_class", i64, [1], [max_output]),
+        helper.make_tensor("iou", f, [1], [iou]),
+        helper.make_tensor("score", f, [1], [score]),
+        helper.make_tensor("k", i64, [1], [max_output]),
+        helper.make_tensor("zero", i64, [1], [0]),
+        helper.make_tensor("one", i64, [1], [1]),
+        helper.make_tensor("two", i64, [1], [2]),
+        helper.make_tensor("two_i", i64, [1], [2]),
+        helper.make_tensor("four", i64, [1], [4]),
+        helper.make_tensor("zero_s", i64, [], [0]),
+        helper.make_tensor("one_s", i64, [], [1]),
+        helper.make_tensor("two_s", i64, [], [2]),
+        helper.make_tensor("minus_half", f, [], [-0.5]),
+        helper.make_tensor("zero_f", f, [], [0.0]),
+        helper.make_tensor("zero_i", i32, [], [0]),
+    ]
+    outputs = ["num_detections", "detection_boxes", "detection_scores", "detection_classes"]
+    graph = helper.make_graph(
+        nodes,
+        "padded_nms_topk",
+        [helper.make_tensor_value_info("boxes", f, None), helper.make_tensor_value_info("scores", f, None)],
+        [helper.make_value_info(name, onnx.TypeProto()) for name in outputs],
+        initializer=constants,
+    )
+    return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def efficient_nms_cases() -> list[Case]:
+    """TRT::EfficientNMS_TRT as YOLOv8-TensorRT writes it (corner boxes, score >= 0.25, IoU 0.45,
+    100 detections per image, per class) on a YOLO head, against torchvision (per image: filter,
+    batched_nms, top-k, padding) and ONNX's NonMaxSuppression + TopK graph with the same outputs."""
+    iou, score, max_output = 0.45, 0.25, 100
+    outputs = ["num_detections", "detection_boxes", "detection_scores", "detection_classes"]
+    cases = []
+    for batch in (1, 8):
+        boxes, scores = yolo_detections(batch)
+        feeds = {"boxes": boxes, "scores": scores}
+        attributes = dict(
+            score_threshold=score,
+            iou_threshold=iou,
+            max_output_boxes=max_output,
+            background_class=-1,
+            box_coding=0,
+            score_activation=0,
+            plugin_version="1",
+        )
+        model = one_node_model("EfficientNMS_TRT", "TRT", feeds, outputs, **attributes)
+        tb, ts = torch.from_numpy(boxes), torch.from_numpy(scores)
+
+        def torchvision_nms(tb: torch.Tensor = tb, ts: torch.Tensor = ts) -> list[torch.Tensor]:
+            images = tb.shape[0]
+            num = torch.zeros(images, 1, dtype=torch.int32)
+            out_boxes = torch.zeros(images, max_output, 4)
+            out_scores = torch.zeros(images, max_output)
+            out_classes = torch.zeros(images, max_output, dtype=torch.int32)
+            for b in range(images):
+                n, c = torch.nonzero(ts[b] >= score, as_tuple=True)
+                s = ts[b, n, c]
+                keep = torchvision.ops.batched_nms(tb[b, n], s, c, iou)[:max_output]
+                k = len(keep)
+                num[b, 0] = k
+                out_boxes[b, :k], out_scores[b, :k], out_classes[b, :k] = tb[b, n[keep]], s[keep], c[keep].int()
+            return [num, out_boxes, out_scores, out_classes]
+
+        def agree(ours: Any, anchor: Any) -> None:
+            """The same detections in the same order (ties in score are too rare to matter)."""
+            for mine, theirs in zip(ours, anchor, strict=True):
+                theirs = theirs.numpy() if isinstance(theirs, torch.Tensor) else theirs
+                np.testing.assert_array_equal(mine, theirs)
+
+        candidates = int((scores >= score).sum()) // batch
+        cases.append(
+            Case(
+                name=f"efficient_nms YOLO head, batch {batch}, 8400 x 80, score >= {score}, IoU {iou}, "
+                f"~{candidates} candidates/image",
+                ortops=session_runner(model, feeds, True),
+                anchors={
+                    "torchvision batched_nms + top-k": torch_runner(torchvision_nms),
+                    "ORT NonMaxSuppression + TopK": session_runner(
+                        padded_nms_topk_graph(max_output, iou, score), feeds, False
+                    ),
+                },
+                agree=agree,
+                targets={"torchvision batched_nms + top-k": 3.0, "ORT NonMaxSuppression + TopK": 3.0},
+            )
+        )
+    return cases
+
+
 def faster_rcnn_case() -> Case:
     """The whole Faster R-CNN (ResNet-50 FPN, random weights) exported with the TorchScript
     exporter twice: torchvision's ops as ortops nodes (``torchvision=True``) and as the
@@ -452,6 +614,7 @@ CASES: list[Callable[[], Case | list[Case]]] = [
     soft_nms_case,
     faster_rcnn_case,
     eager_cases,
+    efficient_nms_cases,
 ]
 
 
