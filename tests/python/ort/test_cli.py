@@ -134,6 +134,44 @@ def test_inspect_model_with_tensorrt_plugin(tmp_path) -> None:
     assert [(p["node"], p["kind"]) for p in report["problems"]] == [("trt", "unknown-op"), ("trt2", "unknown-op")]
 
 
+def test_inspect_and_run_a_tensorrt_nms_file(tmp_path) -> None:
+    """TRT::EfficientNMS_TRT as yolov7's End2End export writes it (background_class and
+    box_coding as one-value INTS) is known and runs."""
+    node = helper.make_node(
+        "EfficientNMS_TRT",
+        ["boxes", "scores"],
+        ["num_dets", "det_boxes", "det_scores", "det_classes"],
+        name="/end2end/EfficientNMS_TRT",
+        domain="TRT",
+        background_class=[-1],
+        box_coding=[1],
+        iou_threshold=0.45,
+        max_output_boxes=100,
+        plugin_version="1",
+        score_activation=0,
+        score_threshold=0.25,
+    )
+    graph = helper.make_graph(
+        [node],
+        "main_graph",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 50, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 50, 3]),
+        ],
+        [helper.make_value_info(n, onnx.TypeProto()) for n in ("num_dets", "det_boxes", "det_scores", "det_classes")],
+    )
+    opsets = [helper.make_opsetid("", 12), helper.make_opsetid("TRT", 1)]
+    path = tmp_path / "yolov7.onnx"
+    onnx.save(helper.make_model(graph, ir_version=7, opset_imports=opsets), str(path))
+    result = ortops_cli("inspect", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    line = next(line for line in result.stdout.splitlines() if "TRT::EfficientNMS_TRT" in line)
+    assert re.search(r"opset 1\s+x1\s+ortops: CPUExecutionProvider", line), line
+    result = ortops_cli("run", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "det_classes" in result.stdout and "int32" in result.stdout
+
+
 def test_inspect_reports_attribute_problems(tmp_path) -> None:
     result = ortops_cli("inspect", str(nms_model_file(tmp_path, iou_treshold=0.3)))
     assert result.returncode == 1
