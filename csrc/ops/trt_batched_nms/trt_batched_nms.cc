@@ -87,8 +87,7 @@ constexpr std::string_view kDifferences =
     "runs into undefined behaviour for a `topK` below 1, a `numClasses` other than the scores' or a boolean "
     "attribute other than 0 or 1: ortops reports these as errors. A missing `isNormalized` is undefined in the "
     "plugin (an uninitialised field; its README gives true as the default, its header false): ortops takes 1. "
-    "Float16 is computed in float32 (the plugin compares and sorts float16 scores and computes IoU from float16 "
-    "corners in float).";
+    "Float16 scores and boxes are read as float32, as the plugin reads them for its score test and IoU.";
 
 }  // namespace
 
