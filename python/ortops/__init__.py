@@ -88,7 +88,7 @@ class InputInfo:
 
 @dataclass(frozen=True)
 class AttributeInfo:
-    """An attribute: name, ONNX type (int, float, string, ints), default (None: required)."""
+    """An attribute: name, ONNX type (int, float, string, ints, floats), default (None: required)."""
 
     name: str
     type: str

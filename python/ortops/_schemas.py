@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from ortops import OpInfo
 
-_ATTRIBUTE_TYPES = {"int": "INT", "float": "FLOAT", "string": "STRING", "ints": "INTS"}
+_ATTRIBUTE_TYPES = {"int": "INT", "float": "FLOAT", "string": "STRING", "ints": "INTS", "floats": "FLOATS"}
 
 
 def _formal_parameters(params, type_param: tuple[str, ...] | None):  # noqa: ANN001, ANN202
@@ -37,6 +37,7 @@ def _onnx_type(name: str) -> str:
         "float64": "tensor(double)",
         "float16": "tensor(float16)",
         "int64": "tensor(int64)",
+        "int32": "tensor(int32)",
     }[name]
 
 
