@@ -53,6 +53,8 @@ constexpr OpDef kOpTable[] = {
   {kMmcvDomain,     "MMCVDeformConv2d",          1,     kCpu,     &deform_conv::kV1Schema,         &deform_conv::MakeV1,         kCompat},
   {kOrtopsDomain,   "GroupNorm",                 1,     kCpu,     &group_norm::kSchema,            &group_norm::Make},
   {kOrtopsDomain,   "MatrixInverse",             1,     kCpu,     &matrix_inverse::kSchema,        &matrix_inverse::Make},
+  // mmdeploy's nodes that only its TensorRT plugins ran.
+  {kMmdeployDomain, "MMCVDeformConv2d",              1,   kCpu,     &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},
 };
 // clang-format on
 
