@@ -3,6 +3,7 @@
 #include "ops/corner_pool/corner_pool.h"
 #include "ops/cummax/cummax.h"
 #include "ops/deform_conv/deform_conv.h"
+#include "ops/gather_topk/gather_topk.h"
 #include "ops/grid_sample/grid_sample.h"
 #include "ops/group_norm/group_norm.h"
 #include "ops/matrix_inverse/matrix_inverse.h"
@@ -55,6 +56,7 @@ constexpr OpDef kOpTable[] = {
   {kOrtopsDomain,   "MatrixInverse",             1,     kCpu,     &matrix_inverse::kSchema,        &matrix_inverse::Make},
   // mmdeploy's nodes that only its TensorRT plugins ran.
   {kMmdeployDomain, "MMCVDeformConv2d",              1,   kCpu,     &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},
+  {kMmdeployDomain, "GatherTopk",                    1,   kCpu,     &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
 };
 // clang-format on
 
