@@ -4,6 +4,7 @@
 #include "ops/cummax/cummax.h"
 #include "ops/deform_conv/deform_conv.h"
 #include "ops/gather_topk/gather_topk.h"
+#include "ops/grid_priors/grid_priors.h"
 #include "ops/grid_sample/grid_sample.h"
 #include "ops/group_norm/group_norm.h"
 #include "ops/matrix_inverse/matrix_inverse.h"
@@ -57,6 +58,7 @@ constexpr OpDef kOpTable[] = {
   // mmdeploy's nodes that only its TensorRT plugins ran.
   {kMmdeployDomain, "MMCVDeformConv2d",              1,   kCpu,     &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},
   {kMmdeployDomain, "GatherTopk",                    1,   kCpu,     &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
+  {kMmdeployDomain, "GridPriorsTRT",                 1,   kCpu,     &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
 };
 // clang-format on
 
