@@ -1,5 +1,6 @@
 #include "op_table.h"
 
+#include "ops/bicubic_interpolate/bicubic_interpolate.h"
 #include "ops/corner_pool/corner_pool.h"
 #include "ops/cummax/cummax.h"
 #include "ops/deform_conv/deform_conv.h"
@@ -59,6 +60,7 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "MMCVDeformConv2d",              1,   kCpu,     &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},
   {kMmdeployDomain, "GatherTopk",                    1,   kCpu,     &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
   {kMmdeployDomain, "GridPriorsTRT",                 1,   kCpu,     &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
+  {kMmdeployDomain, "TRTBicubicInterpolate",         1,   kCpu,     &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
 };
 // clang-format on
 
