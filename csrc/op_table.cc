@@ -61,6 +61,7 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "GatherTopk",                    1,   kCpu,     &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
   {kMmdeployDomain, "GridPriorsTRT",                 1,   kCpu,     &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
   {kMmdeployDomain, "TRTBicubicInterpolate",         1,   kCpu,     &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
+  {kMmdeployDomain, "TRTInstanceNormalization",      1,   kCpu,     &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},
 };
 // clang-format on
 
