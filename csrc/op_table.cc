@@ -15,6 +15,7 @@
 #include "ops/roi_align/roi_align.h"
 #include "ops/roi_align_rotated/roi_align_rotated.h"
 #include "ops/rotated_feature_align/rotated_feature_align.h"
+#include "ops/scaled_dot_product_attention/scaled_dot_product_attention.h"
 #include "ops/soft_nms/soft_nms.h"
 
 namespace ortops {
@@ -62,6 +63,7 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "GridPriorsTRT",                 1,   kCpu,     &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
   {kMmdeployDomain, "TRTBicubicInterpolate",         1,   kCpu,     &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
   {kMmdeployDomain, "TRTInstanceNormalization",      1,   kCpu,     &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},
+  {kMmdeployDomain, "ScaledDotProductAttentionTRT",  1,   kCpu,     &scaled_dot_product_attention::kSchema,    &scaled_dot_product_attention::Make,     kCompat},
 };
 // clang-format on
 

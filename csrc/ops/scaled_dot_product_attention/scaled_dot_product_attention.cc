@@ -1,0 +1,177 @@
+// mmdeploy's ScaledDotProductAttentionTRT: softmax(q k^T / sqrt(E) + mask) v, returning the
+// attention weights too. Both products run on ONNX Runtime's own Gemm.
+#include "ops/scaled_dot_product_attention/scaled_dot_product_attention.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+
+#include "core/ort_gemm.h"
+
+namespace ortops::scaled_dot_product_attention {
+namespace {
+
+constexpr IoSpec kInputs[] = {
+    {"query", ElemType::kTypeParam, "`[B, Nt, E]` queries (B is batch x heads)"},
+    {"key", ElemType::kTypeParam, "`[B, Ns, E]` keys"},
+    {"value", ElemType::kTypeParam, "`[B, Ns, Ev]` values"},
+    {"attn_mask", ElemType::kTypeParam,
+     "`[Nt, Ns]` (optional) added to the scaled scores before the softmax; any shape that broadcasts to "
+     "`[B, Nt, Ns]` (rank 0 to 3, each dim 1 or equal), such as `[B, Nt, Ns]` or `[1, Nt, Ns]`",
+     true},
+};
+constexpr IoSpec kOutputs[] = {
+    {"output", ElemType::kTypeParam, "`[B, Nt, Ev]` the attention-weighted values"},
+    {"attn", ElemType::kTypeParam, "`[B, Nt, Ns]` the attention weights (each row sums to 1)"},
+};
+
+}  // namespace
+
+constexpr OpSchema kSchema{
+    .doc =
+        "mmdeploy's scaled dot-product attention (`mmdeploy::ScaledDotProductAttentionTRT`, written by its "
+        "TensorRT rewrite of `torch.nn.functional._scaled_dot_product_attention`, which "
+        "`multi_head_attention_forward` calls in PyTorch 1.x), float32: `attn = softmax(query @ key^T / "
+        "sqrt(E) + attn_mask)` along the last axis and `output = attn @ value`, for each of the B "
+        "batch x head slices. The mask is additive (a float tensor: -inf where attention is forbidden). "
+        "The softmax subtracts the row's maximum first; a row that is all -inf, or that holds NaN or +inf, "
+        "gives NaN, as in PyTorch. Ns = 0 gives empty weights and a zero output; E = 0 gives scores of 0. "
+        "Both matrix products run on ONNX Runtime's own Gemm.",
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = {},
+    .differences =
+        "The same computation as the plugin (scores scaled by 1 / sqrt(E) in float32, the mask added, "
+        "cuDNN's accurate softmax), with ONNX Runtime's Gemm in place of cuBLAS. The plugin sizes `output` "
+        "as `query` and so needs Ev = E; ortops takes any Ev. The plugin took masks of rank 2 or 3 only (a "
+        "rank-0 or rank-1 one was ignored or misread); ortops broadcasts any mask of rank 0 to 3 and reports "
+        "one that does not broadcast. For E = 0 the plugin's scale 1 / sqrt(0) made NaN scores; ortops gives "
+        "0, as the exported module does. Like the plugin, float32 only (the optional mask rules out several "
+        "element types under ONNX Runtime 1.17).",
+};
+
+namespace {
+
+class AttentionKernel : public KernelBase {
+ public:
+  using Element = float;
+  static constexpr const OpSchema& kSchema = scaled_dot_product_attention::kSchema;
+
+  AttentionKernel(const Attributes& attrs, const OpDef& def)
+      : KernelBase(def),
+        scores_gemm_(std::make_unique<OrtGemm>(attrs.info(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)),
+        values_gemm_(std::make_unique<OrtGemm>(attrs.info(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, false)) {}
+
+  void Compute(const KernelIO& io) const {
+    const ConstTensor<float> query = io.Input<float>(0, 3);
+    const ConstTensor<float> key = io.Input<float>(1, 3);
+    const ConstTensor<float> value = io.Input<float>(2, 3);
+    const int64_t batch = query.dim(0), targets = query.dim(1), embed = query.dim(2);
+    Check(key.dim(0) == batch && key.dim(2) == embed, "input 'key' ", ShapeText{key.shape},
+          " must be [B, Ns, E] with B and E of input 'query' ", ShapeText{query.shape});
+    const int64_t sources = key.dim(1), value_embed = value.dim(2);
+    Check(value.dim(0) == batch && value.dim(1) == sources, "input 'value' ", ShapeText{value.shape},
+          " must be [B, Ns, Ev] with B of input 'query' ", ShapeText{query.shape}, " and Ns of input 'key' ",
+          ShapeText{key.shape});
+    const Mask mask = MaskInput(io, batch, targets, sources);
+
+    float* output = io.Output<float>(0, {batch, targets, value_embed});
+    float* attn = io.Output<float>(1, {batch, targets, sources});
+    const int64_t scores = batch * targets * sources;
+    if (batch * targets == 0) return;
+    if (sources == 0) {  // nothing to attend to: the output is an empty sum
+      std::fill_n(output, batch * targets * value_embed, 0.0f);
+      return;
+    }
+
+    // Scores: attn[b] = query[b] key[b]^T, written in place and turned into weights row by row.
+    if (embed == 0) {
+      std::fill_n(attn, scores, 0.0f);
+    } else {
+      for (int64_t b = 0; b < batch; ++b) {
+        scores_gemm_->Run(io.context(), query.data + b * targets * embed, key.data + b * sources * embed,
+                          attn + b * targets * sources, targets, embed, sources);
+      }
+    }
+    // As the plugin: 1 / sqrt(E) in float32, multiplying the products (1 when E = 0: the products are 0).
+    const float scale = embed == 0 ? 1.0f : 1.0f / std::sqrt(static_cast<float>(embed));
+    constexpr int64_t kValuesPerTask = int64_t{1} << 14;
+    const int64_t rows = batch * targets;
+    const int64_t tasks = std::clamp<int64_t>(scores / kValuesPerTask, 1, rows);
+    io.ParallelForRanges(static_cast<size_t>(rows), static_cast<size_t>(tasks), [&](size_t begin, size_t end) {
+      for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
+        const float* mask_row =
+            mask.data ? mask.data + (r / targets) * mask.stride[0] + (r % targets) * mask.stride[1] : nullptr;
+        Softmax(attn + r * sources, sources, scale, mask_row, mask.stride[2]);
+      }
+    });
+    if (value_embed == 0) return;
+    for (int64_t b = 0; b < batch; ++b) {
+      values_gemm_->Run(io.context(), attn + b * targets * sources, value.data + b * sources * value_embed,
+                        output + b * targets * value_embed, targets, sources, value_embed);
+    }
+  }
+
+ private:
+  // The mask's data and its strides along (B, Nt, Ns): 0 along a broadcast dim.
+  struct Mask {
+    const float* data = nullptr;
+    std::array<int64_t, 3> stride = {0, 0, 0};
+  };
+
+  static Mask MaskInput(const KernelIO& io, int64_t batch, int64_t targets, int64_t sources) {
+    Mask mask;
+    if (!io.Has(3)) return mask;
+    const ConstTensor<float> m = io.Input<float>(3);
+    const std::array<int64_t, 3> full = {batch, targets, sources};
+    Check(m.rank() <= 3, "input 'attn_mask' must have rank 3 or less (broadcast to [B, Nt, Ns] = ",
+          ShapeText{Shape(full.begin(), full.end())}, "), got shape ", ShapeText{m.shape});
+    const size_t lead = 3 - m.rank();
+    int64_t stride = 1;
+    for (size_t axis = 3; axis-- > 0;) {
+      const int64_t dim = axis < lead ? 1 : m.dim(axis - lead);
+      Check(dim == full[axis] || dim == 1, "input 'attn_mask' ", ShapeText{m.shape},
+            " does not broadcast to [B, Nt, Ns] = ", ShapeText{Shape(full.begin(), full.end())});
+      mask.stride[axis] = dim == 1 ? 0 : stride;
+      stride *= dim;
+    }
+    mask.data = m.data;
+    return mask;
+  }
+
+  // In place: scores * scale (+ mask), then the softmax with the row's maximum subtracted.
+  static void Softmax(float* row, int64_t count, float scale, const float* mask, int64_t mask_stride) {
+    float max = -INFINITY;
+    bool nan = false;
+    for (int64_t j = 0; j < count; ++j) {
+      float s = row[j] * scale;
+      if (mask) s += mask[j * mask_stride];
+      row[j] = s;
+      nan |= std::isnan(s);
+      max = s > max ? s : max;
+    }
+    if (nan || max == INFINITY || max == -INFINITY) {  // PyTorch and cuDNN give NaN throughout
+      std::fill_n(row, count, NAN);
+      return;
+    }
+    float sum = 0;
+    for (int64_t j = 0; j < count; ++j) {
+      row[j] = std::exp(row[j] - max);
+      sum += row[j];
+    }
+    for (int64_t j = 0; j < count; ++j) row[j] /= sum;
+  }
+
+  std::unique_ptr<OrtGemm> scores_gemm_, values_gemm_;
+};
+
+template <typename T>
+using Kernel = AttentionKernel;
+
+}  // namespace
+
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<Kernel, float>(def); }
+
+}  // namespace ortops::scaled_dot_product_attention
