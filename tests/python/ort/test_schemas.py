@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, shape_inference
 import ortops
 from ortops._schemas import shape_rule
 
-F, D, I64 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64
+F, D, I64, I32 = TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.INT64, TensorProto.INT32
 HAS_INFERENCE = hasattr(onnx.defs.OpSchema, "set_type_and_shape_inference_function")
 
 # (domain, op, inputs (name, type, shape), attributes, expected outputs (type, shape));
@@ -80,6 +80,51 @@ CASES = [
         [(F, [2, 8, 3, 3, 3])],
     ),
     ("ortops", "MatrixInverse", [("x", D, [2, 3, "M", "M"])], {}, [(D, [2, 3, "M", "M"])]),
+    (
+        "mmdeploy",
+        "MMCVDeformConv2d",
+        [("x", F, [1, 16, 20, 20]), ("o", F, [1, 18, 20, 18]), ("w", F, [8, 16, 3, 3])],
+        {"stride": [1, 1], "padding": [1, 1, 0, 0], "dilation": [1, 1], "groups": 1, "deform_groups": 1},
+        [(F, [1, 8, 20, 18])],
+    ),
+    ("mmdeploy", "GatherTopk", [("x", F, ["B", 1000, 4]), ("i", I64, ["B", 100])], {}, [(F, ["B", 100, 4])]),
+    ("mmdeploy", "GatherTopk", [("x", I32, [2, 1000]), ("i", I64, [2, "K"])], {}, [(I32, [2, "K"])]),
+    ("mmdeploy", "GatherTopk", [("x", D, [2, 9, 3, 5]), ("i", I64, [2, 4])], {}, [(D, [2, 4, 3, 5])]),
+    (
+        "mmdeploy",
+        "GridPriorsTRT",
+        [("a", F, [3, 4]), ("h", I64, ["H"]), ("w", I64, ["W"])],
+        {"stride_h": 8, "stride_w": 16},
+        [(F, ["?", 4])],
+    ),
+    (
+        "mmdeploy",
+        "TRTBicubicInterpolate",
+        [("x", D, ["N", 3, 10, 12])],
+        {"scale_factor": [2.0, 2.0], "align_corners": 0},
+        [(D, ["N", 3, "?", "?"])],
+    ),
+    (
+        "mmdeploy",
+        "TRTInstanceNormalization",
+        [("x", F, ["N", 32, "L"]), ("s", F, [32]), ("b", F, [32])],
+        {"epsilon": 1e-5},
+        [(F, ["N", 32, "L"])],
+    ),
+    (
+        "mmdeploy",
+        "ScaledDotProductAttentionTRT",
+        [("q", F, ["B", 5, 8]), ("k", F, ["B", 7, 8]), ("v", F, ["B", 7, 6])],
+        {},
+        [(F, ["B", 5, 6]), (F, ["B", 5, 7])],
+    ),
+    (
+        "mmdeploy",
+        "ScaledDotProductAttentionTRT",
+        [("q", F, [8, "T", 64]), ("k", F, [8, "S", 64]), ("v", F, [8, "S", 64]), ("m", F, ["T", "S"])],
+        {},
+        [(F, [8, "T", 64]), (F, [8, "T", "S"])],
+    ),
 ]
 
 
