@@ -577,6 +577,80 @@ def faster_rcnn_case() -> Case:
     )
 
 
+def attention_case() -> Case:
+    """mmdeploy's ScaledDotProductAttentionTRT at ViT-B/16 size (8 images x 12 heads, 197 tokens),
+    against torch and against the plain ONNX graph mmdeploy writes for other backends."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(96, 197, 64)).astype(np.float32) for _ in range(3))
+    feeds = {"query": q, "key": k, "value": v}
+    model = one_node_model("ScaledDotProductAttentionTRT", "mmdeploy", feeds, ["output", "attn"])
+    nodes = [
+        helper.make_node("Transpose", ["key"], ["key_t"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["query", "key_t"], ["products"]),
+        helper.make_node("Mul", ["products", "scale"], ["scores"]),
+        helper.make_node("Softmax", ["scores"], ["attn"], axis=-1),
+        helper.make_node("MatMul", ["attn", "value"], ["output"]),
+    ]
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [], [1 / 8])
+    graph = helper.make_graph(
+        nodes,
+        "attention",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape)) for n, a in feeds.items()],
+        [helper.make_value_info(n, onnx.TypeProto()) for n in ("output", "attn")],
+        initializer=[scale],
+    )
+    plain = helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+    t = {n: torch.from_numpy(a) for n, a in feeds.items()}
+    return Case(
+        name="mmdeploy ScaledDotProductAttentionTRT 96x197x64",
+        ortops=session_runner(model, feeds, True),
+        anchors={
+            "torch scaled_dot_product_attention": torch_runner(
+                lambda: torch.nn.functional.scaled_dot_product_attention(t["query"], t["key"], t["value"])
+            ),
+            "ORT MatMul/Softmax graph": session_runner(plain, feeds, False),
+        },
+        agree=close(1e-4, 1e-5),
+    )
+
+
+def bicubic_case() -> Case:
+    x = np.random.default_rng(0).normal(size=(1, 64, 128, 128)).astype(np.float32)
+    model = one_node_model(
+        "TRTBicubicInterpolate", "mmdeploy", {"input": x}, ["output"], scale_factor=[2.0, 2.0], align_corners=0
+    )
+    tx = torch.from_numpy(x)
+    return Case(
+        name="mmdeploy TRTBicubicInterpolate 1x64x128x128 x2",
+        ortops=session_runner(model, {"input": x}, True),
+        anchors={
+            "torch interpolate bicubic": torch_runner(
+                lambda: torch.nn.functional.interpolate(tx, scale_factor=2.0, mode="bicubic", align_corners=False)
+            )
+        },
+        agree=close(1e-4, 1e-4),
+    )
+
+
+def instance_norm_case() -> Case:
+    """As mmdeploy writes group norm for TensorRT: [N, G, -1] with 32 groups."""
+    x = np.random.default_rng(0).normal(size=(8, 32, 8 * 64 * 64)).astype(np.float32)
+    scale, bias = np.ones(32, np.float32), np.zeros(32, np.float32)
+    feeds = {"X": x, "scale": scale, "bias": bias}
+    model = one_node_model("TRTInstanceNormalization", "mmdeploy", feeds, ["Y"], epsilon=1e-5)
+    builtin = one_node_model("InstanceNormalization", "", {"input": x, "scale": scale, "B": bias}, ["Y"], epsilon=1e-5)
+    tx = torch.from_numpy(x)
+    return Case(
+        name="mmdeploy TRTInstanceNormalization 8x32x32768 (group norm of 8x256x64x64)",
+        ortops=session_runner(model, feeds, True),
+        anchors={
+            "torch instance_norm": torch_runner(lambda: torch.nn.functional.instance_norm(tx, eps=1e-5)),
+            "ORT InstanceNormalization": session_runner(builtin, {"input": x, "scale": scale, "B": bias}, False),
+        },
+        agree=close(1e-4, 1e-4),
+    )
+
+
 CASES: list[Callable[[], Case | list[Case]]] = [
     roi_align_case,
     nms_case,
@@ -587,6 +661,9 @@ CASES: list[Callable[[], Case | list[Case]]] = [
     float16_cases,
     faster_rcnn_case,
     eager_cases,
+    attention_case,
+    bicubic_case,
+    instance_norm_case,
 ]
 
 
