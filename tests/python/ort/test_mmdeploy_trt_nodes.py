@@ -692,3 +692,86 @@ def test_attention_bad_inputs_are_errors(shapes, message) -> None:
     feeds = {name: None if shape is None else np.zeros(shape, np.float32) for name, shape in {**base, **shapes}.items()}
     with pytest.raises(Exception, match=r"mmdeploy\.ScaledDotProductAttentionTRT: " + message):
         run("ScaledDotProductAttentionTRT", feeds)
+
+
+# --------------------------------------------------------------------------- a whole exported graph
+
+
+def test_mmdet_dense_head_graph_as_mmdeploy_exports_it_for_tensorrt() -> None:
+    """Opset 11, IR version 6, as mmdeploy writes a dense head's post-processing for TensorRT:
+    the anchors from GridPriorsTRT, sized by ConstantOfShape of the feature map's dims; TopK of
+    the best class score, and GatherTopk of the boxes, scores and anchors by its int64 indices."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import ortops
+
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    base = np.array([[-22.6, -11.3, 22.6, 11.3], [-16, -16, 16, 16], [-11.3, -22.6, 11.3, 22.6]], np.float32)
+    zero = helper.make_tensor("zero", i64, [1], [0])
+    nodes = [
+        helper.make_node("Shape", ["features"], ["shape"], "Shape_0"),
+        helper.make_node("Gather", ["shape", "two"], ["feat_h"], "Gather_1", axis=0),
+        helper.make_node("Gather", ["shape", "three"], ["feat_w"], "Gather_2", axis=0),
+        helper.make_node("Unsqueeze", ["feat_h"], ["feat_h_1d"], "Unsqueeze_3", axes=[0]),
+        helper.make_node("Unsqueeze", ["feat_w"], ["feat_w_1d"], "Unsqueeze_4", axes=[0]),
+        helper.make_node("ConstantOfShape", ["feat_h_1d"], ["zero_h"], "ConstantOfShape_5", value=zero),
+        helper.make_node("ConstantOfShape", ["feat_w_1d"], ["zero_w"], "ConstantOfShape_6", value=zero),
+        helper.make_node(
+            "GridPriorsTRT",
+            ["base_anchors", "zero_h", "zero_w"],
+            ["priors"],
+            "GridPriorsTRT_7",
+            domain="mmdeploy",
+            stride_h=8,
+            stride_w=8,
+        ),
+        helper.make_node("Unsqueeze", ["priors"], ["batched_priors"], "Unsqueeze_8", axes=[0]),
+        helper.make_node("ReduceMax", ["scores"], ["max_scores"], "ReduceMax_9", axes=[-1], keepdims=0),
+        helper.make_node("TopK", ["max_scores", "k"], ["top_scores", "top_indices"], "TopK_10", axis=-1),
+        helper.make_node("GatherTopk", ["boxes", "top_indices"], ["kept_boxes"], "GatherTopk_11", domain="mmdeploy"),
+        helper.make_node("GatherTopk", ["scores", "top_indices"], ["kept_scores"], "GatherTopk_12", domain="mmdeploy"),
+    ]
+    initializers = [
+        numpy_helper.from_array(base, "base_anchors"),
+        numpy_helper.from_array(np.array(2, np.int64), "two"),
+        numpy_helper.from_array(np.array(3, np.int64), "three"),
+        numpy_helper.from_array(np.array([20], np.int64), "k"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "exported",
+        [
+            helper.make_tensor_value_info("features", f, [1, 8, "h", "w"]),
+            helper.make_tensor_value_info("scores", f, [1, "n", 4]),
+            helper.make_tensor_value_info("boxes", f, [1, "n", 4]),
+        ],
+        [
+            helper.make_tensor_value_info("batched_priors", f, [1, "p", 4]),
+            helper.make_tensor_value_info("kept_boxes", f, [1, 20, 4]),
+            helper.make_tensor_value_info("kept_scores", f, [1, 20, 4]),
+            helper.make_tensor_value_info("top_scores", f, [1, 20]),
+        ],
+        initializer=initializers,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 11), helper.make_opsetid("mmdeploy", 1)], producer_name="pytorch"
+    )
+    model.ir_version = 6
+    ortops.register_onnx_schemas()
+    onnx.checker.check_model(model)
+    assert ortops.check_model(model) == []
+    rng = np.random.default_rng(24)
+    h, w = 5, 7
+    n = h * w * len(base)
+    feeds = {
+        "features": rng.normal(size=(1, 8, h, w)).astype(np.float32),
+        "scores": rng.random((1, n, 4)).astype(np.float32),
+        "boxes": rng.random((1, n, 4)).astype(np.float32),
+    }
+    priors, boxes, scores, top = session(model).run(None, feeds)
+    np.testing.assert_array_equal(priors[0], grid_priors_reference(base, h, w, 8, 8))
+    order = np.argsort(-feeds["scores"].max(-1)[0], kind="stable")[:20]
+    np.testing.assert_array_equal(top[0], feeds["scores"].max(-1)[0][order])
+    np.testing.assert_array_equal(boxes[0], feeds["boxes"][0][order])
+    np.testing.assert_array_equal(scores[0], feeds["scores"][0][order])
