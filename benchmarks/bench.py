@@ -3,7 +3,10 @@ measured in the same run, on the same inputs and thread count.
 
 For every case the outputs of ortops and of each anchor are first checked to agree; then
 each is timed (median of repeated runs) at 1 thread and at all cores. Ratios are
-anchor time / ortops time (bigger is better). Prints a Markdown table and writes JSON.
+anchor time / ortops time (bigger is better). Two anchors are the machine's limits rather
+than competitors: a STREAM-style copy of the bytes an op must move (memory bandwidth) and
+ORT's MatMul (MLAS) of the GEMM inside the deformable convolution; their ratio is the
+fraction of that limit ortops reaches. Prints a Markdown table and writes JSON.
 
 Run: .venv/bin/python benchmarks/bench.py [--json results.json] [--repeats N] [--only NAME]
 """
@@ -41,6 +44,9 @@ class Case:
     targets: dict[str, float] = field(default_factory=dict)  # anchor -> minimum ratio at 1 thread
     targets_all: dict[str, float] | None = None  # at all cores; None: the 1-thread targets
     min_scaling: float | None = None  # all-cores speed over 1 thread, when there is more than one core
+    # Anchors that compute something else (a limit of the machine, a plain Conv of the same
+    # shape): timed, not compared. Limits are always unchecked.
+    unchecked: tuple[str, ...] = ()
 
 
 def onnx_session(model: onnx.ModelProto, threads: int, with_ortops: bool) -> ort.InferenceSession:
@@ -53,7 +59,12 @@ def onnx_session(model: onnx.ModelProto, threads: int, with_ortops: bool) -> ort
 def one_node_model(
     op_type: str, domain: str, inputs: dict[str, np.ndarray], outputs: list[str], **attributes: Any
 ) -> onnx.ModelProto:
-    elem = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
+    elem = {
+        np.dtype(np.float32): TensorProto.FLOAT,
+        np.dtype(np.float16): TensorProto.FLOAT16,
+        np.dtype(np.int64): TensorProto.INT64,
+        np.dtype(np.int32): TensorProto.INT32,
+    }
     graph_inputs = [helper.make_tensor_value_info(n, elem[a.dtype], list(a.shape)) for n, a in inputs.items()]
     graph_outputs = [helper.make_value_info(n, onnx.TypeProto()) for n in outputs]
     node = helper.make_node(op_type, list(inputs), outputs, domain=domain, **attributes)
@@ -218,6 +229,14 @@ def deform_conv_case() -> Case:
     attrs = dict(stride=[1, 1], padding=[1, 1], dilation=[1, 1], groups=1, deform_groups=1)
     model = one_node_model("MMCVModulatedDeformConv2d", "mmcv", feeds, ["output"], **attrs)
     conv = one_node_model("Conv", "", {"X": x, "W": weight, "B": bias}, ["Y"], pads=[1, 1, 1, 1])
+    # ONNX's own DeformConv (opset 19+; ORT runs it with MLAS), same inputs and semantics.
+    builtin_feeds = {"X": x, "W": weight, "offset": offset, "B": bias, "mask": mask}
+    builtin = one_node_model("DeformConv", "", builtin_feeds, ["Y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    builtin.opset_import[0].version = 22
+    # The GEMM limit: the matrix product inside the convolution ([C_out, C_in*9] x [C_in*9, H*W])
+    # by MLAS alone, as ORT's MatMul runs it; ratio = the fraction of that limit ortops reaches.
+    columns = rng.normal(size=(256 * 9, 64 * 64)).astype(np.float32)
+    gemm = one_node_model("MatMul", "", {"A": weight.reshape(256, -1), "B": columns}, ["Y"])
     t = {k: torch.from_numpy(v) for k, v in feeds.items()}
     return Case(
         name="Modulated deform conv 1x256x64x64 -> 256, 3x3, pad 1",
@@ -229,10 +248,13 @@ def deform_conv_case() -> Case:
                 )
             ),
             "ORT Conv (same shape)": session_runner(conv, {"X": x, "W": weight, "B": bias}, False),
+            "ORT DeformConv (opset 22)": session_runner(builtin, builtin_feeds, False),
+            GEMM_LIMIT: session_runner(gemm, {"A": weight.reshape(256, -1), "B": columns}, False),
         },
-        agree=lambda ours, anchor: None if not isinstance(anchor, torch.Tensor) else close(1e-3, 1e-3)(ours, anchor),
-        targets={"torchvision deform_conv2d": 3.0, "ORT Conv (same shape)": 0.5},
-        targets_all={"torchvision deform_conv2d": 3.0, "ORT Conv (same shape)": 0.5},
+        agree=close(1e-3, 1e-3),
+        unchecked=("ORT Conv (same shape)",),
+        targets={"torchvision deform_conv2d": 3.0, "ORT Conv (same shape)": 0.5, "ORT DeformConv (opset 22)": 2.0},
+        targets_all={"torchvision deform_conv2d": 3.0, "ORT Conv (same shape)": 0.5, "ORT DeformConv (opset 22)": 2.0},
         min_scaling=1.7,
     )
 
@@ -271,6 +293,25 @@ def grid_sample_case() -> Case:
     )
 
 
+# Anchors that are not competitors but the machine's limits, measured in the same run: their
+# ratio (limit time / ortops time) is the fraction of the limit that ortops reaches.
+BANDWIDTH_LIMIT = "memory bandwidth (STREAM copy of the same bytes)"
+GEMM_LIMIT = "GEMM limit (ORT MatMul of the inner product's size)"
+
+
+def stream_copy(bytes_moved: int) -> Callable[[int], Callable[[], Any]]:
+    """A STREAM-style copy that reads and writes ``bytes_moved`` bytes in all (half each), on
+    the thread count of the measurement: the time the memory system needs to move what an op
+    that streams its input and output must move at least."""
+    source = torch.ones(bytes_moved // 8, dtype=torch.float32)
+    target = torch.empty_like(source)
+    return torch_runner(lambda: target.copy_(source))
+
+
+def agree_with_cummax(ours: Any, anchor: Any) -> None:
+    np.testing.assert_array_equal(ours[0], anchor.values.numpy())
+
+
 def scan_cases() -> list[Case]:
     x = np.random.default_rng(0).normal(size=(1, 256, 200, 200)).astype(np.float32)
     tx = torch.from_numpy(x)
@@ -280,24 +321,27 @@ def scan_cases() -> list[Case]:
         cummax = one_node_model("cummax", "mmcv", {"input": x}, ["values", "indices"], dim=axis)
         pool = one_node_model("MMCVCornerPool", "mmcv", {"input": x}, ["output"], mode=mode)
         anchor = {"torch.cummax": torch_runner(lambda axis=axis: torch.cummax(tx, axis))}
+        # Both read x once and write float32 values (cummax also int64 indices).
+        cummax_anchors = {**anchor, BANDWIDTH_LIMIT: stream_copy(x.nbytes * 4)}
+        pool_anchors = {**anchor, BANDWIDTH_LIMIT: stream_copy(x.nbytes * 2)}
         cases.append(
             Case(
                 f"cummax 1x256x200x200 along {name}",
                 session_runner(cummax, {"input": x}, True),
-                anchor,
-                agree=lambda o, a: np.testing.assert_array_equal(o[0], a.values.numpy()),
-                targets={"torch.cummax": 3.0},
-                targets_all={"torch.cummax": 3.0},
+                cummax_anchors,
+                agree=agree_with_cummax,
+                targets={"torch.cummax": 3.0, BANDWIDTH_LIMIT: 0.6},
+                targets_all={"torch.cummax": 3.0, BANDWIDTH_LIMIT: 0.6},
             )
         )
         cases.append(
             Case(
                 f"corner pool 1x256x200x200 along {name}",
                 session_runner(pool, {"input": x}, True),
-                anchor,
-                agree=lambda o, a: np.testing.assert_array_equal(o[0], a.values.numpy()),
-                targets={"torch.cummax": 3.0},
-                targets_all={"torch.cummax": 3.0},
+                pool_anchors,
+                agree=agree_with_cummax,
+                targets={"torch.cummax": 3.0, BANDWIDTH_LIMIT: 0.6},
+                targets_all={"torch.cummax": 3.0, BANDWIDTH_LIMIT: 0.6},
             )
         )
     return cases
@@ -394,6 +438,95 @@ def eager_cases() -> list[Case]:
         )
     )
     return cases
+
+
+def float16_cases() -> list[Case]:
+    """The feature ops on float16 inputs (computing in float32): against the same ortops op on
+    float32 (the cost of half precision) and torch's CPU kernels on float16. Only the float32
+    run is compared: torch's CPU float16 kernels compute in float16 (torchvision's roi_align
+    is 1.5 off here), so they are timed, not checked."""
+    rng = np.random.default_rng(0)
+    cases = []
+
+    features = rng.normal(size=(1, 256, 200, 272)).astype(np.float32)
+    xy = rng.uniform(0, 1000, (1000, 2))
+    rois = np.concatenate([np.zeros((1000, 1)), xy, np.minimum(xy + rng.uniform(16, 400, (1000, 2)), [1088, 800])], 1)
+    rois = rois.astype(np.float32)
+    attrs = dict(output_height=7, output_width=7, spatial_scale=0.25, sampling_ratio=2, mode="avg", aligned=1)
+    half = {"input": features.astype(np.float16), "rois": rois.astype(np.float16)}
+    single = {"input": features, "rois": half["rois"].astype(np.float32)}
+    roi_t = {k: torch.from_numpy(v) for k, v in half.items()}
+    cases.append(
+        Case(
+            name="float16 RoIAlign avg 1x256x200x272, 1000 rois, 7x7, sampling 2, aligned",
+            ortops=session_runner(one_node_model("RoIAlign", "ortops", half, ["output"], **attrs), half, True),
+            anchors={
+                "ortops RoIAlign float32": session_runner(
+                    one_node_model("RoIAlign", "ortops", single, ["output"], **attrs), single, True
+                ),
+                "torchvision roi_align float16": torch_runner(
+                    lambda: torchvision.ops.roi_align(roi_t["input"], roi_t["rois"], 7, 0.25, 2, True)
+                ),
+            },
+            agree=close(1e-2, 1e-2),
+            unchecked=("torchvision roi_align float16",),
+        )
+    )
+
+    x = rng.normal(size=(1, 64, 256, 256)).astype(np.float32)
+    grid = rng.uniform(-1, 1, (1, 256, 256, 2)).astype(np.float32)
+    half = {"input": x.astype(np.float16), "grid": grid.astype(np.float16)}
+    single = {"input": half["input"].astype(np.float32), "grid": half["grid"].astype(np.float32)}
+    attrs = dict(interpolation_mode=0, padding_mode=0, align_corners=0)
+    grid_t = {k: torch.from_numpy(v) for k, v in half.items()}
+    cases.append(
+        Case(
+            name="float16 grid_sampler bilinear zeros 1x64x256x256, grid 256x256",
+            ortops=session_runner(one_node_model("grid_sampler", "mmcv", half, ["output"], **attrs), half, True),
+            anchors={
+                "ortops grid_sampler float32": session_runner(
+                    one_node_model("grid_sampler", "mmcv", single, ["output"], **attrs), single, True
+                ),
+                "torch grid_sample float16": torch_runner(
+                    lambda: torch.nn.functional.grid_sample(grid_t["input"], grid_t["grid"], "bilinear", "zeros", False)
+                ),
+            },
+            agree=close(1e-2, 1e-2),
+            unchecked=("torch grid_sample float16",),
+        )
+    )
+
+    x = rng.normal(size=(1, 256, 64, 64)).astype(np.float32)
+    weight = (rng.normal(size=(256, 256, 3, 3)) * 0.02).astype(np.float32)
+    single = {  # in ortops::DeformConv2d's input order (the mmcv names are float32 only)
+        "input": x,
+        "offset": rng.normal(size=(1, 18, 64, 64)).astype(np.float32),
+        "weight": weight,
+        "bias": rng.normal(size=256).astype(np.float32),
+        "mask": rng.random((1, 9, 64, 64)).astype(np.float32),
+    }
+    half = {k: v.astype(np.float16) for k, v in single.items()}
+    single = {k: v.astype(np.float32) for k, v in half.items()}
+    attrs = dict(stride=[1, 1], padding=[1, 1], dilation=[1, 1], groups=1, deform_groups=1)
+    conv_t = {k: torch.from_numpy(v) for k, v in half.items()}
+    cases.append(
+        Case(
+            name="float16 DeformConv2d (modulated) 1x256x64x64 -> 256, 3x3, pad 1",
+            ortops=session_runner(one_node_model("DeformConv2d", "ortops", half, ["output"], **attrs), half, True),
+            anchors={
+                "ortops deform conv float32": session_runner(
+                    one_node_model("DeformConv2d", "ortops", single, ["output"], **attrs), single, True
+                ),
+                "torchvision deform_conv2d float16": torch_runner(
+                    lambda: torchvision.ops.deform_conv2d(
+                        conv_t["input"], conv_t["offset"], conv_t["weight"], conv_t["bias"], 1, 1, 1, conv_t["mask"]
+                    )
+                ),
+            },
+            agree=close(5e-2, 5e-2),
+            unchecked=("torchvision deform_conv2d float16",),
+        )
+    )
 
 
 def yolo_detections(batch: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -605,6 +738,80 @@ def faster_rcnn_case() -> Case:
     )
 
 
+def attention_case() -> Case:
+    """mmdeploy's ScaledDotProductAttentionTRT at ViT-B/16 size (8 images x 12 heads, 197 tokens),
+    against torch and against the plain ONNX graph mmdeploy writes for other backends."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(96, 197, 64)).astype(np.float32) for _ in range(3))
+    feeds = {"query": q, "key": k, "value": v}
+    model = one_node_model("ScaledDotProductAttentionTRT", "mmdeploy", feeds, ["output", "attn"])
+    nodes = [
+        helper.make_node("Transpose", ["key"], ["key_t"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["query", "key_t"], ["products"]),
+        helper.make_node("Mul", ["products", "scale"], ["scores"]),
+        helper.make_node("Softmax", ["scores"], ["attn"], axis=-1),
+        helper.make_node("MatMul", ["attn", "value"], ["output"]),
+    ]
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [], [1 / 8])
+    graph = helper.make_graph(
+        nodes,
+        "attention",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape)) for n, a in feeds.items()],
+        [helper.make_value_info(n, onnx.TypeProto()) for n in ("output", "attn")],
+        initializer=[scale],
+    )
+    plain = helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+    t = {n: torch.from_numpy(a) for n, a in feeds.items()}
+    return Case(
+        name="mmdeploy ScaledDotProductAttentionTRT 96x197x64",
+        ortops=session_runner(model, feeds, True),
+        anchors={
+            "torch scaled_dot_product_attention": torch_runner(
+                lambda: torch.nn.functional.scaled_dot_product_attention(t["query"], t["key"], t["value"])
+            ),
+            "ORT MatMul/Softmax graph": session_runner(plain, feeds, False),
+        },
+        agree=close(1e-4, 1e-5),
+    )
+
+
+def bicubic_case() -> Case:
+    x = np.random.default_rng(0).normal(size=(1, 64, 128, 128)).astype(np.float32)
+    model = one_node_model(
+        "TRTBicubicInterpolate", "mmdeploy", {"input": x}, ["output"], scale_factor=[2.0, 2.0], align_corners=0
+    )
+    tx = torch.from_numpy(x)
+    return Case(
+        name="mmdeploy TRTBicubicInterpolate 1x64x128x128 x2",
+        ortops=session_runner(model, {"input": x}, True),
+        anchors={
+            "torch interpolate bicubic": torch_runner(
+                lambda: torch.nn.functional.interpolate(tx, scale_factor=2.0, mode="bicubic", align_corners=False)
+            )
+        },
+        agree=close(1e-4, 1e-4),
+    )
+
+
+def instance_norm_case() -> Case:
+    """As mmdeploy writes group norm for TensorRT: [N, G, -1] with 32 groups."""
+    x = np.random.default_rng(0).normal(size=(8, 32, 8 * 64 * 64)).astype(np.float32)
+    scale, bias = np.ones(32, np.float32), np.zeros(32, np.float32)
+    feeds = {"X": x, "scale": scale, "bias": bias}
+    model = one_node_model("TRTInstanceNormalization", "mmdeploy", feeds, ["Y"], epsilon=1e-5)
+    builtin = one_node_model("InstanceNormalization", "", {"input": x, "scale": scale, "B": bias}, ["Y"], epsilon=1e-5)
+    tx = torch.from_numpy(x)
+    return Case(
+        name="mmdeploy TRTInstanceNormalization 8x32x32768 (group norm of 8x256x64x64)",
+        ortops=session_runner(model, feeds, True),
+        anchors={
+            "torch instance_norm": torch_runner(lambda: torch.nn.functional.instance_norm(tx, eps=1e-5)),
+            "ORT InstanceNormalization": session_runner(builtin, {"input": x, "scale": scale, "B": bias}, False),
+        },
+        agree=close(1e-4, 1e-4),
+    )
+
+
 CASES: list[Callable[[], Case | list[Case]]] = [
     roi_align_case,
     nms_case,
@@ -612,8 +819,12 @@ CASES: list[Callable[[], Case | list[Case]]] = [
     grid_sample_case,
     scan_cases,
     soft_nms_case,
+    float16_cases,
     faster_rcnn_case,
     eager_cases,
+    attention_case,
+    bicubic_case,
+    instance_norm_case,
     efficient_nms_cases,
 ]
 
@@ -641,8 +852,9 @@ def main() -> None:
         if args.only and args.only not in case.name:
             continue
         ours_out = case.ortops(1)()
-        for anchor in case.anchors.values():
-            case.agree(ours_out, anchor(1)())
+        for anchor_name, anchor in case.anchors.items():
+            if anchor_name not in (*case.unchecked, BANDWIDTH_LIMIT, GEMM_LIMIT):
+                case.agree(ours_out, anchor(1)())
         ours_by_threads: dict[int, float] = {}
         for threads in thread_counts:
             ours_s = median_seconds(case.ortops(threads), args.repeats)

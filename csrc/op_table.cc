@@ -1,8 +1,11 @@
 #include "op_table.h"
 
+#include "ops/bicubic_interpolate/bicubic_interpolate.h"
 #include "ops/corner_pool/corner_pool.h"
 #include "ops/cummax/cummax.h"
 #include "ops/deform_conv/deform_conv.h"
+#include "ops/gather_topk/gather_topk.h"
+#include "ops/grid_priors/grid_priors.h"
 #include "ops/grid_sample/grid_sample.h"
 #include "ops/group_norm/group_norm.h"
 #include "ops/matrix_inverse/matrix_inverse.h"
@@ -12,6 +15,7 @@
 #include "ops/roi_align/roi_align.h"
 #include "ops/roi_align_rotated/roi_align_rotated.h"
 #include "ops/rotated_feature_align/rotated_feature_align.h"
+#include "ops/scaled_dot_product_attention/scaled_dot_product_attention.h"
 #include "ops/soft_nms/soft_nms.h"
 #include "ops/trt_batched_nms/trt_batched_nms.h"
 #include "ops/trt_efficient_nms/trt_efficient_nms.h"
@@ -56,11 +60,18 @@ constexpr OpDef kOpTable[] = {
   {kMmcvDomain,     "MMCVDeformConv2d",          1,     kCpu,     &deform_conv::kV1Schema,         &deform_conv::MakeV1,         kCompat},
   {kOrtopsDomain,   "GroupNorm",                 1,     kCpu,     &group_norm::kSchema,            &group_norm::Make},
   {kOrtopsDomain,   "MatrixInverse",             1,     kCpu,     &matrix_inverse::kSchema,        &matrix_inverse::Make},
+  // mmdeploy's nodes that only its TensorRT plugins ran.
+  {kMmdeployDomain, "MMCVDeformConv2d",              1,   kCpu,     &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},
+  {kMmdeployDomain, "GatherTopk",                    1,   kCpu,     &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
+  {kMmdeployDomain, "GridPriorsTRT",                 1,   kCpu,     &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
+  {kMmdeployDomain, "TRTBicubicInterpolate",         1,   kCpu,     &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
+  {kMmdeployDomain, "TRTInstanceNormalization",      1,   kCpu,     &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},
+  {kMmdeployDomain, "ScaledDotProductAttentionTRT",  1,   kCpu,     &scaled_dot_product_attention::kSchema,    &scaled_dot_product_attention::Make,     kCompat},
   // TensorRT's plugin nodes, as TensorRT's exporters write them.
-  {kTrtDomain,      "EfficientNMS_TRT",          1,     kCpu,     &trt_efficient_nms::kSchema,     &trt_efficient_nms::Make,     kCompat},
-  {kTrtDomain,      "BatchedNMSDynamic_TRT",     1,     kCpu,     &trt_batched_nms::kSchema,       &trt_batched_nms::Make,       kCompat},
-  {kTrtDomain,      "BatchedNMS_TRT",            1,     kCpu,     &trt_batched_nms::kStaticSchema, &trt_batched_nms::MakeStatic, kCompat},
-  {kTrtDomain,      "ROIAlign_TRT",              1,     kCpu,     &trt_roi_align::kSchema,         &trt_roi_align::Make,         kCompat},
+  {kTrtDomain,      "EfficientNMS_TRT",              1,   kCpu,     &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
+  {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   kCpu,     &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},
+  {kTrtDomain,      "BatchedNMS_TRT",                1,   kCpu,     &trt_batched_nms::kStaticSchema,           &trt_batched_nms::MakeStatic,            kCompat},
+  {kTrtDomain,      "ROIAlign_TRT",                  1,   kCpu,     &trt_roi_align::kSchema,                   &trt_roi_align::Make,                    kCompat},
 };
 // clang-format on
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -17,8 +18,9 @@ import ortops.torch
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "ops.md"
 
 
-def _anchor(name: str) -> str:
-    return name.lower()
+def _anchor(title: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation other than - and _ dropped."""
+    return re.sub(r"[^a-z0-9_ -]", "", title.lower()).replace(" ", "-")
 
 
 def _cell(text: str) -> str:
@@ -26,7 +28,9 @@ def _cell(text: str) -> str:
 
 
 def _kernel_groups() -> list[list[ortops.OpInfo]]:
-    """Ops grouped by kernel (same schema): the ortops name first, then the compat names."""
+    """Ops grouped by kernel (same schema): the ortops name first, then the compat names. A
+    group is titled by its kernel's name: the name of its first row in the op table, with the
+    domain when another kernel has that name too (mmcv's and mmdeploy's MMCVDeformConv2d)."""
     groups: dict[str, list[ortops.OpInfo]] = {}
     for op in ortops.ops():
         groups.setdefault(op.kernel, []).append(op)
@@ -43,7 +47,7 @@ def _io_table(title: str, params: tuple[ortops.InputInfo, ...]) -> list[str]:
 
 def _section(group: list[ortops.OpInfo], torch_ops: dict[str, ortops.torch.ExportedOp]) -> list[str]:
     main = group[0]
-    lines = [f"## {main.name}", ""]
+    lines = [f"## {main.kernel}", ""]
     names = ", ".join(f"`{op.domain}::{op.name}`" for op in group)
     lines += [
         f"Registered as {names}; since opset version {main.since_version} of each domain; {main.execution_provider}.",
@@ -102,7 +106,7 @@ def render() -> str:
         names = ", ".join(f"`{op.domain}::{op.name}`" for op in group)
         exported = torch_ops.get(main.name) if main.domain == ortops.torch.DOMAIN else None
         torch_name = f"`ortops.torch.{exported.function.__name__}`" if exported else "-"
-        lines.append(f"| [{main.name}](#{_anchor(main.name)}) | {names} | {torch_name} |")
+        lines.append(f"| [{main.kernel}](#{_anchor(main.kernel)}) | {names} | {torch_name} |")
     lines.append("")
     for group in groups:
         lines += _section(group, torch_ops)

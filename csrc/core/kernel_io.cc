@@ -57,12 +57,15 @@ const char* StoredAttrType(const OrtKernelInfo* info, const char* name) {
   return nullptr;  // absent (or a type the C API cannot read, such as a tensor)
 }
 
-std::vector<int64_t> ParseInts(std::string_view text) {
-  std::vector<int64_t> values;
+// A default list as the schema writes it ("1,1", "2.0,2.0"). from_chars, unlike strtof,
+// ignores the process locale (a host app may use "0,5").
+template <typename T>
+std::vector<T> ParseList(std::string_view text) {
+  std::vector<T> values;
   while (!text.empty()) {
     size_t comma = text.find(',');
     std::string_view item = text.substr(0, comma);
-    int64_t value = 0;
+    T value = 0;
     std::from_chars(item.data(), item.data() + item.size(), value);
     values.push_back(value);
     if (comma == std::string_view::npos) break;
@@ -78,7 +81,7 @@ void Attributes::CheckTypes() const {
     const std::string name(spec.name);
     const char* stored = StoredAttrType(info_, name.c_str());
     if (stored == nullptr || stored == std::string_view(AttrTypeName(spec.type))) continue;
-    if (stored == kEmptyList && spec.type == AttrType::kInts) continue;
+    if (stored == kEmptyList && (spec.type == AttrType::kInts || spec.type == AttrType::kFloats)) continue;
     if (spec.also_ints_of_one && (stored == std::string_view("ints") || stored == kEmptyList)) {
       const int64_t size = ArraySize(info_, name.c_str(), Api().KernelInfoGetAttributeArray_int64);
       Check(size == 1, "attribute '", name, "' must be of type int, got ints holding ", size,
@@ -115,7 +118,7 @@ int64_t Attributes::Int(std::string_view name) const {
     }
   }
   RequireDefault(spec);
-  return ParseInts(spec.default_value).at(0);
+  return ParseList<int64_t>(spec.default_value).at(0);
 }
 
 float Attributes::Float(std::string_view name) const {
@@ -151,7 +154,19 @@ std::vector<int64_t> Attributes::Ints(std::string_view name) const {
     return values;
   }
   RequireDefault(spec);
-  return ParseInts(spec.default_value);
+  return ParseList<int64_t>(spec.default_value);
+}
+
+std::vector<float> Attributes::Floats(std::string_view name) const {
+  const AttrSpec& spec = Spec(name, AttrType::kFloats);
+  size_t size = 0;
+  if (TryStatus(Api().KernelInfoGetAttributeArray_float(info_, spec.name.data(), nullptr, &size))) {
+    std::vector<float> values(size);
+    ThrowOnError(Api().KernelInfoGetAttributeArray_float(info_, spec.name.data(), values.data(), &size));
+    return values;
+  }
+  RequireDefault(spec);
+  return ParseList<float>(spec.default_value);
 }
 
 std::string_view KernelIO::InputName(size_t index) const {

@@ -51,6 +51,7 @@ class Attributes {
   float Float(std::string_view name) const;
   std::string String(std::string_view name) const;
   std::vector<int64_t> Ints(std::string_view name) const;
+  std::vector<float> Floats(std::string_view name) const;
 
   // For kernels that create ONNX Runtime ops of their own (OrtApi::CreateOp).
   const OrtKernelInfo* info() const { return info_; }

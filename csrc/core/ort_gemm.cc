@@ -24,18 +24,19 @@ struct Values {
 
 }  // namespace
 
-OrtGemm::OrtGemm(const OrtKernelInfo* info, ONNXTensorElementDataType type) : type_(type) {
+OrtGemm::OrtGemm(const OrtKernelInfo* info, ONNXTensorElementDataType type, bool transpose_b)
+    : type_(type), transpose_b_(transpose_b) {
   const char* constraint_names[] = {"T"};
   const ONNXTensorElementDataType constraint_types[] = {type};
   // The kernel reads every attribute, defaults included, from what is passed here.
-  const int64_t no = 0, yes = 1;
+  const int64_t no = 0, trans_b = transpose_b ? 1 : 0;
   const float one = 1.0f;
   struct {
     const char* name;
     const void* value;
     OrtOpAttrType type;
   } const specs[] = {{"transA", &no, ORT_OP_ATTR_INT},
-                     {"transB", &yes, ORT_OP_ATTR_INT},
+                     {"transB", &trans_b, ORT_OP_ATTR_INT},
                      {"alpha", &one, ORT_OP_ATTR_FLOAT},
                      {"beta", &one, ORT_OP_ATTR_FLOAT}};
   std::array<OrtOpAttr*, 4> attributes{};
@@ -65,7 +66,8 @@ OrtGemm::~OrtGemm() {
 
 void OrtGemm::Run(OrtKernelContext* context, const void* a, const void* b, void* c, int64_t m, int64_t k,
                   int64_t n) const {
-  const std::array<int64_t, 2> shapes[3] = {{m, k}, {n, k}, {m, n}};
+  const std::array<int64_t, 2> b_shape = transpose_b_ ? std::array<int64_t, 2>{n, k} : std::array<int64_t, 2>{k, n};
+  const std::array<int64_t, 2> shapes[3] = {{m, k}, b_shape, {m, n}};
   void* data[3] = {const_cast<void*>(a), const_cast<void*>(b), c};  // inputs are only read
   Values values;
   for (int i = 0; i < 3; ++i) {

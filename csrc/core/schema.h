@@ -75,7 +75,7 @@ struct IoSpec {
   bool optional = false;
 };
 
-enum class AttrType { kInt, kFloat, kString, kInts };
+enum class AttrType { kInt, kFloat, kString, kInts, kFloats };
 
 // The name of an attribute type, as the manifest, the docs and error messages write it.
 constexpr const char* AttrTypeName(AttrType type) {
@@ -84,6 +84,7 @@ constexpr const char* AttrTypeName(AttrType type) {
     case AttrType::kFloat: return "float";
     case AttrType::kString: return "string";
     case AttrType::kInts: return "ints";
+    case AttrType::kFloats: return "floats";
   }
   return "?";
 }
@@ -91,7 +92,7 @@ constexpr const char* AttrTypeName(AttrType type) {
 struct AttrSpec {
   std::string_view name;
   AttrType type;
-  // Default as written in an ONNX file ("0.5", "avg", "1,1"); empty means required.
+  // Default as written in an ONNX file ("0.5", "avg", "1,1", "2.0,2.0"); empty means required.
   std::string_view default_value;
   std::string_view doc;
   // kInt only: also accepted stored as INTS holding exactly one value, which some exporters

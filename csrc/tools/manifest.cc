@@ -53,6 +53,24 @@ void WriteIo(std::string_view key, std::span<const IoSpec> specs, const std::vec
   std::cout << "\n      ]";
 }
 
+// Rows that share a schema share a kernel, named after its first row; qualified with that
+// row's domain ("mmdeploy::MMCVDeformConv2d") when an earlier row of another schema has
+// the same name, so that different kernels never share a name.
+std::string KernelName(const ortops::OpDef& def) {
+  const ortops::OpDef* first = &def;
+  for (const ortops::OpDef& other : ortops::OpTable()) {
+    if (other.schema == def.schema) {
+      first = &other;
+      break;
+    }
+  }
+  for (const ortops::OpDef& other : ortops::OpTable()) {
+    if (&other == first) break;
+    if (other.name == first->name) return std::string(first->domain) + "::" + std::string(first->name);
+  }
+  return std::string(first->name);
+}
+
 }  // namespace
 
 int main() {
@@ -67,15 +85,7 @@ int main() {
     std::cout << "      \"since_version\": " << def.since_version << ",\n";
     std::cout << "      \"execution_provider\": \"CPUExecutionProvider\",\n";
     std::cout << "      \"compat\": " << (def.compat ? "true" : "false") << ",\n";
-    // Rows that share a schema share a kernel; name the group after its first row.
-    std::string_view kernel = def.name;
-    for (const ortops::OpDef& other : ortops::OpTable()) {
-      if (other.schema == def.schema) {
-        kernel = other.name;
-        break;
-      }
-    }
-    std::cout << "      \"kernel\": " << Quote(kernel) << ",\n";
+    std::cout << "      \"kernel\": " << Quote(KernelName(def)) << ",\n";
     std::cout << "      \"doc\": " << Quote(def.schema->doc) << ",\n";
     std::cout << "      \"differences\": " << Quote(def.schema->differences) << ",\n";
     WriteIo("inputs", def.schema->inputs, ops, true);

@@ -88,7 +88,7 @@ class InputInfo:
 
 @dataclass(frozen=True)
 class AttributeInfo:
-    """An attribute: name, ONNX type (int, float, string, ints), default (None: required).
+    """An attribute: name, ONNX type (int, float, string, ints, floats), default (None: required).
 
     ``also_ints_of_one``: an int attribute that the op also accepts stored as ints holding
     one value (as yolov7 writes some TensorRT plugin attributes).

@@ -61,7 +61,7 @@ class ModelProblem:
 
 
 # ONNX AttributeProto.AttributeType values, by the manifest's names.
-_ATTRIBUTE_TYPES = {"float": 1, "int": 2, "string": 3, "ints": 7}
+_ATTRIBUTE_TYPES = {"float": 1, "int": 2, "string": 3, "floats": 6, "ints": 7}
 _ATTRIBUTE_TYPE_NAMES = {
     1: "float",
     2: "int",

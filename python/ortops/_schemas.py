@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
     from ortops import OpInfo
 
-_ATTRIBUTE_TYPES = {"int": "INT", "float": "FLOAT", "string": "STRING", "ints": "INTS"}
+_ATTRIBUTE_TYPES = {"int": "INT", "float": "FLOAT", "string": "STRING", "ints": "INTS", "floats": "FLOATS"}
 
 
 def _formal_parameters(params, type_param: tuple[str, ...] | None):  # noqa: ANN001, ANN202
@@ -57,7 +57,8 @@ def shape_rule(op: OpInfo, output: int) -> list[str] | None:
     """How output ``output``'s shape follows from the inputs: its documented dims, or None for
     "same shape as the first input". Every output of every op has one (tests check this).
 
-    A dim is a number, an attribute name, "..." (the first input's leading dims), or a symbol
+    A dim is a number, an attribute name, "..." (the dims it stands for in the first input
+    documented with it), or a symbol
     bound by an input's documented shape; any other symbol (NMS's K) is data-dependent.
     """
     doc = op.outputs[output].doc
@@ -71,17 +72,20 @@ def shape_rule(op: OpInfo, output: int) -> list[str] | None:
 
 def _bind_symbols(op: OpInfo, shapes: list[list[Any] | None]) -> dict[str, Any]:
     """Each symbol of the inputs' documented shapes bound to the dim it has in this node
-    ("..." to the leading dims of the first input documented with it); unknown dims stay unbound."""
+    ("..." to the dims it stands for, wherever it is, in the first input documented with it);
+    unknown dims stay unbound."""
     symbols: dict[str, Any] = {}
     for spec, dims in zip(op.inputs, shapes):
         documented = _dims(spec.doc)
         if documented is None or dims is None:
             continue
         if "..." in documented:
-            lead = len(dims) - (len(documented) - 1)
-            symbols.setdefault("...", dims[:lead])
-            documented = [d for d in documented if d != "..."]
-            dims = dims[lead:]
+            at, count = documented.index("..."), len(dims) - (len(documented) - 1)
+            if count < 0:
+                continue  # fewer dims than documented: the kernel reports the rank
+            symbols.setdefault("...", dims[at : at + count])
+            documented = documented[:at] + documented[at + 1 :]
+            dims = dims[:at] + dims[at + count :]
         if len(documented) != len(dims):
             continue  # the kernel reports the rank; inference just learns nothing
         for name, dim in zip(documented, dims):

@@ -43,7 +43,8 @@ class Message {
 };
 
 Message Attribute(const std::string& name, const AttributeValue& value) {
-  // AttributeProto: name 1, f 2, i 3, s 4, ints 8, type 20 (FLOAT 1, INT 2, STRING 3, INTS 7).
+  // AttributeProto: name 1, f 2, i 3, s 4, floats 7, ints 8, type 20 (FLOAT 1, INT 2, STRING 3,
+  // FLOATS 6, INTS 7).
   Message attr;
   attr.Bytes(1, name);
   if (auto* i = std::get_if<int64_t>(&value)) attr.Varint(3, static_cast<uint64_t>(*i)).Varint(20, 2);
@@ -52,6 +53,10 @@ Message Attribute(const std::string& name, const AttributeValue& value) {
   if (auto* ints = std::get_if<std::vector<int64_t>>(&value)) {
     for (int64_t v : *ints) attr.Varint(8, static_cast<uint64_t>(v));
     attr.Varint(20, 7);
+  }
+  if (auto* floats = std::get_if<std::vector<float>>(&value)) {
+    for (float v : *floats) attr.Fixed32(7, v);
+    attr.Varint(20, 6);
   }
   return attr;
 }

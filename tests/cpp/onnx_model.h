@@ -10,7 +10,7 @@
 
 namespace ortops::testing {
 
-using AttributeValue = std::variant<int64_t, float, std::string, std::vector<int64_t>>;
+using AttributeValue = std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>>;
 
 struct NodeSpec {
   std::string domain;

@@ -132,6 +132,7 @@ TEST(Session, EveryOpInTheTableLoads) {
       if (!attr.default_value.empty()) continue;
       if (attr.type == AttrType::kInt) node.attributes.emplace_back(attr.name, int64_t{1});
       if (attr.type == AttrType::kFloat) node.attributes.emplace_back(attr.name, 1.0f);
+      if (attr.type == AttrType::kFloats) node.attributes.emplace_back(attr.name, std::vector<float>{1.0f, 1.0f});
     }
     EXPECT_NO_THROW(MakeSession(MakeModel(node)));
   }

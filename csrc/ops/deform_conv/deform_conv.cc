@@ -34,6 +34,17 @@ constexpr AttrSpec kV1Attributes[] = {
     {"im2col_step", AttrType::kInt, "32", "present in mmcv's files; ignored"},
 };
 
+// mmdeploy's symbolic (mmdeploy/mmcv/ops/deform_conv.py) writes exactly these five.
+constexpr AttrSpec kMmdeployAttributes[] = {
+    {"stride", AttrType::kInts, "1,1", "(stride_h, stride_w)"},
+    {"padding", AttrType::kInts, "0,0,0,0",
+     "(pad_h, pad_h, pad_w, pad_w): each of mmdeploy's (pad_h, pad_w) written twice; pad_h is applied above and "
+     "below, pad_w left and right"},
+    {"dilation", AttrType::kInts, "1,1", "(dilation_h, dilation_w)"},
+    {"groups", AttrType::kInt, "1", "convolution groups; C and C_out must be divisible by it"},
+    {"deform_groups", AttrType::kInt, "1", "offset groups; C must be divisible by it"},
+};
+
 constexpr IoSpec kInput = {"input", ElemType::kTypeParam, "`[N, C, H, W]` input feature maps"};
 constexpr IoSpec kOffset = {"offset", ElemType::kTypeParam,
                             "`[N, 2 * deform_groups * kh * kw, H_out, W_out]`: channel 2k is dy and 2k+1 is dx for "
@@ -85,6 +96,25 @@ constexpr OpSchema kV1Schema{
     .outputs = kOutputs,
     .attributes = kV1Attributes,
 };
+constexpr OpSchema kMmdeploySchema{
+    .doc =
+        "mmcv's deformable convolution (DCNv1: no mask, no bias input) as mmdeploy writes it for every backend but "
+        "OpenVINO "
+        "(`mmcv.ops.DeformConv2d`), float32, float64 or float16 (computed in float32). Its `padding` holds four "
+        "values, (pad_h, pad_h, pad_w, pad_w). " ORTOPS_DEFORM_CONV_SEMANTICS,
+    .inputs = kV1Inputs,
+    .outputs = kOutputs,
+    .attributes = kMmdeployAttributes,
+    .differences =
+        "mmdeploy's TensorRT plugin reads `padding` elements 0 and 1, so it pads both axes by pad_h, and it "
+        "applies `stride` and `dilation` element 0 to the width and element 1 to the height; it was right only "
+        "where pad_h = pad_w, stride_h = stride_w and dilation_h = dilation_w (elsewhere its output size disagrees "
+        "with the offset's, which sizes its output). ortops follows the exported module: height padded by pad_h, "
+        "width by pad_w, element 0 of `stride` and `dilation` for the height, as mmcv and torchvision do; where "
+        "the plugin was right the results are the same. `padding` must be the four values mmdeploy writes, with "
+        "equal pairs. A sample whose offset is NaN reads 0 (the plugin's integer conversion of it was undefined). "
+        "No batch-size or int32-index limit beyond planes below 2^31 elements; float64 is also accepted.",
+};
 constexpr OpSchema kSchema{
     .doc =
         "Deformable convolution v1 or v2 with `torchvision.ops.deform_conv2d`'s inputs, in its order. "
@@ -98,7 +128,8 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-enum class Layout { kModulated, kV1, kOrtops };
+// kMmdeployV1 is kV1 with mmdeploy's attribute encoding (four padding values).
+enum class Layout { kModulated, kV1, kMmdeployV1, kOrtops };
 
 // One deformed sample: its four neighbours (pixel indices; the zero pixel after the last
 // when outside the map), their bilinear weights, and the mask that multiplies the
@@ -135,14 +166,16 @@ class DeformConvKernel : public KernelBase {
  public:
   using Element = T;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = kLayout == Layout::kModulated ? kModulatedSchema
-                                             : kLayout == Layout::kV1      ? kV1Schema
-                                                                           : deform_conv::kSchema;
+  static constexpr const OpSchema& kSchema = kLayout == Layout::kModulated    ? kModulatedSchema
+                                             : kLayout == Layout::kV1         ? kV1Schema
+                                             : kLayout == Layout::kMmdeployV1 ? kMmdeploySchema
+                                                                              : deform_conv::kSchema;
+  static constexpr bool kHasMask = kLayout == Layout::kModulated || kLayout == Layout::kOrtops;
 
   DeformConvKernel(const Attributes& attrs, const OpDef& def)
       : KernelBase(def),
         stride_(Pair(attrs, "stride")),
-        padding_(Pair(attrs, "padding")),
+        padding_(kLayout == Layout::kMmdeployV1 ? MmdeployPadding(attrs) : Pair(attrs, "padding")),
         dilation_(Pair(attrs, "dilation")),
         groups_(attrs.Int("groups")),
         deform_groups_(attrs.Int("deform_groups")),
@@ -244,6 +277,15 @@ class DeformConvKernel : public KernelBase {
     return {v[0], v[1]};
   }
 
+  // mmdeploy writes (pad_h, pad_w) as [pad_h, pad_h, pad_w, pad_w].
+  static std::array<int64_t, 2> MmdeployPadding(const Attributes& attrs) {
+    const std::vector<int64_t> v = attrs.Ints("padding");
+    Check(v.size() == 4 && v[0] == v[1] && v[2] == v[3],
+          "attribute 'padding' must be [pad_h, pad_h, pad_w, pad_w] as mmdeploy writes it, got ", v.size(), " values",
+          v.size() == 4 ? " with unequal pairs" : "");
+    return {v[0], v[2]};
+  }
+
   Geometry CheckShapes(const ConstTensor<T>& input, const ConstTensor<T>& offset, const ConstTensor<T>& weight) const {
     Geometry g{
         input.dim(0), input.dim(1), input.dim(2), input.dim(3), weight.dim(0), weight.dim(2), weight.dim(3), 0, 0};
@@ -278,7 +320,7 @@ class DeformConvKernel : public KernelBase {
   }
 
   const T* MaskInput(const KernelIO& io, const Geometry& g) const {
-    if constexpr (kLayout == Layout::kV1) {
+    if constexpr (!kHasMask) {
       return nullptr;
     } else {
       constexpr size_t kIndex = kLayout == Layout::kOrtops ? 4 : 2;
@@ -294,7 +336,7 @@ class DeformConvKernel : public KernelBase {
   }
 
   const T* BiasInput(const KernelIO& io, const Geometry& g) const {
-    if constexpr (kLayout == Layout::kV1) {
+    if constexpr (!kHasMask) {
       return nullptr;
     } else {
       constexpr size_t kIndex = kLayout == Layout::kOrtops ? 3 : 4;
@@ -382,6 +424,8 @@ template <typename T>
 using V1Kernel = DeformConvKernel<T, Layout::kV1>;
 template <typename T>
 using OrtopsKernel = DeformConvKernel<T, Layout::kOrtops>;
+template <typename T>
+using MmdeployV1Kernel = DeformConvKernel<T, Layout::kMmdeployV1>;
 
 }  // namespace
 
@@ -390,5 +434,7 @@ using OrtopsKernel = DeformConvKernel<T, Layout::kOrtops>;
 std::vector<OpPtr> MakeModulated(const OpDef& def) { return MakeOps<ModulatedKernel, float>(def); }
 std::vector<OpPtr> MakeV1(const OpDef& def) { return MakeOps<V1Kernel, float>(def); }
 std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<OrtopsKernel, float, double, Half>(def); }
+// No optional input, so several element types type-check; the plugin took float16 too.
+std::vector<OpPtr> MakeMmdeployV1(const OpDef& def) { return MakeOps<MmdeployV1Kernel, float, double, Half>(def); }
 
 }  // namespace ortops::deform_conv

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/upcast.h"
+#include "math/cubic.h"
 
 namespace ortops::grid_sample {
 namespace {
@@ -82,24 +83,6 @@ struct Axis {
   }
   bool Inside(int64_t i) const { return i >= 0 && i < size; }
 };
-
-template <typename T>
-T CubicNear(T x, T a) {
-  return ((a + 2) * x - (a + 3)) * x * x + 1;
-}  // |x| <= 1
-template <typename T>
-T CubicFar(T x, T a) {
-  return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a;
-}  // 1 < |x| < 2
-
-template <typename T>
-void CubicCoefficients(T t, T out[4]) {
-  const T a = T(-0.75);
-  out[0] = CubicFar<T>(t + 1, a);
-  out[1] = CubicNear<T>(t, a);
-  out[2] = CubicNear<T>(1 - t, a);
-  out[3] = CubicFar<T>(2 - t, a);
-}
 
 // Where one output point reads, computed once and used for every channel.
 template <typename T>

@@ -1,4 +1,5 @@
-// Group normalization over [N, C, ...] with per-channel scale and bias.
+// Group normalization over [N, C, ...] with per-channel scale and bias; with one group per
+// channel, also mmdeploy's TRTInstanceNormalization.
 #include "ops/group_norm/group_norm.h"
 
 #include <cmath>
@@ -20,6 +21,9 @@ constexpr AttrSpec kAttributes[] = {
     {"num_groups", AttrType::kInt, "", "number of groups the C channels are split into; must divide C"},
     {"epsilon", AttrType::kFloat, "1e-05", "added to the variance before the square root"},
 };
+constexpr AttrSpec kInstanceNormAttributes[] = {
+    {"epsilon", AttrType::kFloat, "1e-05", "added to the variance before the square root"},
+};
 
 }  // namespace
 
@@ -37,16 +41,43 @@ constexpr OpSchema kSchema{
     .attributes = kAttributes,
 };
 
+constexpr OpSchema kInstanceNormSchema{
+    .doc =
+        "mmdeploy's instance normalization (`mmdeploy::TRTInstanceNormalization`), which its TensorRT "
+        "symbolic for `group_norm` writes on the input reshaped to `[N, num_groups, -1]`, with a scale of "
+        "ones and a bias of zeros (the affine transform follows as ordinary Mul and Add nodes). Group "
+        "normalization with one group per channel, the same kernel as `GroupNorm`: for each sample and "
+        "channel, the mean and biased variance over the spatial positions normalize it, then "
+        "`Y = (X - mean) / sqrt(var + epsilon) * scale[c] + bias[c]`, computed in float64; equal to ONNX's "
+        "`InstanceNormalization` and `torch.nn.functional.instance_norm`. NaN in `X` propagates to its "
+        "channel.",
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = kInstanceNormAttributes,
+    .differences =
+        "The plugin runs cuDNN's training-mode batch normalization over `[1, N * C, H, W]` in float32 (the "
+        "same biased variance, rounded differently: ortops computes in float64). It reads only dims 2 and 3, "
+        "so inputs of rank above 4 were wrong there (mmdeploy writes rank 3); ortops takes any rank from 2 "
+        "on. The plugin took float32 scale and bias with float32 or float16 input; ortops takes float32, "
+        "float64 or float16, the scale and bias of the input's type, as the exported file holds them.",
+};
+
 namespace {
 
-template <typename T>
-class GroupNormKernel : public KernelBase {
+// kInstance: num_groups is C, the input's channel count (TRTInstanceNormalization).
+enum class Grouping { kAttribute, kInstance };
+
+template <typename T, Grouping kGrouping>
+class NormKernel : public KernelBase {
  public:
   using Element = T;
-  static constexpr const OpSchema& kSchema = group_norm::kSchema;
+  static constexpr const OpSchema& kSchema =
+      kGrouping == Grouping::kInstance ? kInstanceNormSchema : group_norm::kSchema;
 
-  GroupNormKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def), num_groups_(attrs.Int("num_groups")), epsilon_(attrs.Float("epsilon")) {
+  NormKernel(const Attributes& attrs, const OpDef& def)
+      : KernelBase(def),
+        num_groups_(kGrouping == Grouping::kInstance ? 1 : attrs.Int("num_groups")),
+        epsilon_(attrs.Float("epsilon")) {
     Check(num_groups_ >= 1, "attribute 'num_groups' must be at least 1, got ", num_groups_);
     Check(std::isfinite(epsilon_) && epsilon_ >= 0, "attribute 'epsilon' must be finite and >= 0, got ", epsilon_);
   }
@@ -55,19 +86,20 @@ class GroupNormKernel : public KernelBase {
     const ConstTensor<T> x = io.Input<T>(0);
     Check(x.rank() >= 2, "input 'X' must have rank 2 or more ([N, C, ...]), got shape ", ShapeText{x.shape});
     const int64_t batch = x.dim(0), channels = x.dim(1);
-    Check(channels % num_groups_ == 0, "input 'X' has C = ", channels,
+    const int64_t num_groups = kGrouping == Grouping::kInstance ? channels : num_groups_;
+    Check(kGrouping == Grouping::kInstance || channels % num_groups_ == 0, "input 'X' has C = ", channels,
           " channels, not divisible by num_groups = ", num_groups_, " (shape ", ShapeText{x.shape}, ")");
     const T* scale = PerChannel(io, 1, "scale", channels);
     const T* bias = PerChannel(io, 2, "bias", channels);
 
     T* y = io.Output<T>(0, x.shape);
+    if (x.size() == 0) return;  // also C = 0, where instance norm has no groups
     int64_t spatial = 1;
     for (size_t axis = 2; axis < x.rank(); ++axis) spatial *= x.dim(axis);
-    const int64_t group_channels = channels / num_groups_;
+    const int64_t group_channels = channels / num_groups;
     const int64_t group_size = group_channels * spatial;
-    if (x.size() == 0) return;
-    io.ParallelFor(static_cast<size_t>(batch * num_groups_), [&](size_t task) {
-      const int64_t n = static_cast<int64_t>(task) / num_groups_, g = static_cast<int64_t>(task) % num_groups_;
+    io.ParallelFor(static_cast<size_t>(batch * num_groups), [&](size_t task) {
+      const int64_t n = static_cast<int64_t>(task) / num_groups, g = static_cast<int64_t>(task) % num_groups;
       const int64_t first_channel = g * group_channels;
       const T* in = x.data + (n * channels + first_channel) * spatial;
       T* out = y + (n * channels + first_channel) * spatial;
@@ -106,8 +138,14 @@ class GroupNormKernel : public KernelBase {
   float epsilon_;
 };
 
+template <typename T>
+using GroupNormKernel = NormKernel<T, Grouping::kAttribute>;
+template <typename T>
+using InstanceNormKernel = NormKernel<T, Grouping::kInstance>;
+
 }  // namespace
 
 std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<GroupNormKernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeInstanceNorm(const OpDef& def) { return MakeOps<InstanceNormKernel, float, double, Half>(def); }
 
 }  // namespace ortops::group_norm

@@ -21,6 +21,7 @@ _VALUES = {"int": 1, "float": 0.5, "string": "avg", "ints": [1, 1], "floats": [0
 # Valid values for required attributes, so that only the attribute under test is wrong.
 _REQUIRED = {
     "num_groups": 1,
+    "scale_factor": [2.0, 2.0],
     # TRT::BatchedNMS_TRT's
     "shareLocation": 1,
     "backgroundLabelId": -1,

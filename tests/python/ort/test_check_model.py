@@ -264,9 +264,9 @@ def test_problem_kinds_are_the_documented_ones() -> None:
 # --- every op of the table --------------------------------------------------------------
 
 # A value of another ONNX type than the attribute's, written here independently of the checker.
-WRONG_VALUE = {"int": 1.5, "float": 1, "string": 7, "ints": 3}
-WRONG_TYPE_NAME = {"int": "float", "float": "int", "string": "int", "ints": "int"}
-RIGHT_VALUE = {"int": 1, "float": 0.5, "string": "avg", "ints": [1, 1]}
+WRONG_VALUE = {"int": 1.5, "float": 1, "string": 7, "ints": 3, "floats": 3}
+WRONG_TYPE_NAME = {"int": "float", "float": "int", "string": "int", "ints": "int", "floats": "int"}
+RIGHT_VALUE = {"int": 1, "float": 0.5, "string": "avg", "ints": [1, 1], "floats": [0.5, 0.5]}
 
 
 def _op_model(op: ortops.OpInfo, **attributes: object) -> onnx.ModelProto:

@@ -183,8 +183,12 @@ class _Sizes:
 
     def _attribute_pair(self, name: str, index: int) -> int | None:
         kind, value = self.attributes.get(name, ("", None))
-        if kind == "ints" and len(value) == 2 and all(0 <= v <= 8 for v in value):
+        if kind != "ints" or not all(0 <= v <= 8 for v in value):
+            return None
+        if len(value) == 2:
             return value[index]
+        if len(value) == 4 and value[0] == value[1] and value[2] == value[3]:  # mmdeploy's (h, h, w, w) padding
+            return value[2 * index]
         return None
 
     def size(self, symbol: str) -> int:
