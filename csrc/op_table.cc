@@ -6,6 +6,7 @@
 #include "ops/grid_sample/grid_sample.h"
 #include "ops/group_norm/group_norm.h"
 #include "ops/matrix_inverse/matrix_inverse.h"
+#include "ops/ms_deform_attn/ms_deform_attn.h"
 #include "ops/nms/nms.h"
 #include "ops/nms_match/nms_match.h"
 #include "ops/nms_rotated/nms_rotated.h"
@@ -53,6 +54,9 @@ constexpr OpDef kOpTable[] = {
   {kMmcvDomain,     "MMCVDeformConv2d",          1,     kCpu,     &deform_conv::kV1Schema,         &deform_conv::MakeV1,         kCompat},
   {kOrtopsDomain,   "GroupNorm",                 1,     kCpu,     &group_norm::kSchema,            &group_norm::Make},
   {kOrtopsDomain,   "MatrixInverse",             1,     kCpu,     &matrix_inverse::kSchema,        &matrix_inverse::Make},
+  // Multi-scale deformable attention: one kernel, a schema per row (mmdeploy's has im2col_step).
+  {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, kCpu, &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
+  {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, kCpu, &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
 };
 // clang-format on
 
