@@ -78,12 +78,16 @@ struct ZeroPaddedSample {
 template <typename T>
 ZeroPaddedSample<T> ZeroPaddedBilinear(T y, T x, int64_t height, int64_t width) {
   ZeroPaddedSample<T> s;
-  if (!(y > T(-1) && y < static_cast<T>(height) && x > T(-1) && x < static_cast<T>(width))) return s;
+  // One branch rather than four (& not &&): most points are inside.
+  if (!((y > T(-1)) & (y < static_cast<T>(height)) & (x > T(-1)) & (x < static_cast<T>(width)))) return s;
   s.inside = true;
-  const T y_floor = std::floor(y), x_floor = std::floor(x);
-  s.y0 = static_cast<int64_t>(y_floor);
-  s.x0 = static_cast<int64_t>(x_floor);
-  const T ly = y - y_floor, lx = x - x_floor, hy = 1 - ly, hx = 1 - lx;
+  // floor of a coordinate in (-1, size): truncate, then step down below 0. Exact, and
+  // cheaper than std::floor, which must also handle values beyond any integer type.
+  s.y0 = static_cast<int64_t>(y);
+  s.x0 = static_cast<int64_t>(x);
+  s.y0 -= static_cast<T>(s.y0) > y ? 1 : 0;
+  s.x0 -= static_cast<T>(s.x0) > x ? 1 : 0;
+  const T ly = y - static_cast<T>(s.y0), lx = x - static_cast<T>(s.x0), hy = 1 - ly, hx = 1 - lx;
   // Written out rather than looped over k, so that the struct stays in registers.
   s.weight[0] = hy * hx;
   s.weight[1] = hy * lx;
