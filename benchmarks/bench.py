@@ -691,6 +691,81 @@ def efficient_nms_cases() -> list[Case]:
     return cases
 
 
+def ms_deform_attn_composition(
+    value: torch.Tensor, levels: list[tuple[int, int]], locations: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """mmcv's multi_scale_deformable_attn_pytorch: one grid_sample per level, then the weighted sum."""
+    batch, _, heads, dim = value.shape
+    _, queries, _, count, points, _ = locations.shape
+    per_level = value.split([h * w for h, w in levels], dim=1)
+    samples = []
+    for level, (h, w) in enumerate(levels):
+        maps = per_level[level].flatten(2).transpose(1, 2).reshape(batch * heads, dim, h, w)
+        grid = (2 * locations[:, :, :, level] - 1).transpose(1, 2).flatten(0, 1)
+        samples.append(torch.nn.functional.grid_sample(maps, grid, "bilinear", "zeros", align_corners=False))
+    weights = weights.transpose(1, 2).reshape(batch * heads, 1, queries, count * points)
+    out = (torch.stack(samples, dim=-2).flatten(-2) * weights).sum(-1).view(batch, heads * dim, queries)
+    return out.transpose(1, 2).contiguous()
+
+
+def ms_deform_attn_case() -> Case:
+    """Deformable DETR's encoder at 800x1333: strides 8 to 64, queries = keys = every pixel of
+    every level, each query sampling near its own pixel centre (offsets of about 2 pixels)."""
+    import io  # noqa: PLC0415 (only this case and faster_rcnn export)
+    import warnings  # noqa: PLC0415
+
+    levels = [(100, 167), (50, 84), (25, 42), (13, 21)]
+    batch, heads, dim, points = 1, 8, 32, 4
+    rng = np.random.default_rng(0)
+    shapes = np.array(levels, np.int64)
+    areas = shapes.prod(1)
+    starts = (np.cumsum(areas) - areas).astype(np.int64)
+    keys = int(areas.sum())
+    value = rng.normal(size=(batch, keys, heads, dim)).astype(np.float32)
+    centres = []
+    for h, w in levels:
+        y, x = np.meshgrid((np.arange(h) + 0.5) / h, (np.arange(w) + 0.5) / w, indexing="ij")
+        centres.append(np.stack([x.ravel(), y.ravel()], -1))
+    reference = np.concatenate(centres)[None, :, None, None, None, :]
+    per_pixel = np.array([[w, h] for h, w in levels], np.float64)[None, None, None, :, None, :]
+    offsets = rng.normal(0, 2, (batch, keys, heads, len(levels), points, 2)) / per_pixel
+    locations = (reference + offsets).astype(np.float32)
+    logits = rng.normal(size=(batch, keys, heads, len(levels) * points))
+    weights = (np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)).reshape(locations.shape[:-1])
+    weights = weights.astype(np.float32)
+    names = ["value", "value_spatial_shapes", "value_level_start_index", "sampling_locations", "attention_weights"]
+    feeds = dict(zip(names, (value, shapes, starts, locations, weights)))
+    model = one_node_model("MultiScaleDeformableAttention", "ortops", feeds, ["output"])
+    tv, tl, tw = (torch.from_numpy(a) for a in (value, locations, weights))
+
+    class Composition(torch.nn.Module):
+        def forward(self, v: torch.Tensor, loc: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+            return ms_deform_attn_composition(v, levels, loc, w)
+
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            Composition(), (tv, tl, tw), buffer, dynamo=False, opset_version=17, input_names=["v", "loc", "w"]
+        )
+    standard = onnx.load_from_string(buffer.getvalue())
+    assert {n.op_type for n in standard.graph.node} >= {"GridSample"}
+    assert all(n.domain in ("", "ai.onnx") for n in standard.graph.node)
+    return Case(
+        name="ms_deform_attn Deformable-DETR encoder 800x1333: 4 levels, 8 heads x 32, 4 points, 22223 queries",
+        ortops=session_runner(model, feeds, True),
+        anchors={
+            "torch grid_sample composition": torch_runner(lambda: ms_deform_attn_composition(tv, levels, tl, tw)),
+            "ORT standard-ONNX composition": session_runner(
+                standard, {"v": value, "loc": locations, "w": weights}, False
+            ),
+        },
+        agree=close(1e-4, 1e-4),
+        targets={"torch grid_sample composition": 5.0, "ORT standard-ONNX composition": 5.0},
+        min_scaling=1.7,
+    )
+
+
 def faster_rcnn_case() -> Case:
     """The whole Faster R-CNN (ResNet-50 FPN, random weights) exported with the TorchScript
     exporter twice: torchvision's ops as ortops nodes (``torchvision=True``) and as the
@@ -820,6 +895,7 @@ CASES: list[Callable[[], Case | list[Case]]] = [
     scan_cases,
     soft_nms_case,
     float16_cases,
+    ms_deform_attn_case,
     faster_rcnn_case,
     eager_cases,
     attention_case,

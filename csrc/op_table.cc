@@ -9,6 +9,7 @@
 #include "ops/grid_sample/grid_sample.h"
 #include "ops/group_norm/group_norm.h"
 #include "ops/matrix_inverse/matrix_inverse.h"
+#include "ops/ms_deform_attn/ms_deform_attn.h"
 #include "ops/nms/nms.h"
 #include "ops/nms_match/nms_match.h"
 #include "ops/nms_rotated/nms_rotated.h"
@@ -67,6 +68,9 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "TRTBicubicInterpolate",         1,   kCpu,     &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
   {kMmdeployDomain, "TRTInstanceNormalization",      1,   kCpu,     &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},
   {kMmdeployDomain, "ScaledDotProductAttentionTRT",  1,   kCpu,     &scaled_dot_product_attention::kSchema,    &scaled_dot_product_attention::Make,     kCompat},
+  // Multi-scale deformable attention: one kernel, a schema per row (mmdeploy's has im2col_step).
+  {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, kCpu, &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
+  {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, kCpu, &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
   // TensorRT's plugin nodes, as TensorRT's exporters write them.
   {kTrtDomain,      "EfficientNMS_TRT",              1,   kCpu,     &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
   {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   kCpu,     &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},

@@ -1,6 +1,7 @@
-// Bilinear sampling of one H x W plane by the RoIAlign rule (Caffe2/Detectron, as in mmcv
-// and torchvision): the arithmetic is kept operation for operation, so float results
-// agree with theirs to the last bit.
+// Bilinear sampling of one H x W plane, by two rules: the RoIAlign rule (Caffe2/Detectron,
+// as in mmcv and torchvision) and the zero-padding rule of deformable convolution and
+// multi-scale deformable attention. The arithmetic is kept operation for operation, so
+// float results agree with the originals' to the last bit.
 #pragma once
 
 #include <cmath>
@@ -69,6 +70,45 @@ BilinearTap<T> RoiAlignTap(T y, T x, int64_t height, int64_t width) {
   tap.weight[2] = ly * hx;
   tap.weight[3] = ly * lx;
   return tap;
+}
+
+// The zero-padding rule (torchvision's deform_conv2d, mmcv's deformable attention; equal to
+// grid_sample with zeros padding once the point is in pixel units): a point outside
+// (-1, H) x (-1, W) reads 0, and each of its four neighbours outside the map reads 0. A NaN
+// or infinite coordinate is outside (the negated test keeps NaN away from the integer
+// conversion). Neighbour k is (y0 + k / 2, x0 + k % 2), weighted wy * wx in that order.
+template <typename T>
+struct ZeroPaddedSample {
+  bool inside = false;  // false: the point reads 0, and nothing else is set
+  int64_t y0 = 0, x0 = 0;
+  T weight[4] = {0, 0, 0, 0};
+  bool valid[4] = {false, false, false, false};  // the neighbour lies in the map
+};
+
+template <typename T>
+ZeroPaddedSample<T> ZeroPaddedBilinear(T y, T x, int64_t height, int64_t width) {
+  ZeroPaddedSample<T> s;
+  // One branch rather than four (& not &&): most points are inside.
+  if (!((y > T(-1)) & (y < static_cast<T>(height)) & (x > T(-1)) & (x < static_cast<T>(width)))) return s;
+  s.inside = true;
+  // floor of a coordinate in (-1, size): truncate, then step down below 0. Exact, and
+  // cheaper than std::floor, which must also handle values beyond any integer type.
+  s.y0 = static_cast<int64_t>(y);
+  s.x0 = static_cast<int64_t>(x);
+  s.y0 -= static_cast<T>(s.y0) > y ? 1 : 0;
+  s.x0 -= static_cast<T>(s.x0) > x ? 1 : 0;
+  const T ly = y - static_cast<T>(s.y0), lx = x - static_cast<T>(s.x0), hy = 1 - ly, hx = 1 - lx;
+  // Written out rather than looped over k, so that the struct stays in registers.
+  s.weight[0] = hy * hx;
+  s.weight[1] = hy * lx;
+  s.weight[2] = ly * hx;
+  s.weight[3] = ly * lx;
+  const bool top = s.y0 >= 0, bottom = s.y0 + 1 < height, left = s.x0 >= 0, right = s.x0 + 1 < width;
+  s.valid[0] = top && left;
+  s.valid[1] = top && right;
+  s.valid[2] = bottom && left;
+  s.valid[3] = bottom && right;
+  return s;
 }
 
 }  // namespace ortops

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -58,8 +59,8 @@ def shape_rule(op: OpInfo, output: int) -> list[str] | None:
     "same shape as the first input". Every output of every op has one (tests check this).
 
     A dim is a number, an attribute name, "..." (the dims it stands for in the first input
-    documented with it), or a symbol
-    bound by an input's documented shape; any other symbol (NMS's K) is data-dependent.
+    documented with it), a symbol bound by an input's documented shape, or a product of those
+    ("H * D"); any other symbol (NMS's K) is data-dependent.
     """
     doc = op.outputs[output].doc
     if doc.startswith(_SAME_SHAPE):
@@ -94,6 +95,17 @@ def _bind_symbols(op: OpInfo, shapes: list[list[Any] | None]) -> dict[str, Any]:
     return symbols
 
 
+def _known_value(name: str, symbols: dict[str, Any], attribute: Callable[[str], int | None]) -> int | None:
+    """A number, an int attribute's value, or a bound symbol's known size; None when unknown."""
+    if name.isdigit():
+        return int(name)
+    value = attribute(name)
+    if value is not None:
+        return value
+    dim = symbols.get(name)
+    return dim.dim_value if dim is not None and dim.HasField("dim_value") else None
+
+
 def _output_dims(rule: list[str], symbols: dict[str, Any], attribute: Callable[[str], int | None]) -> list | None:
     """The dims of an output whose shape rule is ``rule``, or None when its rank is unknown
     (a "..." whose input has no shape). An unbound symbol (NMS's K) is an unknown dim."""
@@ -107,6 +119,12 @@ def _output_dims(rule: list[str], symbols: dict[str, Any], attribute: Callable[[
             dims.extend(symbols["..."])
             continue
         dim = onnx.TensorShapeProto.Dimension()
+        if "*" in name:  # a product: known when every factor is
+            factors = [_known_value(f.strip(), symbols, attribute) for f in name.split("*")]
+            if all(f is not None for f in factors):
+                dim.dim_value = math.prod(factors)
+            dims.append(dim)
+            continue
         value = int(name) if name.isdigit() else attribute(name)
         if value is not None:
             dim.dim_value = value

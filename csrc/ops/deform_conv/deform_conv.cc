@@ -13,6 +13,7 @@
 
 #include "core/channels_last.h"
 #include "core/ort_gemm.h"
+#include "math/bilinear.h"
 
 namespace ortops::deform_conv {
 namespace {
@@ -389,25 +390,17 @@ class DeformConvKernel : public KernelBase {
     }
   }
 
-  // torchvision's deform-conv rule: outside (-1, H) x (-1, W) reads 0; each neighbour
-  // outside the map reads 0. A NaN coordinate reads 0 too (the negated test below).
-  // Neighbours that read 0 point at the zero pixel H * W, with weight 0.
+  // torchvision's deform-conv rule (math/bilinear.h). Neighbours that read 0 point at the
+  // zero pixel H * W, with weight 0.
   static Sample<A> Bilinear(A y, A x, int64_t height, int64_t width, A mask) {
     const auto zero = static_cast<int32_t>(height * width);
     Sample<A> s{{zero, zero, zero, zero}, {0, 0, 0, 0}, mask};
-    if (!(y > A(-1) && y < static_cast<A>(height) && x > A(-1) && x < static_cast<A>(width))) return s;
-    const A y0 = std::floor(y), x0 = std::floor(x);
-    const auto yl = static_cast<int64_t>(y0), xl = static_cast<int64_t>(x0);
-    const A ly = y - y0, lx = x - x0, hy = 1 - ly, hx = 1 - lx;
-    const int64_t ys[2] = {yl, yl + 1}, xs[2] = {xl, xl + 1};
-    const A wy[2] = {hy, ly}, wx[2] = {hx, lx};
-    for (int a = 0; a < 2; ++a) {
-      for (int b = 0; b < 2; ++b) {
-        const int v = 2 * a + b;
-        if (ys[a] >= 0 && ys[a] < height && xs[b] >= 0 && xs[b] < width) {
-          s.pixel[v] = static_cast<int32_t>(ys[a] * width + xs[b]);
-          s.weight[v] = wy[a] * wx[b];
-        }
+    const ZeroPaddedSample<A> point = ZeroPaddedBilinear(y, x, height, width);
+    if (!point.inside) return s;
+    for (int k = 0; k < 4; ++k) {
+      if (point.valid[k]) {
+        s.pixel[k] = static_cast<int32_t>((point.y0 + k / 2) * width + point.x0 + k % 2);
+        s.weight[k] = point.weight[k];
       }
     }
     return s;

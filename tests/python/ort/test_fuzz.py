@@ -313,6 +313,35 @@ def _mutate(rng: random.Random, case: dict[str, Any], op: dict[str, Any]) -> str
     return choice
 
 
+def _consistent_levels(rng: random.Random, op: dict[str, Any], inputs: list[dict[str, Any]]) -> None:
+    """Deformable attention's level sizes and start indices must add up to value's S (the
+    kernel checks them), which random integers almost never do: most cases get explicit data
+    that does, some empty levels included, so that they reach the kernel."""
+    names = [spec["name"] for spec in op["inputs"]]
+    wanted = ("value", "value_spatial_shapes", "value_level_start_index")
+    if not all(name in names for name in wanted) or rng.random() < 0.1:
+        return
+    value, shapes, starts = (inputs[names.index(name)] for name in wanted)
+    if not all(len(i.get("shape", [])) >= 1 for i in (value, shapes, starts)) or len(value["shape"]) < 2:
+        return
+    count, total = shapes["shape"][0], value["shape"][1]
+    if count == 0:
+        return
+    cuts = sorted(rng.randint(0, total) for _ in range(count - 1))
+    levels, running = [], []
+    for low, high in zip([0, *cuts], [*cuts, total]):
+        area = high - low
+        if area == 0:
+            size = [0, rng.choice([0, 1, 3])]
+            rng.shuffle(size)
+        else:
+            height = rng.choice([d for d in range(1, area + 1) if area % d == 0])
+            size = [height, area // height]
+        running.append(low)
+        levels += size
+    shapes["data"], starts["data"] = levels, running
+
+
 def make_case(seed: int, index: int, table: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Case ``index`` of the run with ``seed`` (ops in turn, each case its own random stream)."""
     table = table if table is not None else _op_table()
@@ -341,6 +370,7 @@ def make_case(seed: int, index: int, table: list[dict[str, Any]] | None = None) 
                 "fill": rng.choice(["normal", "uniform", "small_ints", "positive", "boxes", "rois", "special"]),
             }
         )
+    _consistent_levels(rng, op, inputs)
     case = {
         "seed": seed,
         "index": index,
@@ -361,10 +391,12 @@ def make_case(seed: int, index: int, table: list[dict[str, Any]] | None = None) 
 # --------------------------------------------------------------------------- running one case
 
 
-def _values(rng: Any, dtype: str, shape: list[int], fill: str) -> Any:
+def _values(rng: Any, dtype: str, shape: list[int], fill: str, data: list[Any] | None = None) -> Any:
     import numpy as np
 
     size = math.prod(shape)
+    if data is not None and len(data) == size:  # explicit values, unless a mutation resized the input
+        return np.array(data).astype(dtype).reshape(shape)
     if dtype in ("int32", "int64", "uint8", "bool"):
         info = np.iinfo(np.int64 if dtype == "bool" else dtype)
         if fill == "special":
@@ -439,7 +471,7 @@ def run_case(case: dict[str, Any]) -> str:
         for spec in case["inputs"]:
             if not spec["name"]:
                 continue
-            feeds[spec["name"]] = _values(rng, spec["dtype"], spec["shape"], spec["fill"])
+            feeds[spec["name"]] = _values(rng, spec["dtype"], spec["shape"], spec["fill"], spec.get("data"))
             graph_inputs.append(
                 helper.make_tensor_value_info(spec["name"], ELEMENT_TYPES[spec["dtype"]], [None] * len(spec["shape"]))
             )

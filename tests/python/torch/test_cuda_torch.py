@@ -81,6 +81,16 @@ def cases(gen: torch.Generator) -> dict[str, tuple[Callable[..., object], tuple[
             ortops.torch.matrix_inverse,
             (torch.randn(3, 5, 5, generator=gen, dtype=torch.float64) + 5 * torch.eye(5, dtype=torch.float64),),
         ),
+        "multi_scale_deformable_attention": (
+            ortops.torch.multi_scale_deformable_attention,
+            (
+                torch.randn(2, 16 * 16 + 8 * 8, 4, 8, generator=gen, dtype=torch.float64),
+                torch.tensor([[16, 16], [8, 8]]),
+                torch.tensor([0, 256]),
+                torch.rand(2, 30, 4, 2, 3, 2, generator=gen, dtype=torch.float64) * 1.2 - 0.1,
+                torch.rand(2, 30, 4, 2, 3, generator=gen, dtype=torch.float64),
+            ),
+        ),
         "nms": (ortops.torch.nms, (boxes, scores, 0.4)),
         "nms_match": (ortops.torch.nms_match, (boxes[None], scores[None, None], 0.4, 0.1)),
         "roi_align": (ortops.torch.roi_align, (image, rois(gen, 7, 2, 16), 3, 1.0, 2)),

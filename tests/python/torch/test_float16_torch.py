@@ -58,6 +58,17 @@ def _cases() -> list[tuple[str, object, tuple[torch.Tensor, ...]]]:
             (x, _rois(9, gen, rotated=True)),
         ),
         (
+            "multi_scale_deformable_attention",
+            lambda v, loc, w: ortops.torch.multi_scale_deformable_attention(
+                v, torch.tensor([[5, 6], [2, 3]]), torch.tensor([0, 30]), loc, w
+            ),
+            (
+                torch.randn(2, 36, 4, 32, generator=gen, dtype=torch.float64),
+                torch.rand(2, 9, 4, 2, 3, 2, generator=gen, dtype=torch.float64) * 1.2 - 0.1,
+                torch.rand(2, 9, 4, 2, 3, generator=gen, dtype=torch.float64),
+            ),
+        ),
+        (
             "deform_conv2d",
             lambda a, o, w, b, m: ortops.torch.deform_conv2d(a, o, w, b, padding=1, mask=m),
             (
@@ -141,7 +152,17 @@ def test_float16_model_exports_and_matches_float32(exporter: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["corner_pool", "cummax", "group_norm", "grid_sample", "roi_align", "roi_align_rotated", "deform_conv2d"]
+    "name",
+    [
+        "corner_pool",
+        "cummax",
+        "group_norm",
+        "grid_sample",
+        "roi_align",
+        "roi_align_rotated",
+        "deform_conv2d",
+        "multi_scale_deformable_attention",
+    ],
 )
 def test_float16_gradients_follow_float32(name: str) -> None:
     fn, args = CASES[name]

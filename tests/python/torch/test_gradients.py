@@ -187,6 +187,25 @@ def test_matrix_inverse_gradients_are_torchs() -> None:
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
+def test_multi_scale_deformable_attention_gradcheck() -> None:
+    gen = _rng(13)
+    f64 = {"dtype": torch.float64, "generator": gen}
+    shapes = torch.tensor([[4, 5], [2, 3], [1, 1]])
+    starts = torch.tensor([0, 20, 26])
+    value = torch.rand(2, 27, 2, 3, **f64).requires_grad_()
+    # Inside the maps and up to a pixel outside, where padding takes part.
+    locations = (torch.rand(2, 4, 2, 3, 2, 2, **f64) * 1.4 - 0.2).requires_grad_()
+    weights = torch.rand(2, 4, 2, 3, 2, **f64).requires_grad_()
+    torch.autograd.gradcheck(
+        lambda v, loc, w: ortops.torch.multi_scale_deformable_attention(v, shapes, starts, loc, w),
+        (value, locations, weights),
+    )
+    # The spatial shapes and start index are integers: no gradient.
+    out = ortops.torch.multi_scale_deformable_attention(value, shapes, starts, locations, weights)
+    out.sum().backward()
+    assert all(t.grad is not None for t in (value, locations, weights))
+
+
 def test_only_differentiable_inputs_get_gradients() -> None:
     x = torch.rand(1, 2, 6, 6, dtype=torch.float64, requires_grad=True)
     rois = torch.tensor([[0, 1, 1, 4, 4]], dtype=torch.float64, requires_grad=True)

@@ -54,6 +54,17 @@ def _cases() -> list[tuple[str, tuple, bool]]:
         ),
         ("group_norm", (x, 2, torch.rand(4, generator=gen, **f64), torch.rand(4, generator=gen, **f64), 1e-5), True),
         ("matrix_inverse", (torch.rand(3, 4, 4, generator=gen, **f64) + 4 * torch.eye(4, **f64),), True),
+        (
+            "multi_scale_deformable_attention",
+            (
+                torch.rand(2, 6 * 5 + 3 * 2, 2, 4, generator=gen, **f64),
+                torch.tensor([[6, 5], [3, 2]]),
+                torch.tensor([0, 30]),
+                torch.rand(2, 7, 2, 2, 3, 2, generator=gen, **f64) * 1.2 - 0.1,
+                torch.rand(2, 7, 2, 2, 3, generator=gen, **f64),
+            ),
+            True,
+        ),
     ]
 
 

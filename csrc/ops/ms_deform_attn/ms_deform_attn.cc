@@ -1,0 +1,302 @@
+// Multi-scale deformable attention (Deformable DETR; mmcv's ms_deform_attn): for each query
+// and head, the attention-weighted sum of bilinear samples of every level's value map.
+//
+// The work is one D-vector per (batch, query, head): the samples' four neighbours are
+// D-vectors that lie contiguous in `value` ([B, S, H, D]), so the inner loop is a sum of
+// vectors over D, kept in registers.
+#include "ops/ms_deform_attn/ms_deform_attn.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "core/upcast.h"
+#include "math/bilinear.h"
+
+namespace ortops::ms_deform_attn {
+namespace {
+
+constexpr IoSpec kInputs[] = {
+    {"value", ElemType::kTypeParam,
+     "`[B, S, H, D]` values: each level's H_l x W_l map flattened row-major, level after level "
+     "(S = sum of H_l * W_l), H heads of D channels each"},
+    {"value_spatial_shapes", ElemType::kInt64, "`[L, 2]` (H_l, W_l) of each level"},
+    {"value_level_start_index", ElemType::kInt64,
+     "`[L]` the row of S where each level starts: 0, H_0 * W_0, H_0 * W_0 + H_1 * W_1, ... (checked)"},
+    {"sampling_locations", ElemType::kTypeParam,
+     "`[B, Q, H, L, P, 2]` P points (x, y) per query, head and level, normalised to the level: 0 and 1 are its "
+     "outer edges"},
+    {"attention_weights", ElemType::kTypeParam, "`[B, Q, H, L, P]` weight of each point (used as given)"},
+};
+constexpr IoSpec kOutputs[] = {
+    {"output", ElemType::kTypeParam, "`[B, Q, H * D]` each query's weighted sums, head after head"},
+};
+constexpr AttrSpec kMmdeployAttributes[] = {
+    {"im2col_step", AttrType::kInt, "64",
+     "batch chunk of mmcv's CUDA kernel, written by mmdeploy's exporter; ignored, as by mmdeploy's TensorRT plugin"},
+};
+
+// The semantics shared by the two schemas (a macro so that string literals can be joined).
+#define ORTOPS_MS_DEFORM_ATTN_SEMANTICS                                                                             \
+  "Multi-scale deformable attention (Deformable DETR, DINO, Mask2Former), equal to mmcv's "                         \
+  "`multi_scale_deformable_attn_pytorch` and its CUDA kernel: `output[b, q, h * D + d]` is the sum over levels l "  \
+  "and points p of `attention_weights[b, q, h, l, p]` times level l of `value` (head h, channel d) read "           \
+  "bilinearly at pixel (x W_l - 0.5, y H_l - 0.5) for the point's location (x, y), as `grid_sample` with zeros "    \
+  "padding and align_corners = False: a point outside (-1, W_l) x (-1, H_l) in pixels contributes nothing, and "    \
+  "each of its four neighbours outside the map reads 0. A NaN or infinite location counts as outside and "          \
+  "contributes 0 (as in mmcv's CUDA kernel; its grid_sample composition gives NaN for a NaN location). "            \
+  "`value_spatial_shapes` must be non-negative with sum of H_l * W_l = S, and `value_level_start_index` must hold " \
+  "the running sums of H_l * W_l: it is checked, not trusted, so inconsistent inputs are an error rather than an "  \
+  "out-of-bounds read. A level of H_l or W_l = 0 contributes nothing; L = 0 or P = 0 gives zeros; B, Q, H or D = "  \
+  "0 an empty output. float16 is read and summed in float32 and rounded once."
+
+}  // namespace
+
+constexpr OpSchema kSchema{
+    .doc = ORTOPS_MS_DEFORM_ATTN_SEMANTICS,
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = {},
+};
+
+constexpr OpSchema kMmdeploySchema{
+    .doc =
+        "The node mmdeploy's exporter writes for mmcv's `MultiScaleDeformableAttnFunction` for every backend "
+        "(mmdeploy/mmcv/ops/multi_scale_deform_attn.py); only its TensorRT plugin implemented it, its ONNX "
+        "Runtime library did not. " ORTOPS_MS_DEFORM_ATTN_SEMANTICS,
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = kMmdeployAttributes,
+    .differences =
+        "The math and the sampling rule are the TensorRT plugin's (trt_ms_deform_attn_kernel.cuh). The plugin takes "
+        "float32 and float16 data and int32 shapes and start indices (TensorRT casts the file's int64); this takes "
+        "the file's int64 index inputs and float32, float64 or float16 data, and sums float16 in float32 where the "
+        "plugin computes in half precision. The plugin trusts `value_level_start_index` and `value_spatial_shapes` "
+        "(inconsistent ones read out of bounds) and indexes with int32 (tensors of 2^31 elements or more overflow); "
+        "here they are checked and indexing is 64-bit. `im2col_step` is ignored by both (mmcv's own CUDA op needed "
+        "the batch to be a multiple of min(batch, im2col_step); neither does).",
+};
+
+namespace {
+
+// a * b, or an error naming `what` when it does not fit in int64 (dims are untrusted).
+int64_t Product(int64_t a, int64_t b, const char* what) {
+  int64_t result = 0;
+  Check(!__builtin_mul_overflow(a, b, &result), what, " overflows: ", a, " x ", b);
+  return result;
+}
+
+template <typename A>
+struct Level {
+  int64_t height, width;
+  A height_f, width_f;
+  int64_t start;  // first row of S
+};
+
+// One sample's contribution: four neighbour D-vectors and their bilinear weights times the
+// attention weight. A neighbour outside the map points at a vector of zeros, with weight 0,
+// so that the sum needs no branches and a NaN or infinity elsewhere in `value` stays out.
+template <typename A>
+struct Tap {
+  const A* corner[4];
+  A weight[4];
+};
+
+// 16 bytes of A as a generic vector (a GCC and Clang extension, not intrinsics): the
+// compiler lowers it to the target's 128-bit SIMD (SSE2, NEON) or to scalars. Plain loops
+// over D are not enough: GCC's unroll-and-jam fuses the loop over taps into the loop over
+// D, and the fused loop is left scalar.
+template <typename A>
+struct Lanes {
+  typedef A Vector __attribute__((vector_size(16)));
+  static constexpr int64_t kCount = 16 / sizeof(A);
+};
+
+// Channels [first, first + kVectors * lanes) of the sum over taps of w0 c0 + w1 c1 + w2 c2
+// + w3 c3, accumulated in registers (at most 8 vectors, so that none spill).
+template <typename A, typename T, int kVectors>
+void SumPanel(const Tap<A>* taps, size_t count, int64_t first, T* out) {
+  using V = typename Lanes<A>::Vector;
+  constexpr int64_t kLanes = Lanes<A>::kCount;
+  V sum[kVectors] = {};
+  for (size_t t = 0; t < count; ++t) {
+    const Tap<A>& tap = taps[t];
+    for (int i = 0; i < kVectors; ++i) {
+      V c[4];
+      for (int k = 0; k < 4; ++k) std::memcpy(&c[k], tap.corner[k] + first + i * kLanes, sizeof(V));
+      sum[i] += tap.weight[0] * c[0] + tap.weight[1] * c[1] + tap.weight[2] * c[2] + tap.weight[3] * c[3];
+    }
+  }
+  for (int i = 0; i < kVectors; ++i) {
+    for (int64_t j = 0; j < kLanes; ++j) out[first + i * kLanes + j] = static_cast<T>(sum[i][j]);
+  }
+}
+
+// out[d] for d in [0, dim): panels of up to 8 vectors, then the channels left over (fewer
+// than one vector's lanes) one at a time.
+template <typename A, typename T>
+void SumTaps(const Tap<A>* taps, size_t count, int64_t dim, T* out) {
+  constexpr int64_t kLanes = Lanes<A>::kCount;
+  int64_t first = 0;
+  for (; first + 8 * kLanes <= dim; first += 8 * kLanes) SumPanel<A, T, 8>(taps, count, first, out);
+  switch ((dim - first) / kLanes) {
+    case 7: SumPanel<A, T, 7>(taps, count, first, out); break;
+    case 6: SumPanel<A, T, 6>(taps, count, first, out); break;
+    case 5: SumPanel<A, T, 5>(taps, count, first, out); break;
+    case 4: SumPanel<A, T, 4>(taps, count, first, out); break;
+    case 3: SumPanel<A, T, 3>(taps, count, first, out); break;
+    case 2: SumPanel<A, T, 2>(taps, count, first, out); break;
+    case 1: SumPanel<A, T, 1>(taps, count, first, out); break;
+    default: break;
+  }
+  for (int64_t d = dim - dim % kLanes; d < dim; ++d) {
+    A sum = 0;
+    for (size_t t = 0; t < count; ++t) {
+      const Tap<A>& tap = taps[t];
+      sum += tap.weight[0] * tap.corner[0][d] + tap.weight[1] * tap.corner[1][d] + tap.weight[2] * tap.corner[2][d] +
+             tap.weight[3] * tap.corner[3][d];
+    }
+    out[d] = static_cast<T>(sum);
+  }
+}
+
+// Elements of T are read as A = ComputeType<T> (float16 `value` converted once, up front)
+// and all arithmetic is in A, so a float16 kernel computes what the float32 kernel does on
+// the same values, then rounds once on store.
+template <typename T, bool kMmdeploy>
+class MsDeformAttnKernel : public KernelBase {
+ public:
+  using Element = T;
+  using A = ComputeType<T>;
+  static constexpr const OpSchema& kSchema = kMmdeploy ? kMmdeploySchema : ms_deform_attn::kSchema;
+
+  // im2col_step (mmdeploy) is ignored; the adapter has checked its type.
+  MsDeformAttnKernel(const Attributes&, const OpDef& def) : KernelBase(def) {}
+
+  void Compute(const KernelIO& io) const {
+    const ConstTensor<T> value = io.Input<T>(0, 4);
+    const ConstTensor<int64_t> shapes = io.Input<int64_t>(1, 2);
+    const ConstTensor<int64_t> starts = io.Input<int64_t>(2, 1);
+    const ConstTensor<T> locations = io.Input<T>(3, 6);
+    const ConstTensor<T> weights = io.Input<T>(4, 5);
+    const int64_t batch = value.dim(0), keys = value.dim(1), heads = value.dim(2), dim = value.dim(3);
+    Check(shapes.dim(1) == 2, "input 'value_spatial_shapes' must have shape [L, 2], got ", ShapeText{shapes.shape});
+    const int64_t levels = shapes.dim(0);
+    Check(starts.dim(0) == levels, "input 'value_level_start_index' must have shape [L] with L = ", levels,
+          " (the levels of 'value_spatial_shapes'), got ", ShapeText{starts.shape});
+    Check(locations.dim(0) == batch && locations.dim(2) == heads && locations.dim(3) == levels && locations.dim(5) == 2,
+          "input 'sampling_locations' must have shape [B, Q, H, L, P, 2] with B = ", batch, ", H = ", heads,
+          " (from 'value' ", ShapeText{value.shape}, ") and L = ", levels, ", got ", ShapeText{locations.shape});
+    const int64_t queries = locations.dim(1), points = locations.dim(4);
+    const Shape expected{batch, queries, heads, levels, points};
+    Check(weights.shape == expected, "input 'attention_weights' must have shape ", ShapeText{expected},
+          " ([B, Q, H, L, P] of 'sampling_locations'), got ", ShapeText{weights.shape});
+    const int64_t channels = Product(heads, dim, "H * D of input 'value'");
+    Product(Product(batch, queries, "the output size"), channels, "the output size");
+    ScratchVector<Level<A>> table = Levels(io, shapes, starts, keys, value.shape);
+
+    T* output = io.Output<T>(0, {batch, queries, channels});
+    const int64_t rows = batch * queries;
+    if (rows == 0 || channels == 0) return;
+    if (levels == 0 || points == 0) {
+      std::fill_n(output, rows * channels, T(0));
+      return;
+    }
+    Scratch<A> converted;
+    const A* values = Upcast(io, value, converted);
+    const ScratchVector<A> zeros = io.Vector<A>(static_cast<size_t>(dim));
+    const int64_t samples = levels * points;  // per query and head; fits, as the weights exist
+    // Contiguous ranges of queries, so that neighbouring queries (which sample near one
+    // another) share the cache.
+    io.ParallelForRanges(static_cast<size_t>(rows), 256, [&](size_t begin, size_t end) {
+      ScratchVector<Tap<A>> taps(static_cast<size_t>(samples), io.Allocator<Tap<A>>());
+      for (auto row = static_cast<int64_t>(begin); row < static_cast<int64_t>(end); ++row) {
+        const A* batch_values = values + (row / queries) * keys * channels;
+        for (int64_t h = 0; h < heads; ++h) {
+          const T* location = locations.data + (row * heads + h) * samples * 2;
+          const T* weight = weights.data + (row * heads + h) * samples;
+          const size_t count =
+              Gather(table, points, batch_values + h * dim, channels, zeros.data(), location, weight, taps.data());
+          SumTaps(taps.data(), count, dim, output + row * channels + h * dim);
+        }
+      }
+    });
+  }
+
+ private:
+  // The levels, checked: non-negative sizes whose areas add up to S without overflow, and
+  // start indices equal to the running sums (so the kernel's reads stay inside `value`).
+  static ScratchVector<Level<A>> Levels(const KernelIO& io, const ConstTensor<int64_t>& shapes,
+                                        const ConstTensor<int64_t>& starts, int64_t keys, const Shape& value_shape) {
+    const int64_t levels = shapes.dim(0);
+    ScratchVector<Level<A>> table(static_cast<size_t>(levels), io.Allocator<Level<A>>());
+    int64_t total = 0;
+    for (int64_t l = 0; l < levels; ++l) {
+      const int64_t height = shapes.data[2 * l], width = shapes.data[2 * l + 1];
+      Check(height >= 0 && width >= 0, "input 'value_spatial_shapes' must hold non-negative (H_l, W_l), got (", height,
+            ", ", width, ") at level ", l);
+      int64_t area = 0, next = 0;
+      Check(!__builtin_mul_overflow(height, width, &area) && !__builtin_add_overflow(total, area, &next),
+            "input 'value_spatial_shapes': the levels' sizes overflow int64 at level ", l, " (", height, ", ", width,
+            ")");
+      Check(starts.data[l] == total,
+            "input 'value_level_start_index' must hold the running sums of H_l * W_l of 'value_spatial_shapes' "
+            "(where each level starts in S): level ",
+            l, " starts at ", total, ", got ", starts.data[l]);
+      table[static_cast<size_t>(l)] = {height, width, static_cast<A>(height), static_cast<A>(width), total};
+      total = next;
+    }
+    Check(total == keys, "input 'value' ", ShapeText{value_shape}, " has S = ", keys,
+          ", but the levels of 'value_spatial_shapes' hold ", total, " (the sum of H_l * W_l)");
+    return table;
+  }
+
+  // The taps of one query and head: its samples that read anything, in (level, point) order.
+  // `head_values` is the head's D-vector at the batch item's first pixel; `stride` (H * D)
+  // separates neighbouring pixels.
+  static size_t Gather(const ScratchVector<Level<A>>& table, int64_t points, const A* head_values, int64_t stride,
+                       const A* zeros, const T* location, const T* weight, Tap<A>* taps) {
+    size_t count = 0;
+    for (const Level<A>& level : table) {
+      const A* level_values = head_values + level.start * stride;
+      for (int64_t p = 0; p < points; ++p, location += 2, ++weight) {
+        // As mmcv: the pixel coordinate loc * size - 0.5, in the compute type.
+        const A x = static_cast<A>(location[0]) * level.width_f - A(0.5);
+        const A y = static_cast<A>(location[1]) * level.height_f - A(0.5);
+        const ZeroPaddedSample<A> s = ZeroPaddedBilinear(y, x, level.height, level.width);
+        if (!s.inside) continue;
+        const auto attention = static_cast<A>(*weight);
+        Tap<A>& tap = taps[count++];
+        if (s.valid[0] && s.valid[3]) {  // all four neighbours in the map: the common case
+          const A* corner = level_values + (s.y0 * level.width + s.x0) * stride;
+          const int64_t row = level.width * stride;
+          tap = {{corner, corner + stride, corner + row, corner + row + stride},
+                 {s.weight[0] * attention, s.weight[1] * attention, s.weight[2] * attention, s.weight[3] * attention}};
+          continue;
+        }
+        for (int k = 0; k < 4; ++k) {
+          if (s.valid[k]) {
+            tap.corner[k] = level_values + ((s.y0 + k / 2) * level.width + s.x0 + k % 2) * stride;
+            tap.weight[k] = s.weight[k] * attention;
+          } else {
+            tap.corner[k] = zeros;
+            tap.weight[k] = A(0);
+          }
+        }
+      }
+    }
+    return count;
+  }
+};
+
+template <typename T>
+using OrtopsKernel = MsDeformAttnKernel<T, false>;
+template <typename T>
+using MmdeployKernel = MsDeformAttnKernel<T, true>;
+
+}  // namespace
+
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<OrtopsKernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeMmdeploy(const OpDef& def) { return MakeOps<MmdeployKernel, float, double, Half>(def); }
+
+}  // namespace ortops::ms_deform_attn

@@ -1,0 +1,175 @@
+"""Multi-scale deformable attention: ``torch.ops.ortops.multi_scale_deformable_attention``,
+exported to ``ortops::MultiScaleDeformableAttention``."""
+
+from __future__ import annotations
+
+import torch
+from torch.onnx import symbolic_helper
+
+from ortops.torch import _kernel as kernel
+from ortops.torch._autograd import register_reference_autograd
+from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
+
+_ONNX_OP = "MultiScaleDeformableAttention"
+_FUNCTION = "multi_scale_deformable_attention"
+
+
+def _check_levels(spatial_shapes: torch.Tensor, level_start_index: torch.Tensor, keys: int) -> None:
+    """The kernel's checks of the levels, for the torch implementation on other devices."""
+    sizes = spatial_shapes.tolist()
+    starts = level_start_index.tolist()
+    total = 0
+    for level, ((h, w), start) in enumerate(zip(sizes, starts)):
+        if h < 0 or w < 0 or start != total:
+            raise ValueError(
+                f"ortops.{_FUNCTION}: level {level} has size ({h}, {w}) and starts at {start}; sizes must be "
+                f"non-negative and value_level_start_index the running sums of H_l * W_l ({total} here)"
+            )
+        total += h * w
+    if total != keys or len(starts) != len(sizes):
+        raise ValueError(f"ortops.{_FUNCTION}: the levels hold {total} rows of value, which has {keys}")
+
+
+def _reference(
+    value: torch.Tensor,
+    spatial_shapes: torch.Tensor,
+    level_start_index: torch.Tensor,
+    sampling_locations: torch.Tensor,
+    attention_weights: torch.Tensor,
+) -> torch.Tensor:
+    """The kernel's semantics in differentiable torch ops (non-CPU tensors and gradients).
+
+    mmcv's own torch version runs grid_sample per level, which needs the level sizes as
+    Python ints; this gathers the four neighbours of every point from ``value`` with indices
+    computed from the size tensors instead, so it also traces with symbolic shapes (the
+    backward under ``torch.compile`` and AOT autograd).
+    """
+    batch, keys, heads, dim = value.shape
+    _, queries, _, levels, points, _ = sampling_locations.shape
+    level_shape = (1, 1, 1, levels, 1)
+    height, width = (spatial_shapes[:, i].view(level_shape) for i in (0, 1))
+    start = level_start_index.view(level_shape)
+    # As the kernel: pixel (loc * size - 0.5); a point outside (-1, W_l) x (-1, H_l), NaN
+    # included, reads nothing.
+    x = sampling_locations[..., 0] * width.to(value.dtype) - 0.5
+    y = sampling_locations[..., 1] * height.to(value.dtype) - 0.5
+    inside = (x > -1) & (x < width) & (y > -1) & (y < height)
+    x, y = torch.where(inside, x, 0), torch.where(inside, y, 0)
+    x0, y0 = x.floor(), y.floor()
+    lx, ly = x - x0, y - y0
+    hx, hy = 1 - lx, 1 - ly
+    x0, y0 = x0.long(), y0.long()
+    # [B, heads, S + 1, D]: row S is zeros, which neighbours outside the map read.
+    rows = torch.cat([value.transpose(1, 2), value.new_zeros((batch, heads, 1, dim))], 2)
+    count = queries * levels * points
+    total = value.new_zeros((batch, heads, count, dim))
+    for dy, dx, bilinear in ((0, 0, hy * hx), (0, 1, hy * lx), (1, 0, ly * hx), (1, 1, ly * lx)):
+        yy, xx = y0 + dy, x0 + dx
+        valid = inside & (yy >= 0) & (yy < height) & (xx >= 0) & (xx < width)
+        index = torch.where(valid, start + yy * width + xx, keys)  # [B, Q, heads, L, P]
+        index = index.transpose(1, 2).reshape(batch, heads, count, 1).expand(batch, heads, count, dim)
+        weight = torch.where(valid, bilinear * attention_weights, 0).transpose(1, 2).reshape(batch, heads, count, 1)
+        total = total + rows.gather(2, index) * weight
+    out = total.view(batch, heads, queries, levels * points, dim).sum(3)  # [B, heads, Q, D]
+    return out.transpose(1, 2).reshape(batch, queries, heads * dim)
+
+
+def _output_shape(value: torch.Tensor, sampling_locations: torch.Tensor) -> tuple[int, int, int]:
+    return (value.shape[0], sampling_locations.shape[1], value.shape[2] * value.shape[3])
+
+
+@torch.library.custom_op("ortops::multi_scale_deformable_attention", mutates_args=())
+def _multi_scale_deformable_attention(
+    value: torch.Tensor,
+    spatial_shapes: torch.Tensor,
+    level_start_index: torch.Tensor,
+    sampling_locations: torch.Tensor,
+    attention_weights: torch.Tensor,
+) -> torch.Tensor:
+    inputs = (value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
+    check_dtypes(_ONNX_OP, _FUNCTION, *inputs)
+    if value.device.type != "cpu":
+        _check_levels(spatial_shapes, level_start_index, value.shape[1])
+        return _reference(*inputs)
+    known = value.dim() == 4 and sampling_locations.dim() == 6  # else the kernel reports the shapes
+    shape = _output_shape(value, sampling_locations) if known else None
+    return kernel.run(_ONNX_OP, inputs, {}, [shape])[0]
+
+
+register_reference_autograd(_multi_scale_deformable_attention, _reference, differentiable=(0, 3, 4))
+
+
+@_multi_scale_deformable_attention.register_fake
+def _(
+    value: torch.Tensor,
+    spatial_shapes: torch.Tensor,
+    level_start_index: torch.Tensor,
+    sampling_locations: torch.Tensor,
+    attention_weights: torch.Tensor,
+) -> torch.Tensor:
+    check_dtypes(_ONNX_OP, _FUNCTION, value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
+    return value.new_empty(_output_shape(value, sampling_locations))
+
+
+def multi_scale_deformable_attention(
+    value: torch.Tensor,
+    spatial_shapes: torch.Tensor,
+    level_start_index: torch.Tensor,
+    sampling_locations: torch.Tensor,
+    attention_weights: torch.Tensor,
+) -> torch.Tensor:
+    """Multi-scale deformable attention (Deformable DETR), mmcv's
+    ``multi_scale_deformable_attn_pytorch`` as one op that exports to
+    ``ortops::MultiScaleDeformableAttention``.
+
+    Args:
+        value: ``Tensor[B, S, H, D]``, float32, float64 or float16: every level's
+            ``H_l x W_l`` map flattened row-major, level after level (``S = sum H_l * W_l``),
+            ``H`` heads of ``D`` channels.
+        spatial_shapes: ``Tensor[L, 2]`` int64, ``(H_l, W_l)`` per level.
+        level_start_index: ``Tensor[L]`` int64, where each level starts in ``S``
+            (``0, H_0 * W_0, ...``; checked).
+        sampling_locations: ``Tensor[B, Q, H, L, P, 2]`` points ``(x, y)`` normalised to
+            each level (0 and 1 are its outer edges); cast to ``value``'s dtype, as mmcv does.
+        attention_weights: ``Tensor[B, Q, H, L, P]`` (used as given: softmax them before);
+            cast to ``value``'s dtype.
+
+    Returns:
+        ``Tensor[B, Q, H * D]``: per query and head, the weighted sum of the points' bilinear
+        samples (zeros padding, ``align_corners=False``); a non-finite location contributes 0.
+
+    CPU tensors run ortops' kernel, others a torch implementation of the same semantics.
+    Differentiable with respect to value, sampling_locations and attention_weights.
+    """
+    return torch.ops.ortops.multi_scale_deformable_attention(
+        value,
+        spatial_shapes,
+        level_start_index,
+        sampling_locations.to(value.dtype),
+        attention_weights.to(value.dtype),
+    )
+
+
+@symbolic_helper.parse_args("v", "v", "v", "v", "v")
+def _symbolic(g, value, spatial_shapes, level_start_index, sampling_locations, attention_weights):  # noqa: ANN001, ANN202
+    node = g.op(f"ortops::{_ONNX_OP}", value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
+    batch, heads, dim = (symbolic_helper._get_tensor_dim_size(value, i) for i in (0, 2, 3))
+    queries = symbolic_helper._get_tensor_dim_size(sampling_locations, 1)
+    channels = heads * dim if heads is not None and dim is not None else None
+    return typed(node, value, sizes=[batch, queries, channels])
+
+
+def _translation(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):  # noqa: ANN001, ANN202
+    return onnx_opset.MultiScaleDeformableAttention(
+        value, spatial_shapes, level_start_index, sampling_locations, attention_weights
+    )
+
+
+register_export(
+    torch.ops.ortops.multi_scale_deformable_attention.default,
+    onnx_op=_ONNX_OP,
+    function=multi_scale_deformable_attention,
+    symbolic=_symbolic,
+    translation=_translation,
+)
