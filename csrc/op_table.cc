@@ -1,5 +1,6 @@
 #include "op_table.h"
 
+#include "ops/batched_nms/batched_nms.h"
 #include "ops/corner_pool/corner_pool.h"
 #include "ops/cummax/cummax.h"
 #include "ops/deform_conv/deform_conv.h"
@@ -53,6 +54,10 @@ constexpr OpDef kOpTable[] = {
   {kMmcvDomain,     "MMCVDeformConv2d",          1,     kCpu,     &deform_conv::kV1Schema,         &deform_conv::MakeV1,         kCompat},
   {kOrtopsDomain,   "GroupNorm",                 1,     kCpu,     &group_norm::kSchema,            &group_norm::Make},
   {kOrtopsDomain,   "MatrixInverse",             1,     kCpu,     &matrix_inverse::kSchema,        &matrix_inverse::Make},
+  // Multi-class batched NMS with fixed-size outputs (math/multiclass_nms.h).
+  {kOrtopsDomain,   "BatchedNMS",                1,     kCpu,     &batched_nms::kSchema,           &batched_nms::Make},
+  {kMmdeployDomain, "TRTBatchedNMS",             1,     kCpu,     &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
+  {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     kCpu,     &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
 };
 // clang-format on
 
