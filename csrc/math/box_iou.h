@@ -59,7 +59,7 @@ namespace ortops {
 // IoU as the detection-output NMS of TensorRT's batchedNMSPlugin computes it (jaccardOverlap,
 // which mmdeploy's TRTBatchedNMS inherits), with its offset 0: 0 unless the boxes overlap with
 // positive width and height, and an inverted box (x2 < x1 or y2 < y1) has area 0. `kept` and
-// `candidate` in the original's operand order. A NaN coordinate gives 0.
+// `candidate` in the original's operand order. A NaN coordinate gives 0 or NaN.
 template <typename T>
 inline T DetectionOutputIoU(const T* kept, const T* candidate) {
   const T width = std::min(kept[2], candidate[2]) - std::max(kept[0], candidate[0]);

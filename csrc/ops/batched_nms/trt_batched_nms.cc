@@ -75,15 +75,16 @@ constexpr IoSpec kRotatedOutputs[] = {
   "ordered by class, then box index (the plugin's stable sort of per-class lists). NaN scores are never "        \
   "candidates. "
 
-#define ORTOPS_TRT_BATCHED_NMS_DIFFERENCES_COMMON                                                               \
-  "The plugin takes float32 only; ortops also takes float64. It writes `labels` (and `index`) as int32; the "   \
-  "file mmdeploy exports declares them int64 (the types of its PyTorch stand-in), and ONNX Runtime refuses a "  \
-  "node whose outputs differ from the file's declared types, so ortops writes int64. The plugin keeps at most " \
-  "5120 candidates per class (a larger `topk` fails) and needs B * N * C < 2^31; ortops has neither limit. "    \
-  "Where `keep_topk` is larger than `topk` (after `topk` is limited to N), the plugin returns without writing " \
-  "its outputs (they hold whatever the memory held); ortops fills them as always. With a negative "             \
-  "`score_threshold` the plugin sorts its non-candidates (set to score 0) among the candidates, which skips "   \
-  "NMS or emits padding rows between detections; ortops keeps its rule (candidates are the scores above the "   \
+#define ORTOPS_TRT_BATCHED_NMS_DIFFERENCES_COMMON                                                           \
+  "The plugin takes float32 only; ortops also takes float64. The plugin writes `labels` (and `index`) as "  \
+  "int32, but the file mmdeploy exports declares them int64 (the types of its PyTorch stand-in), and ONNX " \
+  "Runtime refuses a node whose outputs differ from the file's declared types: ortops writes int64. The "   \
+  "plugin's NMS holds at most 5120 candidates per class (a `topk` above that, or `topk` <= 0 with N > "     \
+  "5120, fails its assertion) and it needs B * N * C < 2^31; ortops has neither limit. Where `keep_topk` "  \
+  "is larger than `topk` (after `topk` is limited to N), the plugin returns without writing its outputs "   \
+  "(they hold whatever the memory held); ortops fills them as always. With a negative `score_threshold` "   \
+  "the plugin sorts its non-candidates (set to score 0) among the candidates, which skips NMS or emits "    \
+  "padding rows between detections; ortops keeps its rule (candidates are the scores above the "            \
   "threshold). "
 
 }  // namespace
@@ -93,8 +94,9 @@ constexpr OpSchema kTrtSchema{
         "mmdeploy's batched multi-class NMS for TensorRT (`TRTBatchedNMSop`, written by mmdeploy's TensorRT "
         "export of `multiclass_nms`), with fixed-size, padded outputs. " ORTOPS_TRT_BATCHED_NMS_SELECTION
         "The IoU is the plugin's: no +1 offset (whatever `is_normalized`), 0 unless the boxes overlap with "
-        "positive width and height, and an inverted box (x2 < x1 or y2 < y1) has area 0; a NaN coordinate "
-        "gives IoU 0. With `clip_boxes` 1 the output box coordinates (not the score) are clamped to [0, 1], "
+        "positive width and height, and an inverted box (x2 < x1 or y2 < y1) has area 0; a box with a NaN "
+        "coordinate gets IoU 0 or NaN, neither above a threshold >= 0. With `clip_boxes` 1 the output box coordinates "
+        "(not the score) are clamped to [0, 1], "
         "a NaN becoming 1 as CUDA's fminf/fmaxf make it. `index` holds, for boxes shared by the classes "
         "(L = 1), the box index n; for per-class boxes (L = C), c * N + n (the plugin's index into its "
         "class-major copy of the boxes). The node has the third output exactly when `return_index` is 1.",
@@ -102,9 +104,9 @@ constexpr OpSchema kTrtSchema{
     .outputs = kOutputs,
     .attributes = kAttributes,
     .differences = ORTOPS_TRT_BATCHED_NMS_DIFFERENCES_COMMON
-    "The IoU is computed in the element type with the plugin's formula; float32 results are the plugin's up "
-    "to its GPU's rounding (no fused multiply-add here). NaN box coordinates give IoU 0 here; on the GPU "
-    "fminf/fmaxf drop the NaN, which gives other overlaps. Otherwise the selection, order, padding and "
+    "The IoU is the plugin's formula in the element type: a float32 decision can differ from the GPU's only "
+    "where an IoU lies within rounding of the threshold. On the GPU, fminf/fmaxf drop a NaN box coordinate, "
+    "which gives other overlaps than here. Otherwise the selection, order, padding and "
     "encoding are the plugin's.",
 };
 
