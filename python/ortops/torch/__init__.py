@@ -7,6 +7,7 @@ pass :func:`custom_translation_table` (``dynamo=True``) or ``custom_opsets={"ort
 """
 
 from ortops.torch._export import DOMAIN, OPSET_VERSION, ExportedOp, custom_translation_table, export, exported_ops
+from ortops.torch.batched_nms import multiclass_nms
 from ortops.torch.corner_pool import corner_pool
 from ortops.torch.cummax import cummax, cummin
 from ortops.torch.deform_conv import deform_conv2d
@@ -36,6 +37,7 @@ __all__ = [
     "grid_sample",
     "group_norm",
     "matrix_inverse",
+    "multiclass_nms",
     "nms",
     "nms_match",
     "nms_rotated",
