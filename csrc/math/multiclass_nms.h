@@ -101,29 +101,80 @@ void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, i
     return kept;
   };
 
-  // One image: bucket the candidates by group, select each group (in parallel when asked),
-  // merge the kept ones.
-  auto select_image = [&](int64_t b, bool parallel_groups) {
+  // The candidates among boxes [begin, end) of image b, appended in box order. A block of
+  // boxes is first scanned for those with any passing score, in loops without branches or
+  // calls that the compiler vectorises (in a detector head almost no box has one, so this
+  // costs about one read of the scores); only those boxes are then looked at class by class.
+  auto collect = [&](int64_t b, int64_t begin, int64_t end, ScratchVector<Candidate>& out) {
+    constexpr int64_t kBlock = 256;
+    int64_t rows[kBlock];
+    for (int64_t start = begin; start < end; start += kBlock) {
+      const int64_t stop = std::min(end, start + kBlock);
+      int64_t found = 0;
+      for (int64_t n = start; n < stop; ++n) {
+        int any = 0;
+        for (int64_t c = 0; c < num_classes; ++c) any |= static_cast<int>(passes(score_at(b, n, c)));
+        rows[found] = n;
+        found += any;
+      }
+      // The same over the classes of each such box, 16 at a time: test them together, and
+      // only where one passes, find which (appending is a call, after which captured values
+      // are read again: it is kept off these loops).
+      constexpr int64_t kClasses = 16;
+      for (int64_t i = 0; i < found; ++i) {
+        const int64_t n = rows[i];
+        for (int64_t first = 0; first < num_classes; first += kClasses) {
+          const int64_t last = std::min(num_classes, first + kClasses);
+          int any = 0;
+          for (int64_t c = first; c < last; ++c) any |= static_cast<int>(passes(score_at(b, n, c)));
+          if (any == 0) continue;
+          int64_t passing = 0, classes_found[kClasses];
+          for (int64_t c = first; c < last; ++c) {
+            classes_found[passing] = c;
+            passing += static_cast<int64_t>(passes(score_at(b, n, c)));
+          }
+          for (int64_t j = 0; j < passing; ++j) {
+            const int64_t c = classes_found[j];
+            if (c != config.background_class) {
+              out.push_back(Candidate{activate(score_at(b, n, c)), static_cast<int32_t>(n), static_cast<int32_t>(c)});
+            }
+          }
+        }
+      }
+    }
+  };
+
+  // One image: collect the candidates (over ranges of boxes in parallel when asked), bucket
+  // them by group, select each group (in parallel when asked), merge the kept ones.
+  auto select_image = [&](int64_t b, bool parallel) {
+    constexpr int64_t kBoxesPerPart = 1024;
+    const auto parts = static_cast<size_t>(parallel ? std::clamp<int64_t>(num_boxes / kBoxesPerPart, 1, 64) : 1);
+    ScratchVector<ScratchVector<Candidate>> found(parts, ScratchVector<Candidate>(io.Allocator<Candidate>()),
+                                                  io.Allocator<ScratchVector<Candidate>>());
+    auto collect_part = [&](size_t p) {
+      found[p].reserve(1024);  // a detector head's usual count, in one allocation
+      collect(b, num_boxes * static_cast<int64_t>(p) / static_cast<int64_t>(parts),
+              num_boxes * static_cast<int64_t>(p + 1) / static_cast<int64_t>(parts), found[p]);
+    };
+    if (parts > 1) {
+      io.ParallelFor(parts, collect_part);
+    } else {
+      collect_part(0);
+    }
+
     ScratchVector<int64_t> group_start = io.Vector<int64_t>(static_cast<size_t>(groups) + 1);
     auto group_of = [&](int64_t c) { return config.class_agnostic ? int64_t{0} : c; };
-    for (int64_t n = 0; n < num_boxes; ++n) {
-      for (int64_t c = 0; c < num_classes; ++c) {
-        if (c != config.background_class && passes(score_at(b, n, c))) ++group_start[group_of(c) + 1];
-      }
+    for (const auto& part : found) {
+      for (const Candidate& candidate : part) ++group_start[group_of(candidate.cls) + 1];
     }
     for (int64_t g = 0; g < groups; ++g) group_start[g + 1] += group_start[g];
     ScratchVector<Candidate> candidates(static_cast<size_t>(group_start[groups]), Candidate{},
                                         io.Allocator<Candidate>());
     ScratchVector<int64_t> fill(group_start.begin(), group_start.end() - 1, io.Allocator<int64_t>());
-    for (int64_t n = 0; n < num_boxes; ++n) {
-      for (int64_t c = 0; c < num_classes; ++c) {
-        const T score = score_at(b, n, c);
-        if (c != config.background_class && passes(score)) {
-          candidates[fill[group_of(c)]++] =
-              Candidate{activate(score), static_cast<int32_t>(n), static_cast<int32_t>(c)};
-        }
-      }
+    for (const auto& part : found) {
+      for (const Candidate& candidate : part) candidates[fill[group_of(candidate.cls)]++] = candidate;
     }
+    const bool parallel_groups = parallel;
 
     ScratchVector<size_t> kept = io.Vector<size_t>(static_cast<size_t>(groups));
     auto run_group = [&](size_t g) {
