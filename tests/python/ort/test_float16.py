@@ -91,6 +91,7 @@ FLOAT16_OPS = [
     "RoIAlign",
     "RoIAlignRotated",
     "DeformConv2d",
+    "BatchedNMS",
 ]
 
 
