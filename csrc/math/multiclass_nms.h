@@ -200,8 +200,9 @@ void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, i
     emit(b, std::span<const Candidate>(candidates.data(), count));
   };
 
-  // A single image with several classes parallelises over its classes; otherwise over images.
-  if (batch == 1 && groups > 1) {
+  // A single image parallelises over ranges of its boxes and over its classes; otherwise over
+  // images.
+  if (batch == 1) {
     select_image(0, true);
   } else {
     io.ParallelFor(static_cast<size_t>(batch), [&](size_t b) { select_image(static_cast<int64_t>(b), false); });
