@@ -15,7 +15,7 @@ namespace ortops::batched_nms {
 namespace {
 
 constexpr AttrSpec kTrtAttributes[] = {
-    {"num_classes", AttrType::kInt, "", "C; must equal the last dimension of `scores`"},
+    {"num_classes", AttrType::kInt, "", "the number of classes; must equal the last dimension of `scores`"},
     {"background_label_id", AttrType::kInt, "0",
      "a class that never gives a detection; -1 (or any id outside [0, C)): none. mmdeploy writes -1; 0 is "
      "the plugin's value when the attribute is absent"},
@@ -42,23 +42,24 @@ constexpr AttrSpec kAttributes[] = {
 
 constexpr IoSpec kInputs[] = {
     {"boxes", ElemType::kTypeParam,
-     "`[B, N, L, 4]` boxes as (x1, y1, x2, y2); L = 1: one box per N shared by every class, L = C: one per "
-     "class"},
-    {"scores", ElemType::kTypeParam, "`[B, N, C]` score of each box for each class"},
+     "`[B, N, 1, 4]` boxes shared by every class, or `[B, N, num_classes, 4]` one box per class; as (x1, y1, "
+     "x2, y2)"},
+    {"scores", ElemType::kTypeParam, "`[B, N, num_classes]` score of each box for each class"},
 };
 constexpr IoSpec kOutputs[] = {
     {"dets", ElemType::kTypeParam, "`[B, keep_topk, 5]` rows (x1, y1, x2, y2, score), descending score; padding 0"},
     {"labels", ElemType::kInt64, "`[B, keep_topk]` class of each detection; padding -1"},
     {"index", ElemType::kInt64,
-     "`[B, keep_topk]` (only with `return_index` 1) the detection's box: n for shared boxes (L = 1), c * N + n "
-     "for per-class boxes; padding -1",
+     "`[B, keep_topk]` (only with `return_index` 1) the detection's box: n for shared boxes, c * N + n for "
+     "per-class boxes; padding -1",
      true},
 };
 
 constexpr IoSpec kRotatedInputs[] = {
     {"boxes", ElemType::kTypeParam,
-     "`[B, N, L, 5]` rotated boxes (cx, cy, w, h, theta), theta in radians; L = 1 (shared) or C (per class)"},
-    {"scores", ElemType::kTypeParam, "`[B, N, C]` score of each box for each class"},
+     "`[B, N, 1, 5]` rotated boxes (cx, cy, w, h, theta), theta in radians, shared by every class, or "
+     "`[B, N, num_classes, 5]` one per class"},
+    {"scores", ElemType::kTypeParam, "`[B, N, num_classes]` score of each box for each class"},
 };
 constexpr IoSpec kRotatedOutputs[] = {
     {"dets", ElemType::kTypeParam,
@@ -97,8 +98,8 @@ constexpr OpSchema kTrtSchema{
         "positive width and height, and an inverted box (x2 < x1 or y2 < y1) has area 0; a box with a NaN "
         "coordinate gets IoU 0 or NaN, neither above a threshold >= 0. With `clip_boxes` 1 the output box coordinates "
         "(not the score) are clamped to [0, 1], "
-        "a NaN becoming 1 as CUDA's fminf/fmaxf make it. `index` holds, for boxes shared by the classes "
-        "(L = 1), the box index n; for per-class boxes (L = C), c * N + n (the plugin's index into its "
+        "a NaN becoming 1 as CUDA's fminf/fmaxf make it. `index` holds, for boxes shared by the classes, "
+        "the box index n; for per-class boxes, c * N + n (the plugin's index into its "
         "class-major copy of the boxes). The node has the third output exactly when `return_index` is 1.",
     .inputs = kInputs,
     .outputs = kOutputs,

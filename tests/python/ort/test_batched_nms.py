@@ -630,6 +630,14 @@ def test_trt_thread_counts_agree(threads: int) -> None:
     )
 
 
+def test_trt_huge_keep_topk_is_an_allocation_error() -> None:
+    boxes, scores = make_case(1, 1, 5, 2, "shared4", np.float32)
+    with pytest.raises(Exception, match=r"mmdeploy\.TRTBatchedNMS: "):
+        trt_nms(boxes, scores, keep_topk=2**40)
+    with pytest.raises(Exception, match=message("mmdeploy", "TRTBatchedNMS", "is too large")):
+        trt_nms(boxes, scores, keep_topk=2**61)
+
+
 def test_trt_empty_inputs() -> None:
     for box_shape, score_shape in [((2, 0, 1, 4), (2, 0, 3)), ((0, 5, 1, 4), (0, 5, 3)), ((1, 4, 1, 4), (1, 4, 0))]:
         boxes, scores = np.zeros(box_shape, np.float32), np.zeros(score_shape, np.float32)
