@@ -166,7 +166,7 @@ def multiclass_nms(
     score_activation: bool = False,
     background_class: int = -1,
     offset: int = 0,
-) -> _Outputs:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Multi-class NMS per image with fixed-size, padded outputs (exports to ``ortops::BatchedNMS``).
 
     Per image, every (box, class) whose score is strictly greater than ``score_threshold`` is a
