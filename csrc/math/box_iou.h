@@ -53,3 +53,23 @@ inline float MatchIoU(const T* a, const T* b) {
 }
 
 }  // namespace ortops
+
+namespace ortops {
+
+// IoU as the detection-output NMS of TensorRT's batchedNMSPlugin computes it (jaccardOverlap,
+// which mmdeploy's TRTBatchedNMS inherits), with its offset 0: 0 unless the boxes overlap with
+// positive width and height, and an inverted box (x2 < x1 or y2 < y1) has area 0. `kept` and
+// `candidate` in the original's operand order. A NaN coordinate gives 0 or NaN.
+template <typename T>
+inline T DetectionOutputIoU(const T* kept, const T* candidate) {
+  const T width = std::min(kept[2], candidate[2]) - std::max(kept[0], candidate[0]);
+  const T height = std::min(kept[3], candidate[3]) - std::max(kept[1], candidate[1]);
+  if (!(width > 0 && height > 0)) return T(0);
+  const auto area = [](const T* box) {
+    return box[2] < box[0] || box[3] < box[1] ? T(0) : (box[2] - box[0]) * (box[3] - box[1]);
+  };
+  const T inter = width * height;
+  return inter / (area(kept) + area(candidate) - inter);
+}
+
+}  // namespace ortops

@@ -151,6 +151,34 @@ CASES = [
         {"im2col_step": 64},
         [(D, [2, 100, "?"])],
     ),
+    (
+        "ortops",
+        "BatchedNMS",
+        [("b", F, ["B", 9, 3, 4]), ("s", F, ["B", 9, 3])],
+        {"max_output_boxes": 7},
+        [(I64, ["B"]), (F, ["B", 7, 4]), (F, ["B", 7]), (I64, ["B", 7]), (I64, ["B", 7])],
+    ),
+    (
+        "mmdeploy",
+        "TRTBatchedNMS",
+        [("b", F, [2, 9, 1, 4]), ("s", F, [2, 9, 3])],
+        {"num_classes": 3, "keep_topk": 5, "return_index": 1},
+        [(F, [2, 5, 5]), (I64, [2, 5]), (I64, [2, 5])],
+    ),
+    (
+        "mmdeploy",
+        "TRTBatchedNMS",
+        [("b", D, ["B", 9, 3, 4]), ("s", D, ["B", 9, 3])],
+        {"num_classes": 3, "keep_topk": 5},
+        [(D, ["B", 5, 5]), (I64, ["B", 5])],
+    ),
+    (
+        "mmdeploy",
+        "TRTBatchedRotatedNMS",
+        [("b", D, ["B", 9, 1, 5]), ("s", D, ["B", 9, 3])],
+        {"num_classes": 3, "keep_topk": 4},
+        [(D, ["B", 4, 6]), (I64, ["B", 4])],
+    ),
 ]
 
 
