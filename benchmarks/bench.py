@@ -766,6 +766,174 @@ def ms_deform_attn_case() -> Case:
     )
 
 
+def yolo_head(batch: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A YOLO head's raw output on 640x640 images: 8400 anchors (strides 8, 16, 32) with a box
+    (cx, cy, w, h) and 80 class scores each. About 15 objects per image; anchors near an object
+    predict its box (with noise) and score its class (and a look-alike class) by how near they
+    are; everything else scores sigmoid(N(-7, 1.5)). About a thousand (anchor, class) pairs
+    pass 0.25 per image, as in real detections."""
+    rng = np.random.default_rng(seed)
+    centres = np.concatenate(
+        [np.stack(np.meshgrid(*(np.arange(640 // s) * s + s / 2,) * 2), -1).reshape(-1, 2) for s in (8, 16, 32)]
+    )
+    count, classes = len(centres), 80
+    boxes = np.empty((batch, count, 4), np.float32)
+    logits = rng.normal(-7, 1.5, (batch, count, classes))
+    for b in range(batch):
+        boxes[b, :, :2] = centres + rng.normal(0, 2, (count, 2))
+        boxes[b, :, 2:] = rng.uniform(8, 40, (count, 2))
+        for _ in range(15):
+            centre, size = rng.uniform(40, 600, 2), rng.uniform(24, 200, 2)
+            cls, look_alike = rng.integers(0, classes, 2)
+            distance = np.abs(centres - centre) / (size / 2)
+            near = np.nonzero(distance.max(1) < 1)[0]
+            closeness = 1 - distance[near].max(1)
+            boxes[b, near, :2] = centre + rng.normal(0, 0.05, (len(near), 2)) * size
+            boxes[b, near, 2:] = size * rng.uniform(0.85, 1.15, (len(near), 2))
+            logits[b, near, cls] = 10 * closeness - 6.5 + rng.normal(0, 0.5, len(near))
+            logits[b, near, look_alike] = np.maximum(logits[b, near, look_alike], logits[b, near, cls] - 3)
+    return boxes, (1 / (1 + np.exp(-logits))).astype(np.float32)
+
+
+def nms_topk_graph(max_output: int, iou: float, score: float) -> onnx.ModelProto:
+    """ONNX's own ops with BatchedNMS's semantics: NonMaxSuppression per image and class, then
+    each image's best `max_output` by score (TopK over score - 2 * image, which sorts by image,
+    then score; a rank within the image from a CumSum of per-image counts), and the selected
+    boxes as corners. Outputs: rows (image, class, box), their scores and boxes."""
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    n = helper.make_node
+    nodes = [
+        n("Transpose", ["scores"], ["scores_t"], perm=[0, 2, 1]),
+        n("NonMaxSuppression", ["boxes", "scores_t", "per_class", "iou", "score"], ["sel"], center_point_box=1),
+        n("GatherND", ["scores_t", "sel"], ["s"]),
+        n("Gather", ["sel", "zero"], ["b"], axis=1),
+        n("Cast", ["b"], ["bf"], to=f),
+        n("Mul", ["bf", "two"], ["b2"]),
+        n("Sub", ["s", "b2"], ["key"]),
+        n("Shape", ["key"], ["k"]),
+        n("TopK", ["key", "k"], ["_", "order"]),
+        n("Gather", ["sel", "order"], ["sel_sorted"], axis=0),
+        n("Gather", ["s", "order"], ["s_sorted"], axis=0),
+        n("Gather", ["b", "order"], ["b_sorted"], axis=0),
+        n("Shape", ["boxes"], ["boxes_shape"]),
+        n("Gather", ["boxes_shape", "zero"], ["batch"], axis=0),
+        n("Range", ["zero", "batch", "one"], ["images"]),
+        n("Unsqueeze", ["images", "axis1"], ["images_col"]),
+        n("Unsqueeze", ["b_sorted", "axis0"], ["b_row"]),
+        n("Equal", ["b_row", "images_col"], ["in_image"]),
+        n("Cast", ["in_image"], ["in_image_i"], to=i64),
+        n("ReduceSum", ["in_image_i", "axis1"], ["counts"], keepdims=0),
+        n("CumSum", ["counts", "zero"], ["starts"], exclusive=1),
+        n("Gather", ["starts", "b_sorted"], ["row_start"], axis=0),
+        n("Squeeze", ["k", "axis0"], ["k_scalar"]),
+        n("Range", ["zero", "k_scalar", "one"], ["position"]),
+        n("Sub", ["position", "row_start"], ["rank"]),
+        n("Less", ["rank", "max_output"], ["keep"]),
+        n("Compress", ["sel_sorted", "keep"], ["selected"], axis=0),
+        n("Compress", ["s_sorted", "keep"], ["selected_scores"], axis=0),
+        n("Gather", ["selected", "image_and_box"], ["gather_at"], axis=1),
+        n("GatherND", ["boxes", "gather_at"], ["centre_size"]),
+        n("Split", ["centre_size", "two_two"], ["xy", "wh"], axis=1),
+        n("Div", ["wh", "two"], ["half"]),
+        n("Sub", ["xy", "half"], ["top_left"]),
+        n("Add", ["xy", "half"], ["bottom_right"]),
+        n("Concat", ["top_left", "bottom_right"], ["selected_boxes"], axis=1),
+    ]
+    constants = [
+        helper.make_tensor("per_class", i64, [1], [max_output]),
+        helper.make_tensor("iou", f, [1], [iou]),
+        helper.make_tensor("score", f, [1], [score]),
+        helper.make_tensor("zero", i64, [], [0]),
+        helper.make_tensor("one", i64, [], [1]),
+        helper.make_tensor("two", f, [], [2.0]),
+        helper.make_tensor("axis0", i64, [1], [0]),
+        helper.make_tensor("axis1", i64, [1], [1]),
+        helper.make_tensor("max_output", i64, [], [max_output]),
+        helper.make_tensor("image_and_box", i64, [2], [0, 2]),
+        helper.make_tensor("two_two", i64, [2], [2, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "nms_topk",
+        [helper.make_tensor_value_info("boxes", f, None), helper.make_tensor_value_info("scores", f, None)],
+        [helper.make_value_info(name, onnx.TypeProto()) for name in ("selected", "selected_scores", "selected_boxes")],
+        initializer=constants,
+    )
+    return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def detections_per_image(result: Any, batch: int) -> list[tuple[np.ndarray, ...]]:
+    """(box indices, classes, scores, corner boxes) of each image, in output order, from
+    BatchedNMS's padded outputs, torchvision's per-image tuples or the ONNX graph's rows."""
+    if isinstance(result, list) and isinstance(result[0], tuple):  # torchvision
+        return [tuple(t.numpy() for t in image) for image in result]
+    if len(result) == 5:  # ortops
+        num, out_boxes, out_scores, classes, indices = result
+        return [(indices[b, :k], classes[b, :k], out_scores[b, :k], out_boxes[b, :k]) for b, k in enumerate(num)]
+    selected, selected_scores, selected_boxes = result  # the ONNX graph
+    return [
+        (selected[m, 2], selected[m, 1], selected_scores[m], selected_boxes[m])
+        for m in (selected[:, 0] == b for b in range(batch))
+    ]
+
+
+def agree_detections(ours: Any, anchor: Any, batch: int) -> None:
+    """Same detections in the same order, same scores; boxes to rounding (decoded apart)."""
+    for mine, theirs in zip(detections_per_image(ours, batch), detections_per_image(anchor, batch), strict=True):
+        np.testing.assert_array_equal(mine[0], theirs[0])
+        np.testing.assert_array_equal(mine[1], theirs[1])
+        np.testing.assert_array_equal(mine[2], theirs[2])
+        np.testing.assert_allclose(mine[3], theirs[3], rtol=1e-6, atol=1e-4)
+
+
+def batched_nms_cases() -> list[Case]:
+    """ortops::BatchedNMS on a YOLO head (8400 anchors x 80 classes, boxes as centre and size,
+    score > 0.25, IoU 0.45, 300 detections per image), against torchvision (per image: filter,
+    box_convert, batched_nms, top-k) and ONNX's NonMaxSuppression + TopK graph."""
+    iou, score, max_output = 0.45, 0.25, 300
+    cases = []
+    for batch in (1, 8):
+        boxes, scores = yolo_head(batch)
+        feeds = {"boxes": boxes, "scores": scores}
+        model = one_node_model(
+            "BatchedNMS",
+            "ortops",
+            feeds,
+            ["num_detections", "detection_boxes", "detection_scores", "detection_classes", "detection_indices"],
+            iou_threshold=iou,
+            score_threshold=score,
+            max_output_boxes=max_output,
+            box_coding=1,
+        )
+        tb, ts = torch.from_numpy(boxes), torch.from_numpy(scores)
+
+        def torchvision_nms(tb: torch.Tensor = tb, ts: torch.Tensor = ts) -> list[tuple[torch.Tensor, ...]]:
+            detections = []
+            for b in range(tb.shape[0]):
+                n, c = torch.nonzero(ts[b] > score, as_tuple=True)
+                s, corners = ts[b, n, c], torchvision.ops.box_convert(tb[b, n], "cxcywh", "xyxy")
+                keep = torchvision.ops.batched_nms(corners, s, c, iou)[:max_output]
+                detections.append((n[keep], c[keep], s[keep], corners[keep]))
+            return detections
+
+        candidates = int((scores > score).sum()) // batch
+        cases.append(
+            Case(
+                name=f"batched_nms YOLO head, batch {batch}, 8400 x 80, ~{candidates} candidates/image",
+                ortops=session_runner(model, feeds, True),
+                anchors={
+                    "torchvision batched_nms + top-k": torch_runner(torchvision_nms),
+                    "ORT NonMaxSuppression + TopK": session_runner(
+                        nms_topk_graph(max_output, iou, score), feeds, False
+                    ),
+                },
+                agree=lambda ours, anchor, batch=batch: agree_detections(ours, anchor, batch),
+                targets={"torchvision batched_nms + top-k": 3.0, "ORT NonMaxSuppression + TopK": 3.0},
+            )
+        )
+    return cases
+
+
 def faster_rcnn_case() -> Case:
     """The whole Faster R-CNN (ResNet-50 FPN, random weights) exported with the TorchScript
     exporter twice: torchvision's ops as ortops nodes (``torchvision=True``) and as the
@@ -896,6 +1064,7 @@ CASES: list[Callable[[], Case | list[Case]]] = [
     soft_nms_case,
     float16_cases,
     ms_deform_attn_case,
+    batched_nms_cases,
     faster_rcnn_case,
     eager_cases,
     attention_case,

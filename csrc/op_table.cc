@@ -1,6 +1,7 @@
 #include "op_table.h"
 
 #include "ops/bicubic_interpolate/bicubic_interpolate.h"
+#include "ops/batched_nms/batched_nms.h"
 #include "ops/corner_pool/corner_pool.h"
 #include "ops/cummax/cummax.h"
 #include "ops/deform_conv/deform_conv.h"
@@ -71,6 +72,10 @@ constexpr OpDef kOpTable[] = {
   // Multi-scale deformable attention: one kernel, a schema per row (mmdeploy's has im2col_step).
   {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, kCpu, &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
   {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, kCpu, &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
+  // Multi-class batched NMS with fixed-size outputs (math/multiclass_nms.h).
+  {kOrtopsDomain,   "BatchedNMS",                1,     kCpu,     &batched_nms::kSchema,           &batched_nms::Make},
+  {kMmdeployDomain, "TRTBatchedNMS",             1,     kCpu,     &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
+  {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     kCpu,     &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
   // TensorRT's plugin nodes, as TensorRT's exporters write them.
   {kTrtDomain,      "EfficientNMS_TRT",              1,   kCpu,     &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
   {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   kCpu,     &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},

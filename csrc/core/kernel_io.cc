@@ -182,6 +182,12 @@ bool KernelIO::Has(size_t index) const {
   return value != nullptr;
 }
 
+size_t KernelIO::OutputCount() const {
+  size_t count = 0;
+  ThrowOnError(Api().KernelContext_GetOutputCount(context_, &count));
+  return count;
+}
+
 const OrtValue* KernelIO::RawInput(size_t index, ONNXTensorElementDataType type, int rank, Shape& shape) const {
   const OrtValue* value = nullptr;
   ThrowOnError(Api().KernelContext_GetInput(context_, index, &value));

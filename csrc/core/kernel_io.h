@@ -149,6 +149,10 @@ class KernelIO {
   // False for an optional input the node leaves out.
   bool Has(size_t index) const;
 
+  // The number of outputs the node has: fewer than the schema's when it leaves out
+  // optional trailing outputs.
+  size_t OutputCount() const;
+
   // Input `index`, checked to hold element type T and to have rank `rank` (-1: any rank).
   template <typename T>
   ConstTensor<T> Input(size_t index, int rank = -1) const {

@@ -58,6 +58,22 @@ inline float MatchIoU(const T* a, const T* b) {
 
 namespace ortops {
 
+// IoU as the detection-output NMS of TensorRT's batchedNMSPlugin computes it (jaccardOverlap,
+// which mmdeploy's TRTBatchedNMS inherits), with its offset 0: 0 unless the boxes overlap with
+// positive width and height, and an inverted box (x2 < x1 or y2 < y1) has area 0. `kept` and
+// `candidate` in the original's operand order. A NaN coordinate gives 0 or NaN.
+template <typename T>
+inline T DetectionOutputIoU(const T* kept, const T* candidate) {
+  const T width = std::min(kept[2], candidate[2]) - std::max(kept[0], candidate[0]);
+  const T height = std::min(kept[3], candidate[3]) - std::max(kept[1], candidate[1]);
+  if (!(width > 0 && height > 0)) return T(0);
+  const auto area = [](const T* box) {
+    return box[2] < box[0] || box[3] < box[1] ? T(0) : (box[2] - box[0]) * (box[3] - box[1]);
+  };
+  const T inter = width * height;
+  return inter / (area(kept) + area(candidate) - inter);
+}
+
 // IoU as TensorRT's EfficientNMS_TRT plugin computes it (efficientNMSInference.cu/.cuh), in
 // float. A box is four corner coordinates (v0, v1, v2, v3): (v0, v2) on one axis, (v1, v3) on
 // the other (the plugin calls them y1, x1, y2, x2 but treats x-first boxes alike). Each
@@ -101,9 +117,11 @@ inline float IoU(const float* a, float area_a, const float* b, float area_b) {
 
 }  // namespace trt_efficient_nms
 
-// IoU as TensorRT's BatchedNMS_TRT plugin computes it (allClassNMS.cu), in float. Boxes are
-// (x1, y1, x2, y2) with the corners in either order; min and max are CUDA's fminf / fmaxf,
-// which ignore a NaN operand (std::fmin / std::fmax do the same).
+// IoU as TensorRT's BatchedNMS_TRT plugin computes it (allClassNMS.cu since TensorRT 7.1,
+// Caffe semantics since 8.2), in float. Unlike DetectionOutputIoU above (the older kernel
+// mmdeploy's TRTBatchedNMS kept), each box's corners are sorted first and pixel boxes count
+// one more pixel per side. Boxes are (x1, y1, x2, y2) with the corners in either order; min
+// and max are CUDA's fminf / fmaxf, which ignore a NaN operand (std::fmin / std::fmax do too).
 namespace trt_batched_nms {
 
 // A box with its corners sorted per axis (xmin, ymin, xmax, ymax) and its size.

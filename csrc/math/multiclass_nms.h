@@ -7,7 +7,8 @@
 // the image's output is then the best `max_output` kept candidates over all groups.
 //
 // One total order is used everywhere: score descending, then box index, then class
-// ascending, so every result is deterministic and independent of the thread count. Greedy
+// ascending (or, with `ties_class_first`, class before box), so every result is
+// deterministic and independent of the thread count. Greedy
 // NMS within a group only ever looks at higher-ranked candidates, so a group stops as soon
 // as it has kept `max_output` (no later candidate of it can reach the output), and the
 // candidates are sorted a chunk at a time, so that a group that fills up early never sorts
@@ -39,25 +40,39 @@ inline bool RanksBefore(const NmsCandidate<T>& a, const NmsCandidate<T>& b) {
   return a.cls < b.cls;
 }
 
+// The order with `ties_class_first`: score descending, then class, then box ascending.
+template <typename T>
+inline bool RanksBeforeClassFirst(const NmsCandidate<T>& a, const NmsCandidate<T>& b) {
+  if (a.score != b.score) return a.score > b.score;
+  if (a.cls != b.cls) return a.cls < b.cls;
+  return a.box < b.box;
+}
+
 struct MulticlassNmsConfig {
   int64_t background_class = -1;  // never a candidate; -1 (or any id outside [0, C)): none
   int64_t pre_topk = -1;          // per group, the best this many enter NMS; negative: all
   int64_t max_output = 0;         // per image
   bool class_agnostic = false;    // one group per image instead of one per class
+  // Equal scores ordered by class before box: the order of TensorRT's batched NMS plugins
+  // (mmdeploy's TRTBatchedNMS), whose last step is a stable sort of per-class lists.
+  bool ties_class_first = false;
 };
 
-// Runs the selection over `batch` images of `num_boxes` boxes and `num_classes` classes.
-//   passes(score) -> bool                  the score test (threshold, strict or not; false for NaN)
-//   score_at(b, n, c) -> T                 the score of box n for class c in image b
-//   suppresses(b, kept, candidate) -> bool whether a kept candidate suppresses a later one
-//                                          (called only for candidates of the same group)
-//   emit(b, std::span<const NmsCandidate<T>>) receives image b's output, in output order
-// num_boxes and num_classes must be below 2^31 (callers check); emit runs once per image,
-// possibly on several threads at once for different images.
-template <typename T, typename Passes, typename ScoreAt, typename Suppresses, typename Emit>
-void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes,
-                   int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Suppresses&& suppresses, Emit&& emit) {
+namespace multiclass_nms_detail {
+
+template <typename T, bool kClassFirst, typename Passes, typename ScoreAt, typename Activate, typename Suppresses,
+          typename Emit>
+void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes, int64_t num_classes,
+         Passes& passes, ScoreAt& score_at, Activate& activate, Suppresses& suppresses, Emit& emit) {
   using Candidate = NmsCandidate<T>;
+  // A lambda rather than a function pointer, so that the sorts inline it.
+  const auto ranks_before = [](const Candidate& a, const Candidate& b) {
+    if constexpr (kClassFirst) {
+      return RanksBeforeClassFirst(a, b);
+    } else {
+      return RanksBefore(a, b);
+    }
+  };
   const int64_t groups = config.class_agnostic ? 1 : num_classes;
   const auto limit = static_cast<size_t>(std::max<int64_t>(config.max_output, 0));
 
@@ -73,8 +88,8 @@ void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_
         const size_t end = std::min(size, sorted + chunk);
         // Partition the best `end` of all candidates (not only of the first `size`: the
         // pre-top-k are the best ones), then sort the new chunk.
-        if (end < candidates.size()) std::nth_element(first + sorted, first + end, candidates.end(), RanksBefore<T>);
-        std::sort(first + sorted, first + end, RanksBefore<T>);
+        if (end < candidates.size()) std::nth_element(first + sorted, first + end, candidates.end(), ranks_before);
+        std::sort(first + sorted, first + end, ranks_before);
         sorted = end;
         chunk *= 2;
       }
@@ -86,27 +101,80 @@ void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_
     return kept;
   };
 
-  // One image: bucket the candidates by group, select each group (in parallel when asked),
-  // merge the kept ones.
-  auto select_image = [&](int64_t b, bool parallel_groups) {
-    ScratchVector<int64_t> group_start = io.Vector<int64_t>(static_cast<size_t>(groups) + 1);
-    auto group_of = [&](int64_t c) { return config.class_agnostic ? int64_t{0} : c; };
-    for (int64_t n = 0; n < num_boxes; ++n) {
-      for (int64_t c = 0; c < num_classes; ++c) {
-        if (c != config.background_class && passes(score_at(b, n, c))) ++group_start[group_of(c) + 1];
+  // The candidates among boxes [begin, end) of image b, appended in box order. A block of
+  // boxes is first scanned for those with any passing score, in loops without branches or
+  // calls that the compiler vectorises (in a detector head almost no box has one, so this
+  // costs about one read of the scores); only those boxes are then looked at class by class.
+  auto collect = [&](int64_t b, int64_t begin, int64_t end, ScratchVector<Candidate>& out) {
+    constexpr int64_t kBlock = 256;
+    int64_t rows[kBlock];
+    for (int64_t start = begin; start < end; start += kBlock) {
+      const int64_t stop = std::min(end, start + kBlock);
+      int64_t found = 0;
+      for (int64_t n = start; n < stop; ++n) {
+        int any = 0;
+        for (int64_t c = 0; c < num_classes; ++c) any |= static_cast<int>(passes(score_at(b, n, c)));
+        rows[found] = n;
+        found += any;
       }
-    }
-    for (int64_t g = 0; g < groups; ++g) group_start[g + 1] += group_start[g];
-    ScratchVector<Candidate> candidates(static_cast<size_t>(group_start[groups]), Candidate{}, io.Allocator<Candidate>());
-    ScratchVector<int64_t> fill(group_start.begin(), group_start.end() - 1, io.Allocator<int64_t>());
-    for (int64_t n = 0; n < num_boxes; ++n) {
-      for (int64_t c = 0; c < num_classes; ++c) {
-        const T score = score_at(b, n, c);
-        if (c != config.background_class && passes(score)) {
-          candidates[fill[group_of(c)]++] = Candidate{score, static_cast<int32_t>(n), static_cast<int32_t>(c)};
+      // The same over the classes of each such box, 16 at a time: test them together, and
+      // only where one passes, find which (appending is a call, after which captured values
+      // are read again: it is kept off these loops).
+      constexpr int64_t kClasses = 16;
+      for (int64_t i = 0; i < found; ++i) {
+        const int64_t n = rows[i];
+        for (int64_t first = 0; first < num_classes; first += kClasses) {
+          const int64_t last = std::min(num_classes, first + kClasses);
+          int any = 0;
+          for (int64_t c = first; c < last; ++c) any |= static_cast<int>(passes(score_at(b, n, c)));
+          if (any == 0) continue;
+          int64_t passing = 0, classes_found[kClasses];
+          for (int64_t c = first; c < last; ++c) {
+            classes_found[passing] = c;
+            passing += static_cast<int64_t>(passes(score_at(b, n, c)));
+          }
+          for (int64_t j = 0; j < passing; ++j) {
+            const int64_t c = classes_found[j];
+            if (c != config.background_class) {
+              out.push_back(Candidate{activate(score_at(b, n, c)), static_cast<int32_t>(n), static_cast<int32_t>(c)});
+            }
+          }
         }
       }
     }
+  };
+
+  // One image: collect the candidates (over ranges of boxes in parallel when asked), bucket
+  // them by group, select each group (in parallel when asked), merge the kept ones.
+  auto select_image = [&](int64_t b, bool parallel) {
+    constexpr int64_t kBoxesPerPart = 1024;
+    const auto parts = static_cast<size_t>(parallel ? std::clamp<int64_t>(num_boxes / kBoxesPerPart, 1, 64) : 1);
+    ScratchVector<ScratchVector<Candidate>> found(parts, ScratchVector<Candidate>(io.Allocator<Candidate>()),
+                                                  io.Allocator<ScratchVector<Candidate>>());
+    auto collect_part = [&](size_t p) {
+      found[p].reserve(1024);  // a detector head's usual count, in one allocation
+      collect(b, num_boxes * static_cast<int64_t>(p) / static_cast<int64_t>(parts),
+              num_boxes * static_cast<int64_t>(p + 1) / static_cast<int64_t>(parts), found[p]);
+    };
+    if (parts > 1) {
+      io.ParallelFor(parts, collect_part);
+    } else {
+      collect_part(0);
+    }
+
+    ScratchVector<int64_t> group_start = io.Vector<int64_t>(static_cast<size_t>(groups) + 1);
+    auto group_of = [&](int64_t c) { return config.class_agnostic ? int64_t{0} : c; };
+    for (const auto& part : found) {
+      for (const Candidate& candidate : part) ++group_start[group_of(candidate.cls) + 1];
+    }
+    for (int64_t g = 0; g < groups; ++g) group_start[g + 1] += group_start[g];
+    ScratchVector<Candidate> candidates(static_cast<size_t>(group_start[groups]), Candidate{},
+                                        io.Allocator<Candidate>());
+    ScratchVector<int64_t> fill(group_start.begin(), group_start.end() - 1, io.Allocator<int64_t>());
+    for (const auto& part : found) {
+      for (const Candidate& candidate : part) candidates[fill[group_of(candidate.cls)]++] = candidate;
+    }
+    const bool parallel_groups = parallel;
 
     ScratchVector<size_t> kept = io.Vector<size_t>(static_cast<size_t>(groups));
     auto run_group = [&](size_t g) {
@@ -128,92 +196,52 @@ void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_
     }
     const size_t count = std::min(total, limit);
     std::partial_sort(candidates.begin(), candidates.begin() + static_cast<int64_t>(count),
-                      candidates.begin() + static_cast<int64_t>(total), RanksBefore<T>);
+                      candidates.begin() + static_cast<int64_t>(total), ranks_before);
     emit(b, std::span<const Candidate>(candidates.data(), count));
   };
 
-  // A single image with several classes parallelises over its classes; otherwise over images.
-  if (batch == 1 && groups > 1) {
+  // A single image parallelises over ranges of its boxes and over its classes; otherwise over
+  // images.
+  if (batch == 1) {
     select_image(0, true);
   } else {
     io.ParallelFor(static_cast<size_t>(batch), [&](size_t b) { select_image(static_cast<int64_t>(b), false); });
   }
 }
 
-}  // namespace ortops
+}  // namespace multiclass_nms_detail
 
-namespace ortops {
-
-// MulticlassNms over scores laid out [batch, num_boxes, num_classes] in memory (`scores`,
-// elements read as float), visiting only the boxes that have a candidate. A detector head
-// has thousands of boxes of which a few hundred score above the threshold in any class: one
-// pass over each box's contiguous class scores (which the compiler vectorises) finds them,
-// and MulticlassNms then scans only those. Same callbacks and results as MulticlassNms with
-// score_at reading `scores`; `suppresses` and `emit` see the original box indices.
-// passes(NaN) must be false (images with fewer such boxes than others pad with NaN scores).
-template <typename T, typename Element, typename Passes, typename Suppresses, typename Emit>
-void MulticlassNmsOverScores(const KernelIO& io, const MulticlassNmsConfig& config, const Element* scores,
-                             int64_t batch, int64_t num_boxes, int64_t num_classes, Passes&& passes,
-                             Suppresses&& suppresses, Emit&& emit) {
-  using Candidate = NmsCandidate<T>;
-  // Whether each box has a passing score (any class: the background is left to MulticlassNms),
-  // in parallel over all boxes of all images; then image b's such boxes, in increasing order,
-  // at b * num_boxes.
-  const auto total = static_cast<size_t>(batch * num_boxes);
-  ScratchVector<uint8_t> has = io.Vector<uint8_t>(total);
-  io.ParallelForRanges(total, 64, [&](size_t begin, size_t end) {
-    for (size_t i = begin; i < end; ++i) {
-      const Element* row = scores + static_cast<int64_t>(i) * num_classes;
-      int any = 0;  // an int, not a bool: GCC vectorises the OR of ints only
-      for (int64_t c = 0; c < num_classes; ++c) any |= passes(static_cast<T>(row[c])) ? 1 : 0;
-      has[i] = static_cast<uint8_t>(any);
-    }
-  });
-  ScratchVector<int32_t> boxes = io.Vector<int32_t>(total);
-  ScratchVector<int64_t> counts = io.Vector<int64_t>(static_cast<size_t>(batch));
-  for (int64_t b = 0; b < batch; ++b) {
-    int32_t* found = boxes.data() + b * num_boxes;
-    const uint8_t* flags = has.data() + b * num_boxes;
-    int64_t count = 0;
-    for (int64_t n = 0; n < num_boxes; ++n) {
-      found[count] = static_cast<int32_t>(n);
-      count += flags[n];
-    }
-    counts[static_cast<size_t>(b)] = count;
+// Runs the selection over `batch` images of `num_boxes` boxes and `num_classes` classes.
+//   passes(score) -> bool                  the score test (threshold, strict or not; false for NaN)
+//   score_at(b, n, c) -> T                 the score of box n for class c in image b
+//   activate(score) -> T                   (optional) the score a candidate ranks and is emitted
+//                                          with, from the one that passed: e.g. a sigmoid whose
+//                                          threshold `passes` tests on the logit, so that only
+//                                          candidates pay for it. Must not decrease (the
+//                                          per-group top-k ranks by it).
+//   suppresses(b, kept, candidate) -> bool whether a kept candidate suppresses a later one
+//                                          (called only for candidates of the same group)
+//   emit(b, std::span<const NmsCandidate<T>>) receives image b's output, in output order
+// num_boxes and num_classes must be below 2^31 (callers check); emit runs once per image,
+// possibly on several threads at once for different images.
+template <typename T, typename Passes, typename ScoreAt, typename Activate, typename Suppresses, typename Emit>
+void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes,
+                   int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Activate&& activate,
+                   Suppresses&& suppresses, Emit&& emit) {
+  if (config.ties_class_first) {
+    multiclass_nms_detail::Run<T, true>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
+                                        suppresses, emit);
+  } else {
+    multiclass_nms_detail::Run<T, false>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
+                                         suppresses, emit);
   }
-  const int64_t most = batch > 0 ? *std::max_element(counts.begin(), counts.end()) : 0;
-  // Their scores, gathered [batch, most, num_classes] as T (NaN past an image's count), so that
-  // MulticlassNms's two scans read them in order.
-  const int64_t row_scores = most * num_classes;
-  ScratchVector<T> gathered = io.Vector<T>(static_cast<size_t>(batch * row_scores));
-  io.ParallelFor(static_cast<size_t>(batch), [&](size_t b) {
-    T* out = gathered.data() + static_cast<int64_t>(b) * row_scores;
-    const int32_t* found = boxes.data() + static_cast<int64_t>(b) * num_boxes;
-    for (int64_t k = 0; k < counts[b]; ++k) {
-      const Element* row = scores + (static_cast<int64_t>(b) * num_boxes + found[k]) * num_classes;
-      for (int64_t c = 0; c < num_classes; ++c) out[k * num_classes + c] = static_cast<T>(row[c]);
-    }
-    std::fill(out + counts[b] * num_classes, out + row_scores, std::numeric_limits<T>::quiet_NaN());
-  });
+}
 
-  auto original = [&](int64_t b, const Candidate& c) {
-    return Candidate{c.score, boxes[static_cast<size_t>(b * num_boxes + c.box)], c.cls};
-  };
-  const T* gathered_scores = gathered.data();
+template <typename T, typename Passes, typename ScoreAt, typename Suppresses, typename Emit>
+void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes,
+                   int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Suppresses&& suppresses, Emit&& emit) {
   MulticlassNms<T>(
-      io, config, batch, most, num_classes, passes,
-      [gathered_scores, row_scores, num_classes](int64_t b, int64_t k, int64_t c) {
-        return gathered_scores[b * row_scores + k * num_classes + c];
-      },
-      [&](int64_t b, const Candidate& kept, const Candidate& candidate) {
-        return suppresses(b, original(b, kept), original(b, candidate));
-      },
-      [&](int64_t b, std::span<const Candidate> kept) {
-        ScratchVector<Candidate> mapped(io.Allocator<Candidate>());
-        mapped.reserve(kept.size());
-        for (const Candidate& c : kept) mapped.push_back(original(b, c));
-        emit(b, std::span<const Candidate>(mapped.data(), mapped.size()));
-      });
+      io, config, batch, num_boxes, num_classes, passes, score_at, [](T score) { return score; }, suppresses, emit);
 }
 
 }  // namespace ortops

@@ -160,7 +160,8 @@ def _infer(op: OpInfo) -> Callable[[Any], None]:
                 default = attribute_defaults[name]
                 return int(default) if default else None
 
-        for index, (spec, rule) in enumerate(zip(op.outputs, rules)):
+        # A node may leave out optional trailing outputs (TRTBatchedNMS's index).
+        for index, (spec, rule) in enumerate(zip(op.outputs[: ctx.get_num_outputs()], rules)):
             out = onnx.TypeProto()
             if len(spec.types) > 1 and type_param is not None:
                 source = ctx.get_input_type(type_param)

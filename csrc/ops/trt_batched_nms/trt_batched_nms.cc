@@ -81,8 +81,7 @@ constexpr std::string_view kDifferences =
     "descending radix sort in which rejected candidates score 0, so with a negative `scoreThreshold` the "
     "candidates scoring 0 or less sort after the rejected ones (a class whose best one does skips NMS, and "
     "padding rows can come before detections); ortops ranks every candidate by its score. `scoreBits` (a "
-    "float16 sort on fewer bits, in approximate order) is ignored: the order is always exact. Where scores tie "
-    "across the `keepTopK` cut, ortops keeps the lower box index where the plugin keeps the lower class. The "
+    "float16 sort on fewer bits, in approximate order) is ignored: the order is always exact. The "
     "plugin outputs no detection and leaves the other outputs uninitialised when `keepTopK` exceeds `topK`, and "
     "runs into undefined behaviour for a `topK` below 1, a `numClasses` other than the scores' or a boolean "
     "attribute other than 0 or 1: ortops reports these as errors. A missing `isNormalized` is undefined in the "
@@ -118,15 +117,6 @@ int64_t Boolean(const Attributes& attrs, const char* name) {
   const int64_t value = attrs.Int(name);
   Check(value == 0 || value == 1, "attribute '", name, "' must be 0 or 1, got ", value);
   return value;
-}
-
-// The output order of the plugin's final sort (stable, over classes laid out one after the
-// other): score descending, then class, then box.
-template <typename T>
-bool PluginOrder(const NmsCandidate<T>& a, const NmsCandidate<T>& b) {
-  if (a.score != b.score) return a.score > b.score;
-  if (a.cls != b.cls) return a.cls < b.cls;
-  return a.box < b.box;
 }
 
 template <typename T, bool kDynamic>
@@ -202,28 +192,31 @@ class BatchedNmsKernel : public KernelBase {
     config.background_class = background_class_;
     config.pre_topk = top_k_;
     config.max_output = keep_top_k_;
+    config.ties_class_first = true;  // the plugin's final sort is stable over classes in order
     const float score_threshold = score_threshold_, iou_threshold = iou_threshold_;
     const bool plus_one = !normalized_ && caffe_semantics_;
-    MulticlassNmsOverScores<float>(
-        io, config, scores.data, batch, count, num_classes_,
-        [score_threshold](float score) { return score > score_threshold; },
+    const T* score_data = scores.data;
+    const int64_t classes = num_classes_;
+    MulticlassNms<float>(
+        io, config, batch, count, classes, [score_threshold](float score) { return score > score_threshold; },
+        [score_data, count, classes](int64_t b, int64_t n, int64_t c) {
+          return static_cast<float>(score_data[(b * count + n) * classes + c]);
+        },
         [&](int64_t b, const NmsCandidate<float>& kept, const NmsCandidate<float>& candidate) {
           return trt_batched_nms::IoU(sorted[box_index(b, kept)], sorted[box_index(b, candidate)], plus_one) >
                  iou_threshold;
         },
         [&](int64_t b, std::span<const NmsCandidate<float>> kept) {
-          ScratchVector<NmsCandidate<float>> ordered(kept.begin(), kept.end(), io.Allocator<NmsCandidate<float>>());
-          std::sort(ordered.begin(), ordered.end(), PluginOrder<float>);
-          num_detections[b] = static_cast<int32_t>(ordered.size());
-          for (size_t k = 0; k < ordered.size(); ++k) {
+          num_detections[b] = static_cast<int32_t>(kept.size());
+          for (size_t k = 0; k < kept.size(); ++k) {
             const int64_t row = b * keep_top_k_ + static_cast<int64_t>(k);
-            const T* box = boxes.data + 4 * box_index(b, ordered[k]);
+            const T* box = boxes.data + 4 * box_index(b, kept[k]);
             for (int i = 0; i < 4; ++i) {
               out_boxes[4 * row + i] =
                   clip_boxes_ ? static_cast<T>(std::fmax(std::fmin(static_cast<float>(box[i]), 1.0f), 0.0f)) : box[i];
             }
-            out_scores[row] = static_cast<T>(ordered[k].score);
-            out_classes[row] = static_cast<T>(static_cast<float>(ordered[k].cls));
+            out_scores[row] = static_cast<T>(kept[k].score);
+            out_classes[row] = static_cast<T>(static_cast<float>(kept[k].cls));
           }
         });
   }

@@ -210,9 +210,12 @@ class EfficientNmsKernel : public KernelBase {
     config.max_output = max_output_;
     config.class_agnostic = class_agnostic_ != 0;
     const float score_threshold = score_threshold_, iou_threshold = iou_threshold_;
-    MulticlassNmsOverScores<float>(
-        io, config, scores.data, batch, anchors_count, classes,
-        [score_threshold](float score) { return score >= score_threshold; },
+    const T* score_data = scores.data;
+    MulticlassNms<float>(
+        io, config, batch, anchors_count, classes, [score_threshold](float score) { return score >= score_threshold; },
+        [score_data, anchors_count, classes](int64_t b, int64_t n, int64_t c) {
+          return static_cast<float>(score_data[(b * anchors_count + n) * classes + c]);
+        },
         [&](int64_t b, const NmsCandidate<float>& kept, const NmsCandidate<float>& candidate) {
           // The plugin passes the candidate first, the kept box second.
           const IouBox& lower = iou_boxes[static_cast<size_t>(box_slot(b, candidate.box, candidate.cls))];

@@ -7,6 +7,7 @@ pass :func:`custom_translation_table` (``dynamo=True``) or ``custom_opsets={"ort
 """
 
 from ortops.torch._export import DOMAIN, OPSET_VERSION, ExportedOp, custom_translation_table, export, exported_ops
+from ortops.torch.batched_nms import multiclass_nms
 from ortops.torch.corner_pool import corner_pool
 from ortops.torch.cummax import cummax, cummin
 from ortops.torch.deform_conv import deform_conv2d
@@ -38,6 +39,7 @@ __all__ = [
     "group_norm",
     "matrix_inverse",
     "multi_scale_deformable_attention",
+    "multiclass_nms",
     "nms",
     "nms_match",
     "nms_rotated",

@@ -22,6 +22,8 @@ _VALUES = {"int": 1, "float": 0.5, "string": "avg", "ints": [1, 1], "floats": [0
 _REQUIRED = {
     "num_groups": 1,
     "scale_factor": [2.0, 2.0],
+    "num_classes": 1,
+    "keep_topk": 1,
     # TRT::BatchedNMS_TRT's
     "shareLocation": 1,
     "backgroundLabelId": -1,

@@ -775,6 +775,10 @@ def test_batched_nms_ties_come_in_class_order() -> None:
     scores = np.array([[[0.5, 0.5, 0.5], [0.5, 0.5, 0.5]]], np.float32)
     _, _, _, classes = run_batched(boxes, scores, **batched_attributes(3, keepTopK=6))
     np.testing.assert_array_equal(classes, [[0, 0, 1, 1, 2, 2]])
+    # A cut through the tie keeps the lower classes (the plugin's stable sort of class lists).
+    _, out_boxes, _, classes = run_batched(boxes, scores, **batched_attributes(3, keepTopK=3, clipBoxes=0))
+    np.testing.assert_array_equal(classes, [[0, 0, 1]])
+    np.testing.assert_array_equal(out_boxes[0, :, 0], [0, 5, 0])
 
 
 def test_batched_nms_caffe_semantics_makes_disjoint_pixel_boxes_overlap() -> None:

@@ -97,6 +97,10 @@ def cases(gen: torch.Generator) -> dict[str, tuple[Callable[..., object], tuple[
         "roi_align_rotated": (ortops.torch.roi_align_rotated, (image, rotated, 3, 1.0, 2)),
         "rotated_feature_align": (ortops.torch.rotated_feature_align, (image, pixel_boxes, 1.0, 5)),
         "soft_nms": (ortops.torch.soft_nms, (boxes, scores, 0.3, 0.5, 1e-3, "gaussian")),
+        "multiclass_nms": (
+            ortops.torch.multiclass_nms,
+            (boxes.expand(2, -1, -1), torch.rand(2, 60, 3, generator=gen, dtype=torch.float64), 0.4, 0.2, 20),
+        ),
     }
 
 

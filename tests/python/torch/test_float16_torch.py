@@ -79,6 +79,14 @@ def _cases() -> list[tuple[str, object, tuple[torch.Tensor, ...]]]:
                 torch.rand(2, 9, 12, 12, generator=gen, dtype=torch.float64),
             ),
         ),
+        (
+            "multiclass_nms",
+            lambda b, s: ortops.torch.multiclass_nms(b, s, 0.5, 0.3, 10),
+            (
+                torch.cat([corner := torch.rand(2, 30, 2, generator=gen, dtype=torch.float64) * 50, corner + 8], -1),
+                torch.rand(2, 30, 3, generator=gen, dtype=torch.float64),
+            ),
+        ),
     ]
 
 

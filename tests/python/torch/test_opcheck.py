@@ -29,6 +29,11 @@ def _cases() -> list[tuple[str, tuple, bool]]:
         ("soft_nms", (boxes, scores, 0.3, 0.5, 0.001, 1, 0), False),
         ("nms_match", (boxes[None], scores[None, None], torch.tensor([0.5]), torch.tensor([0.1])), False),
         ("nms_rotated", (rboxes[None], scores[None, None], 0.5, 0.0), False),
+        (
+            "multiclass_nms",
+            (boxes.expand(2, 8, 4), torch.rand(2, 8, 3, generator=gen), 0.5, 0.2, 5, -1, False, 0, False, -1, 0),
+            False,
+        ),
         ("roi_align", (x, rois, 2, 3, 1.0, 2, "avg", 1), True),
         ("roi_align_rotated", (x, rotated, 2, 2, 1.0, 2, 1, 0), True),
         ("rotated_feature_align", (x, torch.rand(2, 6, 5, 5, generator=gen, **f64) * 4, 1.0, 5), True),

@@ -1,0 +1,210 @@
+// ortops' BatchedNMS: multi-class NMS per image with fixed-size, padded outputs.
+#include "ops/batched_nms/batched_nms.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/half.h"
+#include "math/box_iou.h"
+#include "math/multiclass_nms.h"
+#include "math/score_cutoff.h"
+#include "ops/batched_nms/box_layout.h"
+
+namespace ortops::batched_nms {
+namespace {
+
+constexpr IoSpec kInputs[] = {
+    {"boxes", ElemType::kTypeParam,
+     "`[B, N, 4]` boxes shared by every class, or `[B, N, C, 4]` one box per class (`[B, N, 1, 4]` is "
+     "shared too); as (x1, y1, x2, y2), or (cx, cy, w, h) with `box_coding` 1"},
+    {"scores", ElemType::kTypeParam, "`[B, N, C]` score of each box for each class"},
+};
+constexpr IoSpec kOutputs[] = {
+    {"num_detections", ElemType::kInt64, "`[B]` number of detections of each image (rows before the padding)"},
+    {"detection_boxes", ElemType::kTypeParam,
+     "`[B, max_output_boxes, 4]` boxes as (x1, y1, x2, y2) whatever `box_coding`; padding rows 0"},
+    {"detection_scores", ElemType::kTypeParam,
+     "`[B, max_output_boxes]` scores (activated with `score_activation`), descending; padding 0"},
+    {"detection_classes", ElemType::kInt64, "`[B, max_output_boxes]` class of each detection; padding -1"},
+    {"detection_indices", ElemType::kInt64, "`[B, max_output_boxes]` box index (into N) of each detection; padding -1"},
+};
+constexpr AttrSpec kAttributes[] = {
+    {"iou_threshold", AttrType::kFloat, "0.5",
+     "a candidate is suppressed when its IoU with a kept box of its group is strictly greater than this"},
+    {"score_threshold", AttrType::kFloat, "0.0",
+     "only scores strictly greater than this are candidates (with `score_activation`, the sigmoid of the "
+     "score is compared)"},
+    {"max_output_boxes", AttrType::kInt, "100", "detections per image: the outputs' second dimension (>= 0)"},
+    {"pre_topk", AttrType::kInt, "-1",
+     "per class (per image when class-agnostic), only the best this many candidates enter NMS; -1: all"},
+    {"class_agnostic", AttrType::kInt, "0", "1: one NMS over all classes of an image; 0: one per class"},
+    {"box_coding", AttrType::kInt, "0", "0: boxes are (x1, y1, x2, y2); 1: (cx, cy, w, h)"},
+    {"score_activation", AttrType::kInt, "0", "1: scores are logits; sigmoid is applied before everything else"},
+    {"background_class", AttrType::kInt, "-1",
+     "a class that never gives a detection; -1 (or any id outside [0, C)): none"},
+    {"offset", AttrType::kInt, "0",
+     "0 or 1; 1 is the legacy convention where a box's width is x2 - x1 + 1 (for the IoU only)"},
+};
+
+}  // namespace
+
+constexpr OpSchema kSchema{
+    .doc =
+        "Multi-class non-maximum suppression per image, with outputs of fixed shape (a detection count "
+        "and padded rows), as a detector's last step. Per image, every (box, class) whose score is "
+        "strictly greater than `score_threshold` is a candidate, except for `background_class`. "
+        "Candidates are grouped by class (all in one group with `class_agnostic`); in each group the "
+        "best `pre_topk` go through greedy NMS in descending score order, a candidate being suppressed "
+        "when its IoU with an already kept one is strictly greater than `iou_threshold`. The image's "
+        "detections are the best `max_output_boxes` kept candidates over all groups, by descending score; "
+        "equal scores are ordered by box index, then class, so the result is deterministic. With "
+        "`class_agnostic` 0 this is `torchvision.ops.batched_nms` on the candidates followed by a top-k. "
+        "IoU is torchvision's (and ortops.NMS's): areas `(x2 - x1 + offset) * (y2 - y1 + offset)` from "
+        "the coordinates as given; two empty boxes have IoU 0/0, which suppresses nothing. With "
+        "`box_coding` 1, boxes are decoded to corners (x1 = cx - w / 2, ...) first, and outputs hold the "
+        "corners. With `score_activation` 1, the op behaves as if `sigmoid(score) = 1 / (1 + exp(-score))` "
+        "(computed in the element type) replaced every score: thresholding, ranking and the output scores "
+        "all use it (the threshold is tested on the logit against a cutoff computed once, which gives the "
+        "same decision as computing the sigmoid, so only candidates pay for an exp). NaN scores are never "
+        "candidates; a box with a NaN coordinate has NaN IoU with every box, so it neither suppresses nor "
+        "is suppressed. The outputs always have `max_output_boxes` rows per image: a very large value is "
+        "an allocation error. float16 computes in float32 and rounds its outputs.",
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = kAttributes,
+};
+
+namespace {
+
+// Fails unless `attribute` is 0 or 1.
+void CheckFlag(int64_t value, const char* attribute) {
+  Check(value == 0 || value == 1, "attribute '", attribute, "' must be 0 or 1, got ", value);
+}
+
+template <typename T>
+class BatchedNmsKernel : public KernelBase {
+ public:
+  using Element = T;
+  using A = ComputeType<T>;
+  static constexpr const OpSchema& kSchema = batched_nms::kSchema;
+
+  BatchedNmsKernel(const Attributes& attrs, const OpDef& def)
+      : KernelBase(def),
+        iou_threshold_(attrs.Float("iou_threshold")),
+        max_output_(attrs.Int("max_output_boxes")),
+        pre_topk_(attrs.Int("pre_topk")),
+        class_agnostic_(attrs.Int("class_agnostic")),
+        box_coding_(attrs.Int("box_coding")),
+        score_activation_(attrs.Int("score_activation")),
+        background_class_(attrs.Int("background_class")),
+        offset_(attrs.Int("offset")) {
+    const float score_threshold = attrs.Float("score_threshold");
+    Check(!std::isnan(iou_threshold_), "attribute 'iou_threshold' is NaN");
+    Check(!std::isnan(score_threshold), "attribute 'score_threshold' is NaN");
+    Check(max_output_ >= 0, "attribute 'max_output_boxes' must be >= 0, got ", max_output_);
+    Check(pre_topk_ >= -1, "attribute 'pre_topk' must be -1 (all) or >= 0, got ", pre_topk_);
+    Check(background_class_ >= -1, "attribute 'background_class' must be -1 (none) or a class id, got ",
+          background_class_);
+    CheckFlag(class_agnostic_, "class_agnostic");
+    CheckFlag(box_coding_, "box_coding");
+    CheckFlag(score_activation_, "score_activation");
+    CheckFlag(offset_, "offset");
+    cutoff_ = ScoreCutoff<A>(score_threshold, score_activation_ == 1, /*strict=*/true);
+  }
+
+  void Compute(const KernelIO& io) const {
+    const ConstTensor<T> boxes = io.Input<T>(0);
+    const ConstTensor<T> scores = io.Input<T>(1, 3);
+    const int64_t batch = scores.dim(0), count = scores.dim(1), classes = scores.dim(2);
+    const bool shared = boxes.rank() == 3 || (boxes.rank() == 4 && boxes.dim(2) == 1);
+    Check((boxes.rank() == 3 || boxes.rank() == 4) && boxes.dim(0) == batch && boxes.dim(1) == count &&
+              boxes.dim(boxes.rank() - 1) == 4 && (shared || boxes.dim(2) == classes),
+          "input 'boxes' must have shape [B, N, 4] or [B, N, C, 4] with [B, N, C] = ", ShapeText{scores.shape},
+          " (the shape of 'scores'), got ", ShapeText{boxes.shape});
+    constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
+    Check(count <= kMaxIndex && classes <= kMaxIndex, "input 'scores' ", ShapeText{scores.shape},
+          " has more than 2^31 - 1 boxes or classes");
+    // Output rows: B * max_output_boxes, 4 values each, must be countable.
+    Check(batch == 0 || max_output_ <= std::numeric_limits<int64_t>::max() / 4 / batch,
+          "attribute 'max_output_boxes' (", max_output_, ") times the batch size (", batch, ") is too large");
+
+    const int64_t rows = max_output_;
+    int64_t* num_detections = io.Output<int64_t>(0, {batch});
+    T* out_boxes = io.Output<T>(1, {batch, rows, 4});
+    T* out_scores = io.Output<T>(2, {batch, rows});
+    int64_t* out_classes = io.Output<int64_t>(3, {batch, rows});
+    int64_t* out_indices = io.Output<int64_t>(4, {batch, rows});
+
+    const BoxLayout<T> layout{boxes.data, count, shared ? 1 : classes, 4};
+    const bool center = box_coding_ == 1;
+    const auto corners = [&](int64_t b, int64_t n, int64_t c, A out[4]) {
+      const T* box = layout.At(b, n, c);
+      const A v0 = static_cast<A>(box[0]), v1 = static_cast<A>(box[1]);
+      const A v2 = static_cast<A>(box[2]), v3 = static_cast<A>(box[3]);
+      if (center) {
+        out[0] = v0 - v2 / A(2), out[1] = v1 - v3 / A(2), out[2] = v0 + v2 / A(2), out[3] = v1 + v3 / A(2);
+      } else {
+        out[0] = v0, out[1] = v1, out[2] = v2, out[3] = v3;
+      }
+    };
+
+    MulticlassNmsConfig config;
+    config.background_class = background_class_;
+    config.pre_topk = pre_topk_;
+    config.max_output = max_output_;
+    config.class_agnostic = class_agnostic_ == 1;
+
+    const A cutoff = cutoff_;
+    const auto passes = [cutoff](A score) { return score >= cutoff; };
+    const auto score_at = [&](int64_t b, int64_t n, int64_t c) {
+      return static_cast<A>(scores.data[(b * count + n) * classes + c]);
+    };
+    const A offset = static_cast<A>(offset_);
+    const A threshold = static_cast<A>(iou_threshold_);
+    const auto suppresses = [&](int64_t b, const NmsCandidate<A>& kept, const NmsCandidate<A>& candidate) {
+      A k[4], x[4];
+      corners(b, kept.box, kept.cls, k);
+      corners(b, candidate.box, candidate.cls, x);
+      return BoxIoU(k, BoxArea(k, offset), x, BoxArea(x, offset), offset) > threshold;
+    };
+    const auto emit = [&](int64_t b, std::span<const NmsCandidate<A>> detections) {
+      num_detections[b] = static_cast<int64_t>(detections.size());
+      const int64_t first = b * rows;
+      for (size_t i = 0; i < detections.size(); ++i) {
+        const NmsCandidate<A>& d = detections[i];
+        const int64_t row = first + static_cast<int64_t>(i);
+        A box[4];
+        corners(b, d.box, d.cls, box);
+        for (int k = 0; k < 4; ++k) out_boxes[4 * row + k] = static_cast<T>(box[k]);
+        out_scores[row] = static_cast<T>(d.score);
+        out_classes[row] = d.cls;
+        out_indices[row] = d.box;
+      }
+      for (int64_t row = first + static_cast<int64_t>(detections.size()); row < first + rows; ++row) {
+        for (int k = 0; k < 4; ++k) out_boxes[4 * row + k] = static_cast<T>(A(0));
+        out_scores[row] = static_cast<T>(A(0));
+        out_classes[row] = -1;
+        out_indices[row] = -1;
+      }
+    };
+    if (score_activation_ == 1) {
+      MulticlassNms<A>(
+          io, config, batch, count, classes, passes, score_at, [](A score) { return Sigmoid(score); }, suppresses,
+          emit);
+    } else {
+      MulticlassNms<A>(io, config, batch, count, classes, passes, score_at, suppresses, emit);
+    }
+  }
+
+ private:
+  float iou_threshold_;
+  int64_t max_output_, pre_topk_, class_agnostic_, box_coding_, score_activation_, background_class_, offset_;
+  A cutoff_{};
+};
+
+}  // namespace
+
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<BatchedNmsKernel, float, double, Half>(def); }
+
+}  // namespace ortops::batched_nms

@@ -1,0 +1,19 @@
+// Multi-class batched NMS with fixed-size outputs: ortops' BatchedNMS, and mmdeploy's
+// TensorRT nodes TRTBatchedNMS and TRTBatchedRotatedNMS. All run the selection of
+// math/multiclass_nms.h; they differ in their score test, IoU and output encoding.
+#pragma once
+
+#include "core/custom_op.h"
+
+namespace ortops::batched_nms {
+
+extern const OpSchema kSchema;  // ortops::BatchedNMS
+std::vector<OpPtr> Make(const OpDef& def);
+
+extern const OpSchema kTrtSchema;  // mmdeploy::TRTBatchedNMS
+std::vector<OpPtr> MakeTrt(const OpDef& def);
+
+extern const OpSchema kTrtRotatedSchema;  // mmdeploy::TRTBatchedRotatedNMS
+std::vector<OpPtr> MakeTrtRotated(const OpDef& def);
+
+}  // namespace ortops::batched_nms

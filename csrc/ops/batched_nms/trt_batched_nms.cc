@@ -1,0 +1,278 @@
+// mmdeploy's TensorRT batched NMS nodes, TRTBatchedNMS and TRTBatchedRotatedNMS, with the
+// contract of their plugins (mmdeploy csrc/mmdeploy/backend_ops/tensorrt/batched_nms,
+// batched_rotated_nms and common_impl/nms, derived from TensorRT's batchedNMSPlugin).
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "math/box_iou.h"
+#include "math/multiclass_nms.h"
+#include "math/rotated_box.h"
+#include "ops/batched_nms/batched_nms.h"
+#include "ops/batched_nms/box_layout.h"
+
+namespace ortops::batched_nms {
+namespace {
+
+constexpr AttrSpec kTrtAttributes[] = {
+    {"num_classes", AttrType::kInt, "", "the number of classes; must equal the last dimension of `scores`"},
+    {"background_label_id", AttrType::kInt, "0",
+     "a class that never gives a detection; -1 (or any id outside [0, C)): none. mmdeploy writes -1; 0 is "
+     "the plugin's value when the attribute is absent"},
+    {"iou_threshold", AttrType::kFloat, "0.0",
+     "a candidate is suppressed when its IoU with a kept box of its class is strictly greater than this"},
+    {"score_threshold", AttrType::kFloat, "0.0", "only scores strictly greater than this are candidates"},
+    {"topk", AttrType::kInt, "0", "per class, only the best this many candidates enter NMS; <= 0 or > N: all"},
+    {"keep_topk", AttrType::kInt, "", "detections per image: the outputs' second dimension (>= 0)"},
+    {"is_normalized", AttrType::kInt, "0", "0 or 1; changes nothing (the plugin's IoU is the same either way)"},
+    {"clip_boxes", AttrType::kInt, "1",
+     "1: output box values are clamped to [0, 1] (mmdeploy writes 0; 1 is the plugin's value when absent)"},
+};
+constexpr AttrSpec kAttributes[] = {
+    kTrtAttributes[0],
+    kTrtAttributes[1],
+    kTrtAttributes[2],
+    kTrtAttributes[3],
+    kTrtAttributes[4],
+    kTrtAttributes[5],
+    kTrtAttributes[6],
+    kTrtAttributes[7],
+    {"return_index", AttrType::kInt, "0", "1: the node has the third output `index`; 0: it has two outputs"},
+};
+
+constexpr IoSpec kInputs[] = {
+    {"boxes", ElemType::kTypeParam,
+     "`[B, N, 1, 4]` boxes shared by every class, or `[B, N, num_classes, 4]` one box per class; as (x1, y1, "
+     "x2, y2)"},
+    {"scores", ElemType::kTypeParam, "`[B, N, num_classes]` score of each box for each class"},
+};
+constexpr IoSpec kOutputs[] = {
+    {"dets", ElemType::kTypeParam, "`[B, keep_topk, 5]` rows (x1, y1, x2, y2, score), descending score; padding 0"},
+    {"labels", ElemType::kInt64, "`[B, keep_topk]` class of each detection; padding -1"},
+    {"index", ElemType::kInt64,
+     "`[B, keep_topk]` (only with `return_index` 1) the detection's box: n for shared boxes, c * N + n for "
+     "per-class boxes; padding -1",
+     true},
+};
+
+constexpr IoSpec kRotatedInputs[] = {
+    {"boxes", ElemType::kTypeParam,
+     "`[B, N, 1, 5]` rotated boxes (cx, cy, w, h, theta), theta in radians, shared by every class, or "
+     "`[B, N, num_classes, 5]` one per class"},
+    {"scores", ElemType::kTypeParam, "`[B, N, num_classes]` score of each box for each class"},
+};
+constexpr IoSpec kRotatedOutputs[] = {
+    {"dets", ElemType::kTypeParam,
+     "`[B, keep_topk, 6]` rows (cx, cy, w, h, theta, score), descending score; padding 0"},
+    {"labels", ElemType::kInt64, "`[B, keep_topk]` class of each detection; padding -1"},
+};
+
+#define ORTOPS_TRT_BATCHED_NMS_SELECTION                                                                         \
+  "Per image, every (box, class) whose score is strictly greater than `score_threshold` is a candidate, except " \
+  "for `background_label_id`. In each class the best `topk` candidates (all when `topk` <= 0 or > N) go "        \
+  "through greedy NMS in descending score order (equal scores: lower box index first); a candidate is "          \
+  "suppressed when its IoU with a kept one of its class is strictly greater than `iou_threshold`. The image's "  \
+  "detections are the best `keep_topk` kept candidates of all classes, by descending score; equal scores are "   \
+  "ordered by class, then box index (the plugin's stable sort of per-class lists). NaN scores are never "        \
+  "candidates. "
+
+#define ORTOPS_TRT_BATCHED_NMS_DIFFERENCES_COMMON                                                           \
+  "The plugin takes float32 only; ortops also takes float64. The plugin writes `labels` (and `index`) as "  \
+  "int32, but the file mmdeploy exports declares them int64 (the types of its PyTorch stand-in), and ONNX " \
+  "Runtime refuses a node whose outputs differ from the file's declared types: ortops writes int64. The "   \
+  "plugin's NMS holds at most 5120 candidates per class (a `topk` above that, or `topk` <= 0 with N > "     \
+  "5120, fails its assertion) and it needs B * N * C < 2^31; ortops has neither limit. Where `keep_topk` "  \
+  "is larger than `topk` (after `topk` is limited to N), the plugin returns without writing its outputs "   \
+  "(they hold whatever the memory held); ortops fills them as always. With a negative `score_threshold` "   \
+  "the plugin sorts its non-candidates (set to score 0) among the candidates, which skips NMS or emits "    \
+  "padding rows between detections; ortops keeps its rule (candidates are the scores above the "            \
+  "threshold). "
+
+}  // namespace
+
+constexpr OpSchema kTrtSchema{
+    .doc =
+        "mmdeploy's batched multi-class NMS for TensorRT (`TRTBatchedNMSop`, written by mmdeploy's TensorRT "
+        "export of `multiclass_nms`), with fixed-size, padded outputs. " ORTOPS_TRT_BATCHED_NMS_SELECTION
+        "The IoU is the plugin's: no +1 offset (whatever `is_normalized`), 0 unless the boxes overlap with "
+        "positive width and height, and an inverted box (x2 < x1 or y2 < y1) has area 0; a box with a NaN "
+        "coordinate gets IoU 0 or NaN, neither above a threshold >= 0. With `clip_boxes` 1 the output box coordinates "
+        "(not the score) are clamped to [0, 1], "
+        "a NaN becoming 1 as CUDA's fminf/fmaxf make it. `index` holds, for boxes shared by the classes, "
+        "the box index n; for per-class boxes, c * N + n (the plugin's index into its "
+        "class-major copy of the boxes). The node has the third output exactly when `return_index` is 1.",
+    .inputs = kInputs,
+    .outputs = kOutputs,
+    .attributes = kAttributes,
+    .differences = ORTOPS_TRT_BATCHED_NMS_DIFFERENCES_COMMON
+    "The IoU is the plugin's formula in the element type: a float32 decision can differ from the GPU's only "
+    "where an IoU lies within rounding of the threshold. On the GPU, fminf/fmaxf drop a NaN box coordinate, "
+    "which gives other overlaps than here. Otherwise the selection, order, padding and "
+    "encoding are the plugin's.",
+};
+
+constexpr OpSchema kTrtRotatedSchema{
+    .doc =
+        "mmdeploy's batched multi-class NMS of rotated boxes for TensorRT (`TRTBatchedRotatedNMSop`, "
+        "written by mmdeploy's TensorRT export of `multiclass_nms_rotated`, e.g. for mmrotate models), "
+        "with fixed-size, padded outputs. " ORTOPS_TRT_BATCHED_NMS_SELECTION
+        "The IoU of rotated boxes is exact, as ortops.NMSRotated computes it: the rectangle of (cx, cy, w, "
+        "h, theta) has corners (cx, cy) + R(theta) (+-w/2, +-h/2), R = [[cos, -sin], [sin, cos]], and the "
+        "area of the intersection of two rectangles is found by polygon clipping in float64; a box with "
+        "w <= 0 or h <= 0 (or a NaN size) is empty and has IoU 0 with every box. With `clip_boxes` 1 all "
+        "five box values (theta too, as in the plugin) are clamped to [0, 1], a NaN becoming 1.",
+    .inputs = kRotatedInputs,
+    .outputs = kRotatedOutputs,
+    .attributes = kTrtAttributes,
+    .differences = ORTOPS_TRT_BATCHED_NMS_DIFFERENCES_COMMON
+    "The plugin computes the rotated IoU in float32 by intersecting edges and taking a convex hull, and gives "
+    "IoU 1 when either box has an area below 1e-14: a zero-size box suppresses every later box of its class "
+    "and is suppressed by any earlier one. ortops computes the IoU exactly in float64 and gives an empty box "
+    "IoU 0 (as ortops.NMSRotated), so results differ where an IoU lies within float32 rounding of the "
+    "threshold and around zero-size boxes. Otherwise the selection, order, padding and encoding are the "
+    "plugin's.",
+};
+
+#undef ORTOPS_TRT_BATCHED_NMS_SELECTION
+#undef ORTOPS_TRT_BATCHED_NMS_DIFFERENCES_COMMON
+
+namespace {
+
+void CheckFlag(int64_t value, const char* attribute) {
+  Check(value == 0 || value == 1, "attribute '", attribute, "' must be 0 or 1, got ", value);
+}
+
+// Clamped as the plugin's CUDA max(min(v, 1), 0): fminf / fmaxf, which return the other
+// operand for a NaN one.
+template <typename T>
+T Clip(T value) {
+  return std::fmax(std::fmin(value, T(1)), T(0));
+}
+
+template <typename T, bool kRotated>
+class TrtBatchedNmsKernel : public KernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = kRotated ? kTrtRotatedSchema : kTrtSchema;
+  static constexpr int64_t kBoxSize = kRotated ? 5 : 4;
+
+  TrtBatchedNmsKernel(const Attributes& attrs, const OpDef& def)
+      : KernelBase(def),
+        num_classes_(attrs.Int("num_classes")),
+        background_label_id_(attrs.Int("background_label_id")),
+        topk_(attrs.Int("topk")),
+        keep_topk_(attrs.Int("keep_topk")),
+        iou_threshold_(attrs.Float("iou_threshold")),
+        score_threshold_(attrs.Float("score_threshold")),
+        clip_boxes_(attrs.Int("clip_boxes")),
+        return_index_(kRotated ? 0 : attrs.Int("return_index")) {
+    Check(num_classes_ >= 0, "attribute 'num_classes' must be >= 0, got ", num_classes_);
+    Check(keep_topk_ >= 0, "attribute 'keep_topk' must be >= 0 (the outputs' second dimension), got ", keep_topk_);
+    Check(!std::isnan(iou_threshold_), "attribute 'iou_threshold' is NaN");
+    Check(!std::isnan(score_threshold_), "attribute 'score_threshold' is NaN");
+    CheckFlag(attrs.Int("is_normalized"), "is_normalized");
+    CheckFlag(clip_boxes_, "clip_boxes");
+    CheckFlag(return_index_, "return_index");
+  }
+
+  void Compute(const KernelIO& io) const {
+    const ConstTensor<T> boxes = io.Input<T>(0, 4);
+    const ConstTensor<T> scores = io.Input<T>(1, 3);
+    const int64_t batch = scores.dim(0), count = scores.dim(1), classes = scores.dim(2);
+    Check(classes == num_classes_,
+          "input 'scores' must have shape [B, N, num_classes] with num_classes = ", num_classes_, ", got ",
+          ShapeText{scores.shape});
+    Check(boxes.dim(0) == batch && boxes.dim(1) == count && (boxes.dim(2) == 1 || boxes.dim(2) == classes) &&
+              boxes.dim(3) == kBoxSize,
+          "input 'boxes' must have shape [B, N, 1, ", kBoxSize, "] or [B, N, C, ", kBoxSize,
+          "] with [B, N, C] = ", ShapeText{scores.shape}, " (the shape of 'scores'), got ", ShapeText{boxes.shape});
+    constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
+    Check(count <= kMaxIndex && classes <= kMaxIndex && count * classes <= std::numeric_limits<int64_t>::max() / 2,
+          "input 'scores' ", ShapeText{scores.shape}, " has more than 2^31 - 1 boxes or classes");
+    const size_t outputs = io.OutputCount();
+    if constexpr (!kRotated) {
+      Check(outputs == static_cast<size_t>(2 + return_index_), "attribute 'return_index' is ", return_index_,
+            ", so the node must have ", 2 + return_index_, " outputs, got ", outputs);
+    }
+    Check(batch == 0 || keep_topk_ <= std::numeric_limits<int64_t>::max() / (kBoxSize + 1) / batch,
+          "attribute 'keep_topk' (", keep_topk_, ") times the batch size (", batch, ") is too large");
+
+    const int64_t rows = keep_topk_;
+    T* dets = io.Output<T>(0, {batch, rows, kBoxSize + 1});
+    int64_t* labels = io.Output<int64_t>(1, {batch, rows});
+    int64_t* index = return_index_ ? io.Output<int64_t>(2, {batch, rows}) : nullptr;
+
+    const bool shared = boxes.dim(2) == 1;
+    const BoxLayout<T> layout{boxes.data, count, shared ? 1 : classes, kBoxSize};
+
+    MulticlassNmsConfig config;
+    config.background_class = background_label_id_;
+    config.pre_topk = topk_ > 0 ? topk_ : -1;
+    config.max_output = keep_topk_;
+    config.ties_class_first = true;
+
+    const T score_threshold = static_cast<T>(score_threshold_);
+    const auto passes = [score_threshold](T score) { return score > score_threshold; };
+    const auto score_at = [&](int64_t b, int64_t n, int64_t c) { return scores.data[(b * count + n) * classes + c]; };
+    const bool clip = clip_boxes_ == 1;
+    const auto emit = [&](int64_t b, std::span<const NmsCandidate<T>> detections) {
+      const int64_t first = b * rows;
+      for (size_t i = 0; i < detections.size(); ++i) {
+        const NmsCandidate<T>& d = detections[i];
+        const int64_t row = first + static_cast<int64_t>(i);
+        const T* box = layout.At(b, d.box, d.cls);
+        T* det = dets + row * (kBoxSize + 1);
+        for (int64_t k = 0; k < kBoxSize; ++k) det[k] = clip ? Clip(box[k]) : box[k];
+        det[kBoxSize] = d.score;
+        labels[row] = d.cls;
+        if (index != nullptr) index[row] = shared ? d.box : int64_t{d.cls} * count + d.box;
+      }
+      for (int64_t row = first + static_cast<int64_t>(detections.size()); row < first + rows; ++row) {
+        for (int64_t k = 0; k <= kBoxSize; ++k) dets[row * (kBoxSize + 1) + k] = T(0);
+        labels[row] = -1;
+        if (index != nullptr) index[row] = -1;
+      }
+    };
+
+    if constexpr (kRotated) {
+      // Corners and bounds of every box once; pairs only read them.
+      const auto total = static_cast<size_t>(batch * count * layout.per_class);
+      Scratch<RotatedRect> rects = io.Allocate<RotatedRect>(total);
+      io.ParallelForRanges(total, 64, [&](size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) std::construct_at(&rects[i], MakeRotatedRect(boxes.data + 5 * i));
+      });
+      const auto rect = [&](int64_t b, int64_t n, int64_t c) -> const RotatedRect& {
+        return rects[static_cast<size_t>((b * count + n) * layout.per_class + (shared ? 0 : c))];
+      };
+      const double threshold = iou_threshold_;
+      const auto suppresses = [&](int64_t b, const NmsCandidate<T>& kept, const NmsCandidate<T>& candidate) {
+        return RotatedIoU(rect(b, kept.box, kept.cls), rect(b, candidate.box, candidate.cls)) > threshold;
+      };
+      MulticlassNms<T>(io, config, batch, count, classes, passes, score_at, suppresses, emit);
+    } else {
+      const T threshold = static_cast<T>(iou_threshold_);
+      const auto suppresses = [&](int64_t b, const NmsCandidate<T>& kept, const NmsCandidate<T>& candidate) {
+        return DetectionOutputIoU(layout.At(b, kept.box, kept.cls), layout.At(b, candidate.box, candidate.cls)) >
+               threshold;
+      };
+      MulticlassNms<T>(io, config, batch, count, classes, passes, score_at, suppresses, emit);
+    }
+  }
+
+ private:
+  int64_t num_classes_, background_label_id_, topk_, keep_topk_;
+  float iou_threshold_, score_threshold_;
+  int64_t clip_boxes_, return_index_;
+};
+
+template <typename T>
+using TrtKernel = TrtBatchedNmsKernel<T, false>;
+template <typename T>
+using TrtRotatedKernel = TrtBatchedNmsKernel<T, true>;
+
+}  // namespace
+
+std::vector<OpPtr> MakeTrt(const OpDef& def) { return MakeOps<TrtKernel, float, double>(def); }
+std::vector<OpPtr> MakeTrtRotated(const OpDef& def) { return MakeOps<TrtRotatedKernel, float, double>(def); }
+
+}  // namespace ortops::batched_nms
