@@ -19,7 +19,7 @@ from ortest import IR_VERSION, make_model
 # A value of each ONNX attribute type, to store where another type is expected.
 _VALUES = {"int": 1, "float": 0.5, "string": "avg", "ints": [1, 1], "floats": [0.5, 0.5]}
 # Valid values for required attributes, so that only the attribute under test is wrong.
-_REQUIRED = {"num_groups": 1, "scale_factor": [2.0, 2.0], "num_classes": 1, "keep_topk": 1}
+_REQUIRED = {"num_groups": 1, "scale_factor": [2.0, 2.0], "num_classes": 1, "keep_topk": 1, "featmap_strides": [4.0]}
 _NUMPY = {"float32": np.float32, "float64": np.float64, "int64": np.int64}
 
 
