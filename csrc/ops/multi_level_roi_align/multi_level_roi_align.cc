@@ -3,10 +3,13 @@
 // is pooled there with RoIAlign's (or RoIAlignRotated's) math from roi_pooling.h.
 #include "ops/multi_level_roi_align/multi_level_roi_align.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/upcast.h"
@@ -352,11 +355,20 @@ class MultiLevelKernel : public KernelBase {
     }
     const A min_side = Node::template MinSide<A>(pooling_.aligned != 0);
     const auto factor = static_cast<A>(roi_scale_factor_);
+    // Rois in order of level, image and position, so that neighbouring rois, which read
+    // overlapping parts of one map, are pooled one after the other (and by one thread).
+    ScratchVector<int64_t> order = io.Vector<int64_t>(static_cast<size_t>(roi_count));
+    std::iota(order.begin(), order.end(), int64_t{0});
+    auto key = [&](int64_t r) {
+      const A* roi = rois.data + kColumns * r;
+      return std::tuple(level[r], static_cast<int64_t>(roi[0]), roi[2], roi[1]);
+    };
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
-      ScratchVector<A> value = io.Vector<A>(any_channels_last ? static_cast<size_t>(channels) : 0);
-      ScratchVector<A> acc = io.Vector<A>(value.size());
-      for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
+      ScratchVector<A> acc = io.Vector<A>(any_channels_last ? static_cast<size_t>(channels) : 0);
+      for (size_t position = begin; position < end; ++position) {
+        const int64_t r = order[position];
         const A* roi = rois.data + kColumns * r;
         const int64_t l = level[r];
         const roi_pooling::PoolSource<T, A>& source = sources[l];
@@ -378,7 +390,7 @@ class MultiLevelKernel : public KernelBase {
           roi_pooling::AlignedRoiTaps(g, pooling_, source.height, source.width, taps.data());
         }
         roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, per_bin, mode_,
-                             output + r * channels * bins, value.data(), acc.data());
+                             output + r * channels * bins, acc.data());
       }
     });
   }

@@ -227,11 +227,12 @@ inline bool ChannelsLastPays(int64_t rois, int64_t bins, int64_t sampling_ratio,
 // Pools one roi from a channels-last image ([H * W, C]) for every channel at once, with the
 // same per-channel arithmetic, in the same order, as the per-channel path: each sample is
 // w0 v0 + w1 v1 + w2 v2 + w3 v3, summed (or maxed) over the bin's samples in order.
-// out[c * bins + bin], rounded to Out (float16) if that is not T; `value` and `acc` are
-// scratch of `channels` elements.
+// out[c * bins + bin], rounded to Out (float16) if that is not T; `acc` is scratch of
+// `channels` elements. One pass over the channels per sample: its value goes straight into
+// the running sum (or max), the same expression as computing it first.
 template <typename T, bool kMax, typename Out>
 void PoolChannelsLast(const T* image, int64_t channels, const BilinearTap<T>* taps, int64_t bins, int64_t per_bin,
-                      T max_start, T empty_bin, Out* out, T* value, T* acc) {
+                      T max_start, T empty_bin, Out* out, T* acc) {
   const T count = static_cast<T>(per_bin > 1 ? per_bin : 1);
   for (int64_t bin = 0; bin < bins; ++bin) {
     std::fill(acc, acc + channels, kMax ? max_start : T(0));
@@ -241,11 +242,13 @@ void PoolChannelsLast(const T* image, int64_t channels, const BilinearTap<T>* ta
       const T* p2 = image + taps->offset[2] * channels;
       const T* p3 = image + taps->offset[3] * channels;
       const T w0 = taps->weight[0], w1 = taps->weight[1], w2 = taps->weight[2], w3 = taps->weight[3];
-      for (int64_t c = 0; c < channels; ++c) value[c] = w0 * p0[c] + w1 * p1[c] + w2 * p2[c] + w3 * p3[c];
       if constexpr (kMax) {
-        for (int64_t c = 0; c < channels; ++c) acc[c] = value[c] > acc[c] ? value[c] : acc[c];
+        for (int64_t c = 0; c < channels; ++c) {
+          const T value = w0 * p0[c] + w1 * p1[c] + w2 * p2[c] + w3 * p3[c];
+          acc[c] = value > acc[c] ? value : acc[c];
+        }
       } else {
-        for (int64_t c = 0; c < channels; ++c) acc[c] += value[c];
+        for (int64_t c = 0; c < channels; ++c) acc[c] += w0 * p0[c] + w1 * p1[c] + w2 * p2[c] + w3 * p3[c];
       }
     }
     for (int64_t c = 0; c < channels; ++c) {
@@ -272,18 +275,18 @@ struct PoolMode {
 };
 
 // Pools one roi of image `image` from its taps (`per_bin` consecutive taps per bin) into
-// out[c * bins + bin] for every channel; `value` and `acc` are scratch of `channels` elements
-// (read only when pooling from the channels-last copy).
+// out[c * bins + bin] for every channel; `acc` is scratch of `channels` elements (used only
+// when pooling from the channels-last copy).
 template <typename T, typename A>
 void PoolRoi(const PoolSource<T, A>& source, int64_t image, const BilinearTap<A>* taps, int64_t bins, int64_t per_bin,
-             const PoolMode<A>& mode, T* out, A* value, A* acc) {
+             const PoolMode<A>& mode, T* out, A* acc) {
   const int64_t channels = source.channels, plane = source.plane();
   if (source.channels_last != nullptr) {
     const A* pixels = source.channels_last + image * plane * channels;
     if (mode.max) {
-      PoolChannelsLast<A, true>(pixels, channels, taps, bins, per_bin, mode.max_start, mode.empty_bin, out, value, acc);
+      PoolChannelsLast<A, true>(pixels, channels, taps, bins, per_bin, mode.max_start, mode.empty_bin, out, acc);
     } else {
-      PoolChannelsLast<A, false>(pixels, channels, taps, bins, per_bin, A(0), A(0), out, value, acc);
+      PoolChannelsLast<A, false>(pixels, channels, taps, bins, per_bin, A(0), A(0), out, acc);
     }
     return;
   }
