@@ -269,8 +269,8 @@ struct MmdeployRotatedNode {
   }
 };
 
-// Elements of T are read as A = ComputeType<T> and all arithmetic is in A, so a float16
-// kernel computes what the float32 kernel does on the same values, then rounds once on store.
+// Registered for T = float only (see Make); written, like RoIAlign, for elements of T read
+// as their compute type A = ComputeType<T>.
 template <typename T, typename Node>
 class MultiLevelKernel : public KernelBase {
  public:
