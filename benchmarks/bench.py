@@ -527,6 +527,7 @@ def float16_cases() -> list[Case]:
             unchecked=("torchvision deform_conv2d float16",),
         )
     )
+    return cases
 
 
 def yolo_detections(batch: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -934,6 +935,137 @@ def batched_nms_cases() -> list[Case]:
     return cases
 
 
+def fpn_rois(count: int, image_hw: tuple[int, int], finest_scale: int, levels: int, seed: int = 0) -> np.ndarray:
+    """[count, 5] rois on one image whose scales (sqrt of the area) spread evenly over the
+    FPN levels: scale = finest_scale * 2^u, u uniform in [0, levels), aspect ratios 1:2 to 2:1."""
+    rng = np.random.default_rng(seed)
+    scale = finest_scale * 2.0 ** rng.uniform(0, levels, count)
+    aspect = 2.0 ** rng.uniform(-1, 1, count)
+    w, h = scale * np.sqrt(aspect), scale / np.sqrt(aspect)
+    cx, cy = rng.uniform(0, image_hw[1], count), rng.uniform(0, image_hw[0], count)
+    return np.stack([np.zeros(count), cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1).astype(np.float32)
+
+
+def mmdeploy_extractor_graph(
+    level_shapes: list[tuple[int, ...]], strides: list[float], finest_scale: int, roi_attrs: dict[str, Any]
+) -> onnx.ModelProto:
+    """What mmdeploy's default (ONNX Runtime) rewrite of mmdet's SingleRoIExtractor.forward
+    exports, with ortops::RoIAlign as the per-level RoIAlign: the levels computed with standard
+    ONNX ops (map_roi_levels), 2L zero rois and rows padded in front (the rewrite's guard for
+    empty levels), then per level Equal, NonZero, Gather of its rois, RoIAlign and ScatterND of
+    its rows into the output, which is finally sliced past the padding."""
+    levels, c = len(level_shapes), level_shapes[0][1]
+    out_h, out_w = roi_attrs["output_height"], roi_attrs["output_width"]
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    consts = [
+        helper.make_tensor("col", i64, [4], [1, 2, 3, 4]),
+        helper.make_tensor("finest", f32, [], [float(finest_scale)]),
+        helper.make_tensor("eps", f32, [], [1e-6]),
+        helper.make_tensor("ln2", f32, [], [float(np.log(2.0))]),
+        helper.make_tensor("lv_min", f32, [], [0.0]),
+        helper.make_tensor("lv_max", f32, [], [float(levels - 1)]),
+        helper.make_tensor("pad_rois", f32, [2 * levels, 5], [0.0] * (2 * levels * 5)),
+        helper.make_tensor("pad_levels", i64, [2 * levels], list(range(levels)) * 2),
+        helper.make_tensor("pad_feats", f32, [2 * levels, c, out_h, out_w], [0.0] * (2 * levels * c * out_h * out_w)),
+        helper.make_tensor("feat_dims", i64, [3], [c, out_h, out_w]),
+        helper.make_tensor("zero_i", i64, [1], [0]),
+        helper.make_tensor("one_i", i64, [1], [1]),
+        helper.make_tensor("skip", i64, [1], [2 * levels]),
+        helper.make_tensor("end", i64, [1], [np.iinfo(np.int64).max]),
+        *(helper.make_tensor(f"level{i}", i64, [], [i]) for i in range(levels)),
+    ]
+    node = helper.make_node
+    nodes = [
+        # map_roi_levels: floor(log2(sqrt((x2 - x1)(y2 - y1)) / finest + 1e-6)), clamped, int64.
+        node("Gather", ["rois", "col"], ["corners"], axis=1),
+        node("Split", ["corners"], ["x1", "y1", "x2", "y2"], axis=1, num_outputs=4),
+        node("Sub", ["x2", "x1"], ["w"]),
+        node("Sub", ["y2", "y1"], ["h"]),
+        node("Mul", ["w", "h"], ["area"]),
+        node("Sqrt", ["area"], ["scale"]),
+        node("Div", ["scale", "finest"], ["q"]),
+        node("Add", ["q", "eps"], ["q_eps"]),
+        node("Log", ["q_eps"], ["ln_q"]),
+        node("Div", ["ln_q", "ln2"], ["log2_q"]),  # torch.log2's export: log(x) / log(2)
+        node("Floor", ["log2_q"], ["floor_q"]),
+        node("Clip", ["floor_q", "lv_min", "lv_max"], ["clipped"]),
+        node("Cast", ["clipped"], ["levels_2d"], to=i64),
+        node("Squeeze", ["levels_2d", "one_i"], ["roi_levels"]),
+        # The rewrite's padding, and the zero output it scatters into.
+        node("Concat", ["pad_rois", "rois"], ["rois_p"], axis=0),
+        node("Concat", ["pad_levels", "roi_levels"], ["levels_p"], axis=0),
+        node("Shape", ["rois"], ["rois_shape"]),
+        node("Slice", ["rois_shape", "zero_i", "one_i"], ["roi_count"]),
+        node("Concat", ["roi_count", "feat_dims"], ["feat_shape"], axis=0),
+        node("ConstantOfShape", ["feat_shape"], ["zeros"], value=helper.make_tensor("v", f32, [1], [0.0])),
+        node("Concat", ["pad_feats", "zeros"], ["feats_0"], axis=0),
+    ]
+    for i, stride in enumerate(strides):
+        nodes += [
+            node("Equal", ["levels_p", f"level{i}"], [f"mask{i}"]),
+            node("NonZero", [f"mask{i}"], [f"nz{i}"]),
+            node("Transpose", [f"nz{i}"], [f"inds2d{i}"], perm=[1, 0]),  # [K, 1]: ScatterND's indices
+            node("Squeeze", [f"inds2d{i}", "one_i"], [f"inds{i}"]),
+            node("Gather", ["rois_p", f"inds{i}"], [f"rois{i}"], axis=0),
+            node(
+                "RoIAlign",
+                [f"p{i}", f"rois{i}"],
+                [f"pooled{i}"],
+                domain="ortops",
+                spatial_scale=1.0 / stride,
+                **roi_attrs,
+            ),  # fmt: skip
+            node("ScatterND", [f"feats_{i}", f"inds2d{i}", f"pooled{i}"], [f"feats_{i + 1}"]),
+        ]
+    nodes.append(node("Slice", [f"feats_{levels}", "skip", "end", "zero_i"], ["output"]))
+    inputs = [helper.make_tensor_value_info("rois", f32, ["R", 5])]
+    inputs += [helper.make_tensor_value_info(f"p{i}", f32, list(shape)) for i, shape in enumerate(level_shapes)]
+    outputs = [helper.make_tensor_value_info("output", f32, ["R", c, out_h, out_w])]
+    graph = helper.make_graph(nodes, "mmdeploy_single_roi_extractor", inputs, outputs, initializer=consts)
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("ortops", 1)]
+    return helper.make_model(graph, ir_version=8, opset_imports=opsets)
+
+
+def multi_level_roi_align_cases() -> list[Case]:
+    """mmdet's FPN RoI extractor on an 800 x 1333 image (strides 4, 8, 16, 32: levels of
+    200x334, 100x167, 50x84 and 25x42, 256 channels), 1000 rois spread evenly over the levels,
+    7x7, aligned: one ortops::MultiLevelRoIAlign node against the graph mmdeploy's ONNX Runtime
+    export makes of the extractor (four ortops::RoIAlign nodes and the gather/scatter between).
+    Sampling ratio 2 (torchvision's MultiScaleRoIAlign) has the target; 0 (adaptive, mmdet's
+    configs) pools about three times as many samples, so the graph's fixed copying weighs less."""
+    rng = np.random.default_rng(0)
+    strides, finest_scale = [4.0, 8.0, 16.0, 32.0], 56
+    shapes = [(1, 256, -(-800 // int(s)), -(-1333 // int(s))) for s in strides]
+    levels = {f"p{i}": rng.normal(size=shape).astype(np.float32) for i, shape in enumerate(shapes)}
+    feeds = {"rois": fpn_rois(1000, (800, 1333), finest_scale, len(strides)), **levels}
+    anchor_name = "mmdeploy's ORT graph (4 ortops RoIAlign + gather/scatter)"
+    cases = []
+    for sampling_ratio, target in ((2, 1.5), (0, None)):
+        roi_attrs = dict(output_height=7, output_width=7, sampling_ratio=sampling_ratio, aligned=1)
+        model = one_node_model(
+            "MultiLevelRoIAlign",
+            "ortops",
+            feeds,
+            ["output"],
+            featmap_strides=strides,
+            finest_scale=finest_scale,
+            pool_mode="avg",
+            **roi_attrs,
+        )
+        anchor = mmdeploy_extractor_graph(shapes, strides, finest_scale, {**roi_attrs, "mode": "avg"})
+        cases.append(
+            Case(
+                name=f"multi_level_roi_align: 4 FPN levels of 800x1333 (256 ch), 1000 rois, 7x7, "
+                f"sampling {sampling_ratio}, aligned",
+                ortops=session_runner(model, feeds, True),
+                anchors={anchor_name: session_runner(anchor, feeds, True)},
+                agree=close(1e-5, 1e-5),
+                targets={anchor_name: target} if target else {},
+            )
+        )
+    return cases
+
+
 def faster_rcnn_case() -> Case:
     """The whole Faster R-CNN (ResNet-50 FPN, random weights) exported with the TorchScript
     exporter twice: torchvision's ops as ortops nodes (``torchvision=True``) and as the
@@ -1057,6 +1189,7 @@ def instance_norm_case() -> Case:
 
 CASES: list[Callable[[], Case | list[Case]]] = [
     roi_align_case,
+    multi_level_roi_align_cases,
     nms_case,
     deform_conv_case,
     grid_sample_case,

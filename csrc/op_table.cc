@@ -11,6 +11,7 @@
 #include "ops/group_norm/group_norm.h"
 #include "ops/matrix_inverse/matrix_inverse.h"
 #include "ops/ms_deform_attn/ms_deform_attn.h"
+#include "ops/multi_level_roi_align/multi_level_roi_align.h"
 #include "ops/nms/nms.h"
 #include "ops/nms_match/nms_match.h"
 #include "ops/nms_rotated/nms_rotated.h"
@@ -76,6 +77,10 @@ constexpr OpDef kOpTable[] = {
   {kOrtopsDomain,   "BatchedNMS",                1,     kCpu,     &batched_nms::kSchema,           &batched_nms::Make},
   {kMmdeployDomain, "TRTBatchedNMS",             1,     kCpu,     &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
   {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     kCpu,     &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
+  // FPN RoI extractors: mmdet's SingleRoIExtractor and mmdeploy's TensorRT plugins for it.
+  {kOrtopsDomain,   "MultiLevelRoIAlign",            1, kCpu, &multi_level_roi_align::kSchema,                &multi_level_roi_align::Make},
+  {kMmdeployDomain, "MMCVMultiLevelRoiAlign",        1, kCpu, &multi_level_roi_align::kMmdeploySchema,        &multi_level_roi_align::MakeMmdeploy,        kCompat},
+  {kMmdeployDomain, "MMCVMultiLevelRotatedRoiAlign", 1, kCpu, &multi_level_roi_align::kMmdeployRotatedSchema, &multi_level_roi_align::MakeMmdeployRotated, kCompat},
   // TensorRT's plugin nodes, as TensorRT's exporters write them.
   {kTrtDomain,      "EfficientNMS_TRT",              1,   kCpu,     &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
   {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   kCpu,     &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},

@@ -40,8 +40,8 @@ def _kernel_groups() -> list[list[ortops.OpInfo]]:
 def _io_table(title: str, params: tuple[ortops.InputInfo, ...]) -> list[str]:
     lines = [f"**{title}**", "", "| name | types | meaning |", "|---|---|---|"]
     for p in params:
-        optional = " (optional)" if p.optional else ""
-        lines.append(f"| `{p.name}`{optional} | {', '.join(p.types)} | {_cell(p.doc)} |")
+        kind = " (optional)" if p.optional else " (variadic: one or more inputs)" if p.variadic else ""
+        lines.append(f"| `{p.name}`{kind} | {', '.join(p.types)} | {_cell(p.doc)} |")
     return [*lines, ""]
 
 

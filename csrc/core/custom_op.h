@@ -106,7 +106,10 @@ class CustomOp : public OrtCustomOp {
   static constexpr const OpSchema& kSchema = Kernel::kSchema;
 
   static const CustomOp& Self(const OrtCustomOp* op) { return *static_cast<const CustomOp*>(op); }
+  // A variadic input takes one or more values (GetVariadicInputMinArity), all of its element
+  // type (GetVariadicInputHomogeneity).
   static OrtCustomOpInputOutputCharacteristic Characteristic(const IoSpec& spec) {
+    if (spec.variadic) return INPUT_OUTPUT_VARIADIC;
     return spec.optional ? INPUT_OUTPUT_OPTIONAL : INPUT_OUTPUT_REQUIRED;
   }
 

@@ -169,14 +169,23 @@ std::vector<float> Attributes::Floats(std::string_view name) const {
   return ParseList<float>(spec.default_value);
 }
 
-std::string_view KernelIO::InputName(size_t index) const {
-  return index < input_specs_.size() ? input_specs_[index].name : std::string_view("?");
+// "features" for a single input, "features[2]" for the third of a variadic last input.
+std::string KernelIO::InputName(size_t index) const {
+  if (input_specs_.empty()) return "?";
+  const size_t last = input_specs_.size() - 1;
+  if (index < last || (index == last && !input_specs_[last].variadic)) return std::string(input_specs_[index].name);
+  if (!input_specs_[last].variadic) return "?";
+  return std::string(input_specs_[last].name) + "[" + std::to_string(index - last) + "]";
+}
+
+size_t KernelIO::InputCount() const {
+  size_t count = 0;
+  ThrowOnError(Api().KernelContext_GetInputCount(context_, &count));
+  return count;
 }
 
 bool KernelIO::Has(size_t index) const {
-  size_t count = 0;
-  ThrowOnError(Api().KernelContext_GetInputCount(context_, &count));
-  if (index >= count) return false;
+  if (index >= InputCount()) return false;
   const OrtValue* value = nullptr;
   ThrowOnError(Api().KernelContext_GetInput(context_, index, &value));
   return value != nullptr;

@@ -153,6 +153,10 @@ class KernelIO {
   // optional trailing outputs.
   size_t OutputCount() const;
 
+  // The number of inputs the node has: with a variadic last input, the schema's count - 1
+  // plus however many the node gives it.
+  size_t InputCount() const;
+
   // Input `index`, checked to hold element type T and to have rank `rank` (-1: any rank).
   template <typename T>
   ConstTensor<T> Input(size_t index, int rank = -1) const {
@@ -240,7 +244,7 @@ class KernelIO {
   void* RawOutput(size_t index, const Shape& shape) const;
   static void* Data(OrtValue* value);
   void RunParallel(void (*fn)(void*, size_t), size_t total, void* data) const;
-  std::string_view InputName(size_t index) const;
+  std::string InputName(size_t index) const;
   OrtAllocator* SessionCpuAllocator() const;
 
   OrtKernelContext* context_;

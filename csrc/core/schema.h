@@ -73,6 +73,9 @@ struct IoSpec {
   // Only for ops with a single element type: ONNX Runtime 1.17 cannot type a node that
   // leaves out an optional input of an op registered for several (tests/cpp checks this).
   bool optional = false;
+  // Only for the last input: it stands for one or more inputs of its element type (one
+  // feature map per pyramid level), which the kernel counts with KernelIO::InputCount.
+  bool variadic = false;
 };
 
 enum class AttrType { kInt, kFloat, kString, kInts, kFloats };

@@ -48,7 +48,8 @@ void WriteIo(std::string_view key, std::span<const IoSpec> specs, const std::vec
   for (size_t i = 0; i < specs.size(); ++i) {
     std::cout << (i ? "," : "") << "\n        {\"name\": " << Quote(specs[i].name)
               << ", \"types\": " << Types(ops, i, input) << ", \"optional\": " << (specs[i].optional ? "true" : "false")
-              << ", \"doc\": " << Quote(specs[i].doc) << "}";
+              << ", \"variadic\": " << (specs[i].variadic ? "true" : "false") << ", \"doc\": " << Quote(specs[i].doc)
+              << "}";
   }
   std::cout << "\n      ]";
 }

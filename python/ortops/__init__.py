@@ -78,12 +78,17 @@ def session_options(options: onnxruntime.SessionOptions | None = None) -> onnxru
 
 @dataclass(frozen=True)
 class InputInfo:
-    """An input or output of an op: its name, accepted element types and meaning."""
+    """An input or output of an op: its name, accepted element types and meaning.
+
+    A variadic input (only ever the last) stands for one or more node inputs of one
+    element type, such as one feature map per pyramid level.
+    """
 
     name: str
     types: tuple[str, ...]
     optional: bool
     doc: str
+    variadic: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,9 +128,17 @@ class OpInfo:
         """``domain::Name``, as in error messages and docs."""
         return f"{self.domain}::{self.name}"
 
+    def node_inputs(self, count: int) -> tuple[InputInfo, ...]:
+        """The spec of each of a node's first ``count`` inputs: a variadic last input's spec
+        repeats for every input from its position on (``inputs`` when it has none)."""
+        if not self.inputs or not self.inputs[-1].variadic:
+            return self.inputs[:count]
+        last = len(self.inputs) - 1
+        return self.inputs[: min(count, last)] + (self.inputs[last],) * max(0, count - last)
+
 
 def _io(entry: dict[str, Any]) -> InputInfo:
-    return InputInfo(entry["name"], tuple(entry["types"]), entry["optional"], entry["doc"])
+    return InputInfo(entry["name"], tuple(entry["types"]), entry["optional"], entry["doc"], entry["variadic"])
 
 
 @functools.cache

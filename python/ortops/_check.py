@@ -256,7 +256,7 @@ class _Checker:
         # schemas of ortops._schemas): they must all have the same type.
         multi = [tuple(p.types) for p in (*op.inputs, *op.outputs) if len(p.types) > 1]
         shared: tuple[str, int, str] | None = None  # (input name, position, type) of the first
-        for position, (name, spec_input) in enumerate(zip(node.input, op.inputs)):
+        for position, (name, spec_input) in enumerate(zip(node.input, op.node_inputs(len(node.input)))):
             if not name or name not in types:
                 continue
             actual = _element_type_name(types[name])

@@ -23,11 +23,10 @@ def _formal_parameters(params, type_param: tuple[str, ...] | None):  # noqa: ANN
         # Every input that accepts the kernel's several element types shares one type
         # parameter "T"; fixed-type ones (int64 indices) name their type directly.
         type_str = "T" if len(p.types) > 1 and tuple(p.types) == type_param else _onnx_type(p.types[0])
-        option = (
-            onnx.defs.OpSchema.FormalParameterOption.Optional
-            if p.optional
-            else onnx.defs.OpSchema.FormalParameterOption.Single
-        )
+        options = onnx.defs.OpSchema.FormalParameterOption
+        # A variadic input takes one or more values of one element type, as the kernel
+        # registers it (homogeneous, min arity 1).
+        option = options.Variadic if p.variadic else options.Optional if p.optional else options.Single
         result.append(onnx.defs.OpSchema.FormalParameter(p.name, type_str, p.doc, param_option=option))
     return result
 
@@ -74,9 +73,10 @@ def shape_rule(op: OpInfo, output: int) -> list[str] | None:
 def _bind_symbols(op: OpInfo, shapes: list[list[Any] | None]) -> dict[str, Any]:
     """Each symbol of the inputs' documented shapes bound to the dim it has in this node
     ("..." to the dims it stands for, wherever it is, in the first input documented with it);
-    unknown dims stay unbound."""
+    unknown dims stay unbound.
+    A symbol that several inputs (the values of a variadic one) document is bound by the first."""
     symbols: dict[str, Any] = {}
-    for spec, dims in zip(op.inputs, shapes):
+    for spec, dims in zip(op.node_inputs(len(shapes)), shapes):
         documented = _dims(spec.doc)
         if documented is None or dims is None:
             continue
@@ -144,7 +144,7 @@ def _infer(op: OpInfo) -> Callable[[Any], None]:
 
     def infer(ctx: Any) -> None:
         shapes = []  # per input: its TensorShapeProto dims, or None if unknown
-        for i in range(min(ctx.get_num_inputs(), len(op.inputs))):
+        for i in range(len(op.node_inputs(ctx.get_num_inputs()))):
             t = ctx.get_input_type(i) if ctx.has_input(i) else None
             known = t is not None and t.HasField("tensor_type") and t.tensor_type.HasField("shape")
             shapes.append(list(t.tensor_type.shape.dim) if known else None)

@@ -46,6 +46,37 @@ TEST(OpTable, OpsWithSeveralElementTypesHaveNoOptionalInputs) {
   }
 }
 
+// ONNX Runtime 1.17 fails type inference on a node with several values in a variadic input of
+// a custom op registered for several element types (it looks for a kernel type constraint per
+// node input, and kernels declare one per formal input); one element type types the output.
+TEST(OpTable, OpsWithAVariadicInputHaveOneElementType) {
+  for (const OpDef& def : OpTable()) {
+    const auto inputs = def.schema->inputs;
+    if (inputs.empty() || !inputs.back().variadic) continue;
+    EXPECT_EQ(def.make(def).size(), 1u) << def.domain << "." << def.name;
+  }
+}
+
+// A variadic input takes every node input from its position on, so only the last may be one;
+// it takes at least one value, so it is not optional either. Outputs are never variadic.
+TEST(OpTable, OnlyTheLastInputIsVariadic) {
+  for (const OpDef& def : OpTable()) {
+    SCOPED_TRACE(std::string(def.domain) + "." + std::string(def.name));
+    const auto inputs = def.schema->inputs;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].variadic) continue;
+      EXPECT_EQ(i + 1, inputs.size()) << inputs[i].name;
+      EXPECT_FALSE(inputs[i].optional) << inputs[i].name;
+      for (const OpPtr& op : def.make(def)) {
+        EXPECT_EQ(op->GetInputCharacteristic(op.get(), i), INPUT_OUTPUT_VARIADIC);
+        EXPECT_EQ(op->GetVariadicInputMinArity(op.get()), 1);
+        EXPECT_EQ(op->GetVariadicInputHomogeneity(op.get()), 1);
+      }
+    }
+    for (const IoSpec& output : def.schema->outputs) EXPECT_FALSE(output.variadic) << output.name;
+  }
+}
+
 TEST(OpTable, NamesAreUniquePerDomainAndDomainsAreKnown) {
   std::set<std::string> seen;
   for (const OpDef& def : OpTable()) {

@@ -66,10 +66,10 @@ class RoiAlignKernel : public KernelBase {
   RoiAlignKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), pooling_(attrs) {
     const std::string mode = attrs.String("mode");
     Check(mode == "avg" || mode == "max", "attribute 'mode' must be \"avg\" or \"max\", got \"", mode, "\"");
-    max_mode_ = mode == "max";
     // mmcv's kernel started its running max at -10000; ortops' own op starts at -infinity.
-    max_start_ = def.compat ? A(-10000) : -std::numeric_limits<A>::infinity();
-    empty_bin_max_ = def.compat ? A(-10000) : A(0);
+    mode_ = {.max = mode == "max",
+             .max_start = def.compat ? A(-10000) : -std::numeric_limits<A>::infinity(),
+             .empty_bin = def.compat ? A(-10000) : A(0)};
   }
 
   void Compute(const KernelIO& io) const {
@@ -84,95 +84,32 @@ class RoiAlignKernel : public KernelBase {
     const int64_t bins = pooling_.bins();
     T* output = io.Output<T>(0, {roi_count, channels, pooling_.output_height, pooling_.output_width});
     if (roi_count == 0 || channels == 0) return;
-    const int64_t plane = height * width;
     const bool channels_last =
-        plane > 0 && roi_pooling::ChannelsLastPays(roi_count, bins, pooling_.sampling_ratio, channels, input.shape);
+        height * width > 0 &&
+        roi_pooling::ChannelsLastPays(roi_count, bins, pooling_.sampling_ratio, channels, input.shape);
     const Scratch<A> nhwc = channels_last ? roi_pooling::ToChannelsLast<A>(io, input) : Scratch<A>();
+    const roi_pooling::PoolSource<T, A> source{input.data, channels_last ? nhwc.data() : nullptr, channels, height,
+                                               width};
+    const A scale = static_cast<A>(pooling_.spatial_scale);
+    // mmcv raised the sides of a legacy (not aligned) roi to 1.
+    const A min_side = pooling_.aligned ? roi_pooling::kNoMinSide<A> : A(1);
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
-      ScratchVector<A> value = io.Vector<A>(channels_last ? static_cast<size_t>(channels) : 0);
-      ScratchVector<A> acc = io.Vector<A>(value.size());
+      ScratchVector<A> acc = io.Vector<A>(channels_last ? static_cast<size_t>(channels) : 0);
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const A* roi = rois.data + 5 * r;
-        const Geometry g = RoiGeometry(roi);
+        const auto g = roi_pooling::AlignedRoiGeometry(roi + 1, scale, min_side, pooling_);
         taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
-        size_t t = 0;
-        for (int64_t ph = 0; ph < pooling_.output_height; ++ph) {
-          for (int64_t pw = 0; pw < pooling_.output_width; ++pw) {
-            for (int64_t iy = 0; iy < g.grid_h; ++iy) {
-              const A y = g.start_h + static_cast<A>(ph) * g.bin_h +
-                          static_cast<A>(static_cast<A>(iy) + A(0.5)) * g.bin_h / static_cast<A>(g.grid_h);
-              for (int64_t ix = 0; ix < g.grid_w; ++ix) {
-                const A x = g.start_w + static_cast<A>(pw) * g.bin_w +
-                            static_cast<A>(static_cast<A>(ix) + A(0.5)) * g.bin_w / static_cast<A>(g.grid_w);
-                taps[t++] = RoiAlignTap(y, x, height, width);
-              }
-            }
-          }
-        }
-        const int64_t per_bin = g.grid_h * g.grid_w;
-        const auto image = static_cast<int64_t>(roi[0]);
-        T* out = output + r * channels * bins;
-        if (channels_last) {
-          const A* source = nhwc.data() + image * plane * channels;
-          if (max_mode_) {
-            roi_pooling::PoolChannelsLast<A, true>(source, channels, taps.data(), bins, per_bin, max_start_,
-                                                   empty_bin_max_, out, value.data(), acc.data());
-          } else {
-            roi_pooling::PoolChannelsLast<A, false>(source, channels, taps.data(), bins, per_bin, A(0), A(0), out,
-                                                    value.data(), acc.data());
-          }
-          continue;
-        }
-        for (int64_t c = 0; c < channels; ++c) {
-          const T* map = plane == 0 ? nullptr : input.data + (image * channels + c) * plane;
-          if (!max_mode_) {
-            roi_pooling::AveragePool(map, taps.data(), bins, per_bin, out + c * bins);
-            continue;
-          }
-          const BilinearTap<A>* tap = taps.data();
-          for (int64_t bin = 0; bin < bins; ++bin) {
-            A best = max_start_;
-            for (int64_t s = 0; s < per_bin; ++s, ++tap) {
-              const A v = map ? tap->Read(map) : A(0);
-              if (v > best) best = v;
-            }
-            out[c * bins + bin] = static_cast<T>(per_bin == 0 ? empty_bin_max_ : best);
-          }
-        }
+        roi_pooling::AlignedRoiTaps(g, pooling_, height, width, taps.data());
+        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w, mode_,
+                             output + r * channels * bins, acc.data());
       }
     });
   }
 
  private:
-  struct Geometry {
-    A start_h, start_w, bin_h, bin_w;
-    int64_t grid_h, grid_w;
-  };
-
-  Geometry RoiGeometry(const A* roi) const {
-    const A scale = static_cast<A>(pooling_.spatial_scale);
-    const A shift = pooling_.aligned ? A(0.5) : A(0);
-    Geometry g;
-    g.start_w = roi[1] * scale - shift;
-    g.start_h = roi[2] * scale - shift;
-    A roi_width = roi[3] * scale - shift - g.start_w;
-    A roi_height = roi[4] * scale - shift - g.start_h;
-    if (!pooling_.aligned) {
-      roi_width = std::max(roi_width, A(1));
-      roi_height = std::max(roi_height, A(1));
-    }
-    g.bin_h = roi_height / static_cast<A>(pooling_.output_height);
-    g.bin_w = roi_width / static_cast<A>(pooling_.output_width);
-    g.grid_h = roi_pooling::GridSize(pooling_.sampling_ratio, roi_height, pooling_.output_height);
-    g.grid_w = roi_pooling::GridSize(pooling_.sampling_ratio, roi_width, pooling_.output_width);
-    roi_pooling::CheckTapCount(g.grid_h, g.grid_w, pooling_.bins());
-    return g;
-  }
-
   roi_pooling::PoolingAttributes pooling_;
-  bool max_mode_ = false;
-  A max_start_, empty_bin_max_;
+  roi_pooling::PoolMode<A> mode_;
 };
 
 }  // namespace

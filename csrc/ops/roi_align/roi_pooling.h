@@ -1,10 +1,12 @@
-// Pieces shared by the RoIAlign family (axis-aligned and rotated): roi validation, the
-// adaptive sampling grid with its bounds, and pooling precomputed bilinear taps.
+// Pieces shared by the RoIAlign family (axis-aligned and rotated, one level or several): roi
+// validation, each roi's geometry with its adaptive sampling grid and bounds, its bilinear
+// taps, and pooling those taps.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/channels_last.h"
@@ -19,14 +21,22 @@ namespace ortops::roi_pooling {
 inline constexpr int64_t kMaxSamplesPerAxis = 1 << 16;
 inline constexpr int64_t kMaxTapsPerRoi = 1 << 24;
 
-// The attributes every RoIAlign variant has, read and checked once.
+// The attributes every RoIAlign variant has, read and checked once. The multi-level ops,
+// whose spatial scale comes per level from 'featmap_strides', pass nullptr as
+// `scale_attribute` (spatial_scale is then 1).
 struct PoolingAttributes {
-  explicit PoolingAttributes(const Attributes& attrs)
-      : output_height(attrs.Int("output_height")),
-        output_width(attrs.Int("output_width")),
-        spatial_scale(attrs.Float("spatial_scale")),
-        sampling_ratio(attrs.Int("sampling_ratio")),
-        aligned(attrs.Int("aligned")) {
+  explicit PoolingAttributes(const Attributes& attrs, const char* scale_attribute = "spatial_scale")
+      : PoolingAttributes(attrs.Int("output_height"), attrs.Int("output_width"),
+                          scale_attribute ? attrs.Float(scale_attribute) : 1.0f, attrs.Int("sampling_ratio"),
+                          attrs.Int("aligned")) {}
+  // For ops whose attributes carry these under other names or encodings (TensorRT's
+  // ROIAlign_TRT: `aligned` is its coordinate_transformation_mode).
+  PoolingAttributes(int64_t height, int64_t width, float scale, int64_t samples, int64_t shift_half_pixel)
+      : output_height(height),
+        output_width(width),
+        spatial_scale(scale),
+        sampling_ratio(samples),
+        aligned(shift_half_pixel) {
     Check(output_height >= 1 && output_width >= 1,
           "attributes 'output_height' and 'output_width' must be at least 1, got ", output_height, " and ",
           output_width);
@@ -47,8 +57,10 @@ struct PoolingAttributes {
 
 // Checks rois [R, columns] whose first column is a batch index into `images` images:
 // finite values, and an index that names an image after truncation toward zero (as mmcv).
+// `input_name` is the input whose first dimension counts the images.
 template <typename T>
-void CheckRois(const ConstTensor<T>& rois, int64_t columns, const char* layout, const Shape& input_shape) {
+void CheckRois(const ConstTensor<T>& rois, int64_t columns, const char* layout, const Shape& input_shape,
+               const char* input_name = "input") {
   Check(rois.dim(1) == columns, "input 'rois' must have shape [R, ", columns, "] ", layout, ", got ",
         ShapeText{rois.shape});
   const int64_t images = input_shape[0];
@@ -56,8 +68,8 @@ void CheckRois(const ConstTensor<T>& rois, int64_t columns, const char* layout, 
     const T* roi = rois.data + columns * r;
     for (int64_t k = 0; k < columns; ++k) Check(std::isfinite(roi[k]), "roi ", r, " in input 'rois' is not finite");
     const auto index = static_cast<int64_t>(roi[0]);
-    Check(index >= 0 && index < images, "roi ", r, " has batch index ", roi[0], ", but input 'input' has ", images,
-          " images (shape ", ShapeText{input_shape}, ")");
+    Check(index >= 0 && index < images, "roi ", r, " has batch index ", roi[0], ", but input '", input_name, "' has ",
+          images, " images (shape ", ShapeText{input_shape}, ")");
   }
 }
 
@@ -76,6 +88,111 @@ int64_t GridSize(int64_t sampling_ratio, T roi_size, int64_t bins) {
 inline void CheckTapCount(int64_t grid_h, int64_t grid_w, int64_t bins) {
   Check(grid_h * grid_w <= kMaxTapsPerRoi / bins, "a roi needs ", grid_h, " x ", grid_w,
         " samples per bin, more than this op allows; lower 'sampling_ratio' or check the rois");
+}
+
+// No lower bound on a roi's sides (RoIAlign with aligned = 1).
+template <typename A>
+constexpr A kNoMinSide = -std::numeric_limits<A>::infinity();
+
+// An axis-aligned roi on its feature map: the corner its bins start from, their size, and the
+// samples per bin along each axis.
+template <typename A>
+struct AlignedRoi {
+  A start_h, start_w, bin_h, bin_w;
+  int64_t grid_h, grid_w;
+};
+
+// RoIAlign's geometry (mmcv, torchvision) for the box (x1, y1, x2, y2): corners times `scale`,
+// shifted by -0.5 when aligned; sides below `min_side` raised to it (RoIAlign: 1 when not
+// aligned, kNoMinSide when aligned). Fails for a roi that needs too many samples.
+template <typename A>
+AlignedRoi<A> AlignedRoiGeometry(const A* box, A scale, A min_side, const PoolingAttributes& pooling) {
+  const A shift = pooling.aligned ? A(0.5) : A(0);
+  AlignedRoi<A> g;
+  g.start_w = box[0] * scale - shift;
+  g.start_h = box[1] * scale - shift;
+  const A roi_width = std::max(box[2] * scale - shift - g.start_w, min_side);
+  const A roi_height = std::max(box[3] * scale - shift - g.start_h, min_side);
+  g.bin_h = roi_height / static_cast<A>(pooling.output_height);
+  g.bin_w = roi_width / static_cast<A>(pooling.output_width);
+  g.grid_h = GridSize(pooling.sampling_ratio, roi_height, pooling.output_height);
+  g.grid_w = GridSize(pooling.sampling_ratio, roi_width, pooling.output_width);
+  CheckTapCount(g.grid_h, g.grid_w, pooling.bins());
+  return g;
+}
+
+// The taps of every bin of `g` on a height x width map, bin by bin (row-major), each bin's
+// grid_h x grid_w samples row by row: bins * grid_h * grid_w of them.
+template <typename A>
+void AlignedRoiTaps(const AlignedRoi<A>& g, const PoolingAttributes& pooling, int64_t height, int64_t width,
+                    BilinearTap<A>* taps) {
+  for (int64_t ph = 0; ph < pooling.output_height; ++ph) {
+    for (int64_t pw = 0; pw < pooling.output_width; ++pw) {
+      for (int64_t iy = 0; iy < g.grid_h; ++iy) {
+        const A y = g.start_h + static_cast<A>(ph) * g.bin_h +
+                    static_cast<A>(static_cast<A>(iy) + A(0.5)) * g.bin_h / static_cast<A>(g.grid_h);
+        for (int64_t ix = 0; ix < g.grid_w; ++ix) {
+          const A x = g.start_w + static_cast<A>(pw) * g.bin_w +
+                      static_cast<A>(static_cast<A>(ix) + A(0.5)) * g.bin_w / static_cast<A>(g.grid_w);
+          *taps++ = RoiAlignTap(y, x, height, width);
+        }
+      }
+    }
+  }
+}
+
+// A rotated roi on its feature map: its centre, the corner of its own frame the bins start
+// from (-w/2, -h/2), their size, the rotation and the samples per bin along each axis.
+template <typename A>
+struct RotatedRoi {
+  A center_h, center_w, start_h, start_w, bin_h, bin_w, cos_theta, sin_theta;
+  int64_t grid_h, grid_w;
+};
+
+// RoIAlignRotated's geometry (mmcv, Detectron2) for the box (cx, cy, w, h, theta): the centre
+// times `scale`, shifted by -0.5 when aligned; the sides times `scale`, raised to `min_side`
+// (mmcv: 1 when not aligned, kNoMinSide when aligned); theta negated when clockwise.
+template <typename A>
+RotatedRoi<A> RotatedRoiGeometry(const A* box, A scale, A min_side, bool clockwise, const PoolingAttributes& pooling) {
+  const A shift = pooling.aligned ? A(0.5) : A(0);
+  RotatedRoi<A> g;
+  g.center_w = box[0] * scale - shift;
+  g.center_h = box[1] * scale - shift;
+  const A roi_width = std::max(box[2] * scale, min_side);
+  const A roi_height = std::max(box[3] * scale, min_side);
+  const A theta = clockwise ? -box[4] : box[4];
+  g.cos_theta = std::cos(theta);
+  g.sin_theta = std::sin(theta);
+  g.bin_h = roi_height / static_cast<A>(pooling.output_height);
+  g.bin_w = roi_width / static_cast<A>(pooling.output_width);
+  g.grid_h = GridSize(pooling.sampling_ratio, roi_height, pooling.output_height);
+  g.grid_w = GridSize(pooling.sampling_ratio, roi_width, pooling.output_width);
+  CheckTapCount(g.grid_h, g.grid_w, pooling.bins());
+  g.start_h = -roi_height / A(2);
+  g.start_w = -roi_width / A(2);
+  return g;
+}
+
+// As AlignedRoiTaps: a sample at (xx, yy) in the roi's frame is read at
+// x = yy sin + xx cos + cx, y = yy cos - xx sin + cy.
+template <typename A>
+void RotatedRoiTaps(const RotatedRoi<A>& g, const PoolingAttributes& pooling, int64_t height, int64_t width,
+                    BilinearTap<A>* taps) {
+  for (int64_t ph = 0; ph < pooling.output_height; ++ph) {
+    for (int64_t pw = 0; pw < pooling.output_width; ++pw) {
+      for (int64_t iy = 0; iy < g.grid_h; ++iy) {
+        const A yy = g.start_h + static_cast<A>(ph) * g.bin_h +
+                     static_cast<A>(static_cast<A>(iy) + A(0.5)) * g.bin_h / static_cast<A>(g.grid_h);
+        for (int64_t ix = 0; ix < g.grid_w; ++ix) {
+          const A xx = g.start_w + static_cast<A>(pw) * g.bin_w +
+                       static_cast<A>(static_cast<A>(ix) + A(0.5)) * g.bin_w / static_cast<A>(g.grid_w);
+          const A y = yy * g.cos_theta - xx * g.sin_theta + g.center_h;
+          const A x = yy * g.sin_theta + xx * g.cos_theta + g.center_w;
+          *taps++ = RoiAlignTap(y, x, height, width);
+        }
+      }
+    }
+  }
 }
 
 // out[bin] = mean of the bin's `per_bin` consecutive taps on `map` (0 for a bin without
@@ -116,11 +233,12 @@ inline bool ChannelsLastPays(int64_t rois, int64_t bins, int64_t sampling_ratio,
 // Pools one roi from a channels-last image ([H * W, C]) for every channel at once, with the
 // same per-channel arithmetic, in the same order, as the per-channel path: each sample is
 // w0 v0 + w1 v1 + w2 v2 + w3 v3, summed (or maxed) over the bin's samples in order.
-// out[c * bins + bin], rounded to Out (float16) if that is not T; `value` and `acc` are
-// scratch of `channels` elements.
+// out[c * bins + bin], rounded to Out (float16) if that is not T; `acc` is scratch of
+// `channels` elements. One pass over the channels per sample: its value goes straight into
+// the running sum (or max), the same expression as computing it first.
 template <typename T, bool kMax, typename Out>
 void PoolChannelsLast(const T* image, int64_t channels, const BilinearTap<T>* taps, int64_t bins, int64_t per_bin,
-                      T max_start, T empty_bin, Out* out, T* value, T* acc) {
+                      T max_start, T empty_bin, Out* out, T* acc) {
   const T count = static_cast<T>(per_bin > 1 ? per_bin : 1);
   for (int64_t bin = 0; bin < bins; ++bin) {
     std::fill(acc, acc + channels, kMax ? max_start : T(0));
@@ -130,15 +248,68 @@ void PoolChannelsLast(const T* image, int64_t channels, const BilinearTap<T>* ta
       const T* p2 = image + taps->offset[2] * channels;
       const T* p3 = image + taps->offset[3] * channels;
       const T w0 = taps->weight[0], w1 = taps->weight[1], w2 = taps->weight[2], w3 = taps->weight[3];
-      for (int64_t c = 0; c < channels; ++c) value[c] = w0 * p0[c] + w1 * p1[c] + w2 * p2[c] + w3 * p3[c];
       if constexpr (kMax) {
-        for (int64_t c = 0; c < channels; ++c) acc[c] = value[c] > acc[c] ? value[c] : acc[c];
+        for (int64_t c = 0; c < channels; ++c) {
+          const T value = w0 * p0[c] + w1 * p1[c] + w2 * p2[c] + w3 * p3[c];
+          acc[c] = value > acc[c] ? value : acc[c];
+        }
       } else {
-        for (int64_t c = 0; c < channels; ++c) acc[c] += value[c];
+        for (int64_t c = 0; c < channels; ++c) acc[c] += w0 * p0[c] + w1 * p1[c] + w2 * p2[c] + w3 * p3[c];
       }
     }
     for (int64_t c = 0; c < channels; ++c) {
       out[c * bins + bin] = static_cast<Out>(kMax ? (per_bin == 0 ? empty_bin : acc[c]) : acc[c] / count);
+    }
+  }
+}
+
+// What a pooling kernel reads: the [N, C, H, W] input as given and, where it paid to make it,
+// its channels-last copy [N, H, W, C] in the compute type A (nullptr where not).
+template <typename T, typename A>
+struct PoolSource {
+  const T* planar;
+  const A* channels_last;
+  int64_t channels, height, width;
+  int64_t plane() const { return height * width; }
+};
+
+// Max pooling's running start and the value of a bin without samples (avg pooling: unused).
+template <typename A>
+struct PoolMode {
+  bool max;
+  A max_start, empty_bin;
+};
+
+// Pools one roi of image `image` from its taps (`per_bin` consecutive taps per bin) into
+// out[c * bins + bin] for every channel; `acc` is scratch of `channels` elements (used only
+// when pooling from the channels-last copy).
+template <typename T, typename A>
+void PoolRoi(const PoolSource<T, A>& source, int64_t image, const BilinearTap<A>* taps, int64_t bins, int64_t per_bin,
+             const PoolMode<A>& mode, T* out, A* acc) {
+  const int64_t channels = source.channels, plane = source.plane();
+  if (source.channels_last != nullptr) {
+    const A* pixels = source.channels_last + image * plane * channels;
+    if (mode.max) {
+      PoolChannelsLast<A, true>(pixels, channels, taps, bins, per_bin, mode.max_start, mode.empty_bin, out, acc);
+    } else {
+      PoolChannelsLast<A, false>(pixels, channels, taps, bins, per_bin, A(0), A(0), out, acc);
+    }
+    return;
+  }
+  for (int64_t c = 0; c < channels; ++c) {
+    const T* map = plane == 0 ? nullptr : source.planar + (image * channels + c) * plane;
+    if (!mode.max) {
+      AveragePool(map, taps, bins, per_bin, out + c * bins);
+      continue;
+    }
+    const BilinearTap<A>* tap = taps;
+    for (int64_t bin = 0; bin < bins; ++bin) {
+      A best = mode.max_start;
+      for (int64_t s = 0; s < per_bin; ++s, ++tap) {
+        const A v = map ? tap->Read(map) : A(0);
+        if (v > best) best = v;
+      }
+      out[c * bins + bin] = static_cast<T>(per_bin == 0 ? mode.empty_bin : best);
     }
   }
 }

@@ -69,51 +69,22 @@ class RoiAlignRotatedKernel : public KernelBase {
     const ConstTensor<A> rois{Upcast(io, roi_input, roi_storage), roi_input.shape};
     roi_pooling::CheckRois(rois, 6, "(batch_index, cx, cy, w, h, theta)", input.shape);
     const int64_t channels = input.dim(1), height = input.dim(2), width = input.dim(3);
-    const int64_t roi_count = rois.dim(0), bins = pooling_.bins(), plane = height * width;
+    const int64_t roi_count = rois.dim(0), bins = pooling_.bins();
     T* output = io.Output<T>(0, {roi_count, channels, pooling_.output_height, pooling_.output_width});
     if (roi_count == 0 || channels == 0) return;
+    const roi_pooling::PoolSource<T, A> source{input.data, nullptr, channels, height, width};
+    const roi_pooling::PoolMode<A> average{.max = false, .max_start = A(0), .empty_bin = A(0)};
+    const A scale = static_cast<A>(pooling_.spatial_scale);
+    // mmcv raised the sides of a legacy (not aligned) roi to 1.
+    const A min_side = pooling_.aligned ? roi_pooling::kNoMinSide<A> : A(1);
     io.ParallelFor(static_cast<size_t>(roi_count), [&](size_t task) {
       const auto r = static_cast<int64_t>(task);
       const A* roi = rois.data + 6 * r;
-      const A scale = static_cast<A>(pooling_.spatial_scale);
-      const A shift = pooling_.aligned ? A(0.5) : A(0);
-      const A center_w = roi[1] * scale - shift, center_h = roi[2] * scale - shift;
-      A roi_width = roi[3] * scale, roi_height = roi[4] * scale;
-      const A theta = clockwise_ ? -roi[5] : roi[5];
-      const A cos_theta = std::cos(theta), sin_theta = std::sin(theta);
-      if (!pooling_.aligned) {
-        roi_width = std::max(roi_width, A(1));
-        roi_height = std::max(roi_height, A(1));
-      }
-      const A bin_h = roi_height / static_cast<A>(pooling_.output_height),
-              bin_w = roi_width / static_cast<A>(pooling_.output_width);
-      const int64_t grid_h = roi_pooling::GridSize(pooling_.sampling_ratio, roi_height, pooling_.output_height);
-      const int64_t grid_w = roi_pooling::GridSize(pooling_.sampling_ratio, roi_width, pooling_.output_width);
-      roi_pooling::CheckTapCount(grid_h, grid_w, bins);
-      const A start_h = -roi_height / A(2), start_w = -roi_width / A(2);
-
-      ScratchVector<BilinearTap<A>> taps = io.Vector<BilinearTap<A>>(static_cast<size_t>(bins * grid_h * grid_w));
-      size_t t = 0;
-      for (int64_t ph = 0; ph < pooling_.output_height; ++ph) {
-        for (int64_t pw = 0; pw < pooling_.output_width; ++pw) {
-          for (int64_t iy = 0; iy < grid_h; ++iy) {
-            const A yy = start_h + static_cast<A>(ph) * bin_h +
-                         static_cast<A>(static_cast<A>(iy) + A(0.5)) * bin_h / static_cast<A>(grid_h);
-            for (int64_t ix = 0; ix < grid_w; ++ix) {
-              const A xx = start_w + static_cast<A>(pw) * bin_w +
-                           static_cast<A>(static_cast<A>(ix) + A(0.5)) * bin_w / static_cast<A>(grid_w);
-              const A y = yy * cos_theta - xx * sin_theta + center_h;
-              const A x = yy * sin_theta + xx * cos_theta + center_w;
-              taps[t++] = RoiAlignTap(y, x, height, width);
-            }
-          }
-        }
-      }
-      const auto image = static_cast<int64_t>(roi[0]);
-      for (int64_t c = 0; c < channels; ++c) {
-        const T* map = plane == 0 ? nullptr : input.data + (image * channels + c) * plane;
-        roi_pooling::AveragePool(map, taps.data(), bins, grid_h * grid_w, output + (r * channels + c) * bins);
-      }
+      const auto g = roi_pooling::RotatedRoiGeometry(roi + 1, scale, min_side, clockwise_ != 0, pooling_);
+      ScratchVector<BilinearTap<A>> taps = io.Vector<BilinearTap<A>>(static_cast<size_t>(bins * g.grid_h * g.grid_w));
+      roi_pooling::RotatedRoiTaps(g, pooling_, height, width, taps.data());
+      roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w, average,
+                           output + r * channels * bins, static_cast<A*>(nullptr));
     });
   }
 

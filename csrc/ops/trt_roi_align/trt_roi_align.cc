@@ -1,6 +1,6 @@
 // TensorRT's ROIAlign_TRT plugin node (plugin/roiAlignPlugin in NVIDIA/TensorRT, versions 1
 // and 2): ONNX's RoiAlign with int32 batch indices, integer mode attributes and ONNX's max
-// mode, on the RoIAlign pieces shared with ortops' own RoIAlign.
+// mode, on the geometry, taps and pooling shared with ortops' own RoIAlign (roi_pooling.h).
 #include "ops/trt_roi_align/trt_roi_align.h"
 
 #include <cmath>
@@ -45,7 +45,7 @@ constexpr OpSchema kSchema{
         "`spatial_scale` and, with `coordinate_transformation_mode` 1 (half_pixel), shifted by -0.5; with 0 "
         "(output_half_pixel) they are not shifted and the roi's sides are raised to at least 1. It is divided "
         "into `output_height x output_width` bins, each sampling a grid of `sampling_ratio` points per axis "
-        "(0: ceil(roi side / output side)) at bin start + (i + 0.5) * (bin size / grid size), read bilinearly by "
+        "(0: ceil(roi side / output side)) at bin start + (i + 0.5) * bin size / grid size, read bilinearly by "
         "the RoIAlign rule (a point more than one pixel outside the map reads 0; nearer ones are clamped to the "
         "edge). `mode` 1 averages a bin's samples. `mode` 0 takes, for each sample, the largest of its four "
         "weighted corners (w_i * v_i, not their sum: ONNX Runtime's RoiAlign max does the same) and the largest "
@@ -58,12 +58,21 @@ constexpr OpSchema kSchema{
         "A bin without samples (a roi of size 0 or less with adaptive sampling) is 0: the plugin divides by a "
         "zero sample count in avg mode (NaN). Batch indices outside the images and non-finite roi coordinates are "
         "errors where the plugin reads out of bounds or converts NaN to an integer, and rois needing more than "
-        "2^24 samples are refused where the plugin would run for minutes. Sample positions follow the plugin's "
-        "operation order, but without the GPU's fused multiply-adds, so results can differ in the last bits. "
+        "2^24 samples are refused where the plugin would run for minutes. Sample positions are computed as in ortops' "
+        "RoIAlign (the plugin multiplies by a precomputed bin size / grid size, in fused multiply-adds), so results "
+        "can differ in the last bits. "
         "Float16 is computed in float32 and rounded once (the plugin computes in float16).",
 };
 
 namespace {
+
+// coordinate_transformation_mode, checked before PoolingAttributes reads it as `aligned`.
+int64_t HalfPixel(const Attributes& attrs) {
+  const int64_t mode = attrs.Int("coordinate_transformation_mode");
+  Check(mode == 0 || mode == 1,
+        "attribute 'coordinate_transformation_mode' must be 0 (output_half_pixel) or 1 (half_pixel), got ", mode);
+  return mode;
+}
 
 template <typename T>
 class TrtRoiAlignKernel : public KernelBase {
@@ -74,26 +83,14 @@ class TrtRoiAlignKernel : public KernelBase {
 
   TrtRoiAlignKernel(const Attributes& attrs, const OpDef& def)
       : KernelBase(def),
-        half_pixel_(attrs.Int("coordinate_transformation_mode")),
         average_(attrs.Int("mode")),
-        output_height_(attrs.Int("output_height")),
-        output_width_(attrs.Int("output_width")),
-        sampling_ratio_(attrs.Int("sampling_ratio")),
-        spatial_scale_(attrs.Float("spatial_scale")) {
-    Check(half_pixel_ == 0 || half_pixel_ == 1,
-          "attribute 'coordinate_transformation_mode' must be 0 (output_half_pixel) or 1 (half_pixel), got ",
-          half_pixel_);
+        pooling_(attrs.Int("output_height"), attrs.Int("output_width"), attrs.Float("spatial_scale"),
+                 attrs.Int("sampling_ratio"), HalfPixel(attrs)) {
     Check(average_ == 0 || average_ == 1, "attribute 'mode' must be 0 (max) or 1 (avg), got ", average_);
-    Check(output_height_ >= 1 && output_width_ >= 1,
-          "attributes 'output_height' and 'output_width' must be at least 1, got ", output_height_, " and ",
-          output_width_);
-    // Divided, not multiplied: the product of two huge sizes would overflow and pass.
-    Check(output_height_ <= roi_pooling::kMaxTapsPerRoi / output_width_, "output size ", output_height_, " x ",
-          output_width_, " is too large: more than ", roi_pooling::kMaxTapsPerRoi, " bins per roi");
-    Check(sampling_ratio_ >= 0 && sampling_ratio_ <= roi_pooling::kMaxSamplesPerAxis,
-          "attribute 'sampling_ratio' must be in [0, ", roi_pooling::kMaxSamplesPerAxis, "], got ", sampling_ratio_);
-    Check(std::isfinite(spatial_scale_) && spatial_scale_ > 0.0f,
-          "attribute 'spatial_scale' must be positive and finite, got ", spatial_scale_);
+    Check(pooling_.sampling_ratio >= 0, "attribute 'sampling_ratio' must be in [0, ", roi_pooling::kMaxSamplesPerAxis,
+          "], got ", pooling_.sampling_ratio);
+    Check(pooling_.spatial_scale > 0.0f, "attribute 'spatial_scale' must be positive and finite, got ",
+          pooling_.spatial_scale);
   }
 
   void Compute(const KernelIO& io) const {
@@ -116,76 +113,43 @@ class TrtRoiAlignKernel : public KernelBase {
             ", but input 'X' has ", images, " images (shape ", ShapeText{input.shape}, ")");
     }
 
-    const int64_t bins = output_height_ * output_width_;
-    T* output = io.Output<T>(0, {roi_count, channels, output_height_, output_width_});
+    const int64_t bins = pooling_.bins();
+    T* output = io.Output<T>(0, {roi_count, channels, pooling_.output_height, pooling_.output_width});
     if (roi_count == 0 || channels == 0) return;
     const int64_t plane = height * width;
     // The channels-last path computes interpolated values; max mode needs the corners.
     const bool channels_last =
-        average_ && plane > 0 && roi_pooling::ChannelsLastPays(roi_count, bins, sampling_ratio_, channels, input.shape);
+        average_ && plane > 0 &&
+        roi_pooling::ChannelsLastPays(roi_count, bins, pooling_.sampling_ratio, channels, input.shape);
     const Scratch<A> nhwc = channels_last ? roi_pooling::ToChannelsLast<A>(io, input) : Scratch<A>();
+    const roi_pooling::PoolSource<T, A> source{input.data, channels_last ? nhwc.data() : nullptr, channels, height,
+                                               width};
+    const roi_pooling::PoolMode<A> average{false, A(0), A(0)};
+    const A scale = static_cast<A>(pooling_.spatial_scale);
+    // output_half_pixel: malformed rois become 1 x 1 (sides raised to 1); half_pixel: no bound.
+    const A min_side = pooling_.aligned ? roi_pooling::kNoMinSide<A> : A(1);
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
-      ScratchVector<A> value = io.Vector<A>(channels_last ? static_cast<size_t>(channels) : 0);
-      ScratchVector<A> acc = io.Vector<A>(value.size());
+      ScratchVector<A> acc = io.Vector<A>(channels_last ? static_cast<size_t>(channels) : 0);
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
-        const int64_t per_bin = Taps(rois + 4 * r, height, width, taps);
-        const int64_t image = batch_indices.data[r];
+        const auto g = roi_pooling::AlignedRoiGeometry(rois + 4 * r, scale, min_side, pooling_);
+        taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
+        roi_pooling::AlignedRoiTaps(g, pooling_, height, width, taps.data());
+        const int64_t image = batch_indices.data[r], per_bin = g.grid_h * g.grid_w;
         T* out = output + r * channels * bins;
-        if (channels_last) {
-          roi_pooling::PoolChannelsLast<A, false>(nhwc.data() + image * plane * channels, channels, taps.data(), bins,
-                                                  per_bin, A(0), A(0), out, value.data(), acc.data());
+        if (average_) {
+          roi_pooling::PoolRoi(source, image, taps.data(), bins, per_bin, average, out, acc.data());
           continue;
         }
         for (int64_t c = 0; c < channels; ++c) {
-          const T* map = plane == 0 ? nullptr : input.data + (image * channels + c) * plane;
-          if (average_) {
-            roi_pooling::AveragePool(map, taps.data(), bins, per_bin, out + c * bins);
-          } else {
-            MaxPool(map, taps.data(), bins, per_bin, out + c * bins);
-          }
+          MaxPool(plane == 0 ? nullptr : input.data + (image * channels + c) * plane, taps.data(), bins, per_bin,
+                  out + c * bins);
         }
       }
     });
   }
 
  private:
-  // Fills `taps` with roi's samples, bin by bin (row-major), each bin's grid row by row, in the
-  // plugin's arithmetic; returns the samples per bin.
-  int64_t Taps(const A* roi, int64_t height, int64_t width, ScratchVector<BilinearTap<A>>& taps) const {
-    const A scale = static_cast<A>(spatial_scale_);
-    const A offset = half_pixel_ ? A(0.5) : A(0);
-    const A start_w = roi[0] * scale - offset, start_h = roi[1] * scale - offset;
-    const A end_w = roi[2] * scale - offset, end_h = roi[3] * scale - offset;
-    A roi_width = end_w - start_w, roi_height = end_h - start_h;
-    if (!half_pixel_) {  // output_half_pixel: malformed rois become 1 x 1
-      roi_width = std::fmax(roi_width, A(1));
-      roi_height = std::fmax(roi_height, A(1));
-    }
-    const A bin_h = roi_height / static_cast<A>(output_height_), bin_w = roi_width / static_cast<A>(output_width_);
-    const int64_t grid_h = roi_pooling::GridSize(sampling_ratio_, roi_height, output_height_);
-    const int64_t grid_w = roi_pooling::GridSize(sampling_ratio_, roi_width, output_width_);
-    roi_pooling::CheckTapCount(grid_h, grid_w, output_height_ * output_width_);
-    taps.resize(static_cast<size_t>(output_height_ * output_width_ * grid_h * grid_w));
-    // The step between samples; unused (the loops are empty) when a grid has no samples.
-    const A step_h = grid_h > 0 ? bin_h / static_cast<A>(grid_h) : A(0);
-    const A step_w = grid_w > 0 ? bin_w / static_cast<A>(grid_w) : A(0);
-    size_t t = 0;
-    for (int64_t ph = 0; ph < output_height_; ++ph) {
-      const A y_start = start_h + static_cast<A>(ph) * bin_h;
-      for (int64_t pw = 0; pw < output_width_; ++pw) {
-        const A x_start = start_w + static_cast<A>(pw) * bin_w;
-        for (int64_t iy = 0; iy < grid_h; ++iy) {
-          const A y = y_start + (static_cast<A>(iy) + A(0.5)) * step_h;
-          for (int64_t ix = 0; ix < grid_w; ++ix) {
-            taps[t++] = RoiAlignTap(y, x_start + (static_cast<A>(ix) + A(0.5)) * step_w, height, width);
-          }
-        }
-      }
-    }
-    return grid_h * grid_w;
-  }
-
   // out[bin] = the largest of the bin's samples, each the largest of its weighted corners, NaN
   // skipped as CUDA's fmaxf does; 0 for a bin without samples or on an empty map.
   static void MaxPool(const T* map, const BilinearTap<A>* taps, int64_t bins, int64_t per_bin, T* out) {
@@ -199,8 +163,8 @@ class TrtRoiAlignKernel : public KernelBase {
     }
   }
 
-  int64_t half_pixel_, average_, output_height_, output_width_, sampling_ratio_;
-  float spatial_scale_;
+  int64_t average_;
+  roi_pooling::PoolingAttributes pooling_;
 };
 
 }  // namespace

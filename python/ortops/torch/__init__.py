@@ -15,6 +15,7 @@ from ortops.torch.grid_sample import grid_sample
 from ortops.torch.group_norm import group_norm
 from ortops.torch.matrix_inverse import matrix_inverse
 from ortops.torch.ms_deform_attn import multi_scale_deformable_attention
+from ortops.torch.multi_level_roi_align import multi_level_roi_align
 from ortops.torch.nms import nms
 from ortops.torch.nms_match import nms_match
 from ortops.torch.nms_rotated import nms_rotated
@@ -38,6 +39,7 @@ __all__ = [
     "grid_sample",
     "group_norm",
     "matrix_inverse",
+    "multi_level_roi_align",
     "multi_scale_deformable_attention",
     "multiclass_nms",
     "nms",

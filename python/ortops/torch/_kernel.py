@@ -63,7 +63,7 @@ def check_dtypes(onnx_op: str, function: str, *tensors: torch.Tensor) -> None:
     """
     info = op_info(onnx_op)
     shared: torch.dtype | None = None
-    for spec, tensor in zip(info.inputs, tensors):
+    for spec, tensor in zip(info.node_inputs(len(tensors)), tensors):
         name = _dtype_name(tensor.dtype)
         if name not in spec.types:
             raise ValueError(
@@ -87,21 +87,29 @@ def _attribute(kind: str, value: Any) -> Any:
         return float(value)
     if kind == "ints":
         return [int(v) for v in value]
+    if kind == "floats":
+        return [float(v) for v in value]
     return str(value)
+
+
+def _input_names(info: ortops.OpInfo, count: int) -> list[str]:
+    """The session's input names: the specs' names, numbered for the values of a variadic one."""
+    specs = info.node_inputs(count)
+    variadic = len(info.inputs) - 1 if info.inputs and info.inputs[-1].variadic else len(specs)
+    return [spec.name if i < variadic else f"{spec.name}_{i - variadic}" for i, spec in enumerate(specs)]
 
 
 def _model(
     onnx_op: str, types: tuple[torch.dtype, ...], ranks: tuple[int, ...], attributes: tuple[tuple[str, Any], ...]
 ) -> bytes:
     info = op_info(onnx_op)
+    names = _input_names(info, len(types))
     inputs = [
-        helper.make_tensor_value_info(spec.name, _ONNX_TYPES[dtype], [None] * rank)
-        for spec, dtype, rank in zip(info.inputs, types, ranks)
+        helper.make_tensor_value_info(name, _ONNX_TYPES[dtype], [None] * rank)
+        for name, dtype, rank in zip(names, types, ranks)
     ]
     outputs = [helper.make_value_info(spec.name, onnx.TypeProto()) for spec in info.outputs]
-    node = helper.make_node(
-        onnx_op, [spec.name for spec in info.inputs], [spec.name for spec in info.outputs], domain=_DOMAIN
-    )
+    node = helper.make_node(onnx_op, names, [spec.name for spec in info.outputs], domain=_DOMAIN)
     kinds = {a.name: a.type for a in info.attributes}
     node.attribute.extend(helper.make_attribute(name, _attribute(kinds[name], value)) for name, value in attributes)
     graph = helper.make_graph([node], f"ortops_{onnx_op}", inputs, outputs)
@@ -169,6 +177,8 @@ def run(
     """
     info = op_info(onnx_op)
     inputs = [t.contiguous() for t in inputs]
+    names = _input_names(info, len(inputs))
+    specs = info.node_inputs(len(inputs))
     session = _session(
         onnx_op,
         tuple(t.dtype for t in inputs),
@@ -179,14 +189,14 @@ def run(
     if output_shapes is None:
         # Outputs the kernel sizes (the NMS family's indices) are small: a plain run over
         # zero-copy numpy views of the inputs costs less than binding them.
-        feeds = {spec.name: t.detach().numpy() for spec, t in zip(info.inputs, inputs)}
+        feeds = {name: t.detach().numpy() for name, t in zip(names, inputs)}
         with _kernel_errors():
             produced_arrays = session.run(None, feeds)
         return [_from_numpy(array) for array in produced_arrays]
     binding = session.io_binding()
-    for spec, tensor in zip(info.inputs, inputs):
-        binding.bind_input(spec.name, "cpu", 0, _NUMPY_TYPES[tensor.dtype], list(tensor.shape), tensor.data_ptr())
-    shared = next((t.dtype for spec, t in zip(info.inputs, inputs) if len(spec.types) > 1), None)
+    for name, tensor in zip(names, inputs):
+        binding.bind_input(name, "cpu", 0, _NUMPY_TYPES[tensor.dtype], list(tensor.shape), tensor.data_ptr())
+    shared = next((t.dtype for spec, t in zip(specs, inputs) if len(spec.types) > 1), None)
     results: list[torch.Tensor | None] = []
     for spec, shape in zip(info.outputs, output_shapes):
         if shape is None or 0 in tuple(shape):  # an empty tensor has no address to bind

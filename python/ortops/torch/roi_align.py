@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Optional
+
 import torch
 from torch.onnx import symbolic_helper
 
@@ -84,9 +87,31 @@ def _sampling_grids(
     return grid
 
 
+# Reads the points (y, x), Tensor[R', *] each, of the rois `rows` (Tensor[R'] int64 indices;
+# None: every roi): Tensor[R', C, *]. RoIAlign reads one input; the multi-level op, each
+# roi's level.
+Sampler = Callable[[Optional[torch.Tensor], torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _geometry(
+    rois: torch.Tensor, spatial_scale: float | torch.Tensor, output_height: int, output_width: int, aligned: int
+) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """The scaled rois' corners, bin sizes and sizes, each a (y, x) pair of Tensor[R], with the
+    kernel's operation order. ``spatial_scale`` is one for all rois or Tensor[R] (one per roi)."""
+    shift = 0.5 if aligned else 0.0
+    start_w = rois[:, 1] * spatial_scale - shift
+    start_h = rois[:, 2] * spatial_scale - shift
+    roi_w = rois[:, 3] * spatial_scale - shift - start_w
+    roi_h = rois[:, 4] * spatial_scale - shift - start_h
+    if not aligned:
+        roi_w, roi_h = roi_w.clamp(min=1), roi_h.clamp(min=1)
+    return (start_h, start_w), (roi_h / output_height, roi_w / output_width), (roi_h, roi_w)
+
+
 def _pool_rois(
-    input: torch.Tensor,
-    batch: torch.Tensor,
+    sample: Sampler,
+    rows: torch.Tensor | None,
+    channels: int,
     start: tuple[torch.Tensor, torch.Tensor],
     bin_size: tuple[torch.Tensor, torch.Tensor],
     output_size: tuple[int, int],
@@ -95,13 +120,13 @@ def _pool_rois(
 ) -> torch.Tensor:
     """RoIAlign for rois that share one sampling grid: Tensor[R, C, out_h, out_w].
 
-    ``batch`` is Tensor[R] int64; ``start`` and ``bin_size`` are (y, x) pairs of Tensor[R]: the
-    scaled roi's corner and its bin size; ``grid`` is the samples per bin along (y, x).
+    ``start`` and ``bin_size`` are (y, x) pairs of Tensor[R]: the scaled roi's corner and its
+    bin size; ``grid`` is the samples per bin along (y, x); ``sample`` reads rois ``rows``.
     """
     (out_h, out_w), (grid_h, grid_w) = output_size, grid
-    r, c, dtype, device = batch.shape[0], input.shape[1], input.dtype, input.device
+    r, dtype, device = start[0].shape[0], start[0].dtype, start[0].device
     if grid_h * grid_w == 0:
-        return input.new_zeros((r, c, out_h, out_w))  # no samples (max mode too: an empty bin is 0)
+        return start[0].new_zeros((r, channels, out_h, out_w))  # no samples (max mode too: an empty bin is 0)
     # y[r, ph, iy] and x[r, pw, ix] with the kernel's operation order: start + p * bin + (i + 0.5) * bin / grid.
     axes = []
     for begin, size, bins, samples in zip(start, bin_size, (out_h, out_w), (grid_h, grid_w), strict=True):
@@ -112,9 +137,42 @@ def _pool_rois(
     shape = (r, out_h, grid_h, out_w, grid_w)
     y = axes[0][:, :, :, None, None].expand(shape)
     x = axes[1][:, None, None, :, :].expand(shape)
-    values = roi_align_sample(input, batch, y, x)
-    values = values.permute(0, 1, 2, 4, 3, 5).reshape(r, c, out_h, out_w, grid_h * grid_w)
+    values = sample(rows, y, x)
+    values = values.permute(0, 1, 2, 4, 3, 5).reshape(r, channels, out_h, out_w, grid_h * grid_w)
     return values.amax(-1) if max_mode else values.sum(-1) / (grid_h * grid_w)
+
+
+def _pool(
+    sample: Sampler,
+    channels: int,
+    geometry: tuple[tuple[torch.Tensor, torch.Tensor], ...],
+    output_size: tuple[int, int],
+    sampling_ratio: int,
+    max_mode: bool,
+) -> torch.Tensor:
+    """RoIAlign of every roi from its ``_geometry``, read through ``sample``: Tensor[R, C, out_h, out_w]."""
+    (start_h, start_w), (bin_h, bin_w), (roi_h, roi_w) = geometry
+    if sampling_ratio > 0:
+        # One grid for every roi, and no data-dependent control flow, so that torch.compile
+        # can trace this (it is the backward). The bound was checked on the forward call.
+        grid = (sampling_ratio, sampling_ratio)
+        return _pool_rois(sample, None, channels, (start_h, start_w), (bin_h, bin_w), output_size, grid, max_mode)
+    out = start_h.new_zeros((start_h.shape[0], channels, *output_size))
+    grids = _sampling_grids(roi_h, roi_w, *output_size, sampling_ratio)
+    # Rois with the same adaptive sampling grid are pooled together.
+    for grid in grids.unique(dim=0).tolist():
+        group = (grids == grids.new_tensor(grid)).all(1).nonzero()[:, 0]
+        out[group] = _pool_rois(
+            sample,
+            group,
+            channels,
+            (start_h[group], start_w[group]),
+            (bin_h[group], bin_w[group]),
+            output_size,
+            (grid[0], grid[1]),
+            max_mode,
+        )
+    return out
 
 
 def _reference(
@@ -129,38 +187,15 @@ def _reference(
 ) -> torch.Tensor:
     """The kernel's semantics in differentiable torch ops (non-CPU tensors and gradients)."""
     r, c = rois.shape[0], input.shape[1]
-    out = input.new_zeros((r, c, output_height, output_width))
     if r == 0 or c == 0:
-        return out
-    shift = 0.5 if aligned else 0.0
-    start_w = rois[:, 1] * spatial_scale - shift
-    start_h = rois[:, 2] * spatial_scale - shift
-    roi_w = rois[:, 3] * spatial_scale - shift - start_w
-    roi_h = rois[:, 4] * spatial_scale - shift - start_h
-    if not aligned:
-        roi_w, roi_h = roi_w.clamp(min=1), roi_h.clamp(min=1)
+        return input.new_zeros((r, c, output_height, output_width))
     batch = rois[:, 0].long()
-    bin_h, bin_w = roi_h / output_height, roi_w / output_width
-    if sampling_ratio > 0:
-        # One grid for every roi, and no data-dependent control flow, so that torch.compile
-        # can trace this (it is the backward). The bound was checked on the forward call.
-        size = (output_height, output_width)
-        grid = (sampling_ratio, sampling_ratio)
-        return _pool_rois(input, batch, (start_h, start_w), (bin_h, bin_w), size, grid, mode == "max")
-    grids = _sampling_grids(roi_h, roi_w, output_height, output_width, sampling_ratio)
-    # Rois with the same adaptive sampling grid are pooled together.
-    for grid in grids.unique(dim=0).tolist():
-        group = (grids == grids.new_tensor(grid)).all(1).nonzero()[:, 0]
-        out[group] = _pool_rois(
-            input,
-            batch[group],
-            (start_h[group], start_w[group]),
-            (bin_h[group], bin_w[group]),
-            (output_height, output_width),
-            (grid[0], grid[1]),
-            mode == "max",
-        )
-    return out
+
+    def sample(rows: torch.Tensor | None, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return roi_align_sample(input, batch if rows is None else batch[rows], y, x)
+
+    geometry = _geometry(rois, spatial_scale, output_height, output_width, aligned)
+    return _pool(sample, c, geometry, (output_height, output_width), sampling_ratio, mode == "max")
 
 
 @torch.library.custom_op("ortops::roi_align", mutates_args=())

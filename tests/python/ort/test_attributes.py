@@ -24,6 +24,7 @@ _REQUIRED = {
     "scale_factor": [2.0, 2.0],
     "num_classes": 1,
     "keep_topk": 1,
+    "featmap_strides": [4.0],
     # TRT::BatchedNMS_TRT's
     "shareLocation": 1,
     "backgroundLabelId": -1,

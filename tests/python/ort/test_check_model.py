@@ -176,6 +176,13 @@ def test_inputs_sharing_a_type_must_agree() -> None:
         ort.InferenceSession(model.SerializeToString(), ortops.session_options())
 
 
+def test_every_value_of_a_variadic_input_is_checked() -> None:
+    inputs = [("rois", np.float32, 2), ("p2", np.float32, 4), ("p3", np.float32, 4), ("p4", np.float64, 4)]
+    model = make_model("MultiLevelRoIAlign", "ortops", inputs, ["Y"], featmap_strides=[4.0, 8.0, 16.0])
+    (problem,) = ortops.check_model(model)
+    assert problem.kind == "input-type" and "input 3 'features' (tensor 'p4') is float64" in problem.message
+
+
 def test_unknown_types_are_not_guessed() -> None:
     model = make_model("NMS", "ortops", NMS_INPUTS, ["indices"])
     model.graph.input[0].type.tensor_type.elem_type = 0  # undefined

@@ -5,11 +5,12 @@ input's shape comes from the first ``[...]`` in its doc (symbols such as ``N`` o
 bound to random sizes, shared between inputs; an attribute name such as ``groups`` takes the
 attribute's value; ``...`` is zero or more extra dimensions; an input documented as "any
 rank" gets a random rank), its element type from the accepted types, each attribute from
-its type and default. A case then gets zero or more mutations: wrong ranks, 0-sized, huge
-(in shape metadata only: paired with a 0-sized dimension) and random dimensions, element
-types the op does not accept, omitted and extra inputs and outputs, NaN, infinities and huge
-values, negative, huge and garbage attribute values, attributes of the wrong type, missing
-and unknown attributes, one or two threads.
+its type and default; a variadic input gets one to four values (mostly as many as a list
+attribute of the case has entries). A case then gets zero or more mutations: wrong ranks,
+0-sized, huge (in shape metadata only: paired with a 0-sized dimension) and random
+dimensions, element types the op does not accept, omitted and extra inputs and outputs, NaN,
+infinities and huge values, negative, huge and garbage attribute values, attributes of the
+wrong type, missing and unknown attributes, one or two threads.
 
 The cases run in subprocesses, a batch per subprocess, with the address space limited to
 4 GiB (``RLIMIT_AS``; under AddressSanitizer, whose shadow memory needs more address space,
@@ -92,7 +93,8 @@ def _op_table() -> list[dict[str, Any]]:
             "name": op.name,
             "kernel": op.kernel,
             "inputs": [
-                {"name": i.name, "types": list(i.types), "optional": i.optional, "doc": i.doc} for i in op.inputs
+                {"name": i.name, "types": list(i.types), "optional": i.optional, "variadic": i.variadic, "doc": i.doc}
+                for i in op.inputs
             ],
             "outputs": [o.name for o in op.outputs],
             "attributes": [{"name": a.name, "type": a.type, "default": a.default, "doc": a.doc} for a in op.attributes],
@@ -374,14 +376,22 @@ def make_case(seed: int, index: int, table: list[dict[str, Any]] | None = None) 
             inputs.append({"name": ""})
             continue
         patterns = _shape_patterns(spec["doc"])
-        inputs.append(
-            {
-                "name": spec["name"],
-                "dtype": main_type if main_type in spec["types"] else spec["types"][0],
-                "shape": _shape(rng, sizes, rng.choice(patterns) if patterns else None),
-                "fill": rng.choice(["normal", "uniform", "small_ints", "positive", "boxes", "rois", "special"]),
-            }
-        )
+        # A variadic input (one feature map per pyramid level) gets one to four values, of
+        # the same shape (its symbols are bound once); mostly as many as a list attribute of
+        # the case has entries (featmap_strides: one per level), so that cases reach the kernel.
+        count = 1
+        if spec["variadic"]:  # (random draws only here: other ops' cases stay as they were)
+            lists = [len(v) for kind, v in attributes.values() if kind in ("ints", "floats") and 1 <= len(v) <= 4]
+            count = lists[0] if lists and rng.random() < 0.8 else rng.choice([1, 2, 2, 3, 4])
+        for k in range(count):
+            inputs.append(
+                {
+                    "name": spec["name"] if k == 0 else f"{spec['name']}_{k}",
+                    "dtype": main_type if main_type in spec["types"] else spec["types"][0],
+                    "shape": _shape(rng, sizes, rng.choice(patterns) if patterns else None),
+                    "fill": rng.choice(["normal", "uniform", "small_ints", "positive", "boxes", "rois", "special"]),
+                }
+            )
     _consistent_levels(rng, op, inputs)
     _valid_batch_indices(rng, op, inputs)
     case = {

@@ -180,6 +180,27 @@ CASES = [
         [(D, ["B", 4, 6]), (I64, ["B", 4])],
     ),
     (
+        "ortops",
+        "MultiLevelRoIAlign",
+        [("r", F, ["R", 5]), ("p2", F, [2, 256, 200, 334]), ("p3", F, [2, 256, 100, 167]), ("p4", F, [2, 256, 50, 84])],
+        {"featmap_strides": [4.0, 8.0, 16.0], "output_height": 5},
+        [(F, ["R", 256, 5, 7])],
+    ),
+    (
+        "mmdeploy",
+        "MMCVMultiLevelRoiAlign",
+        [("r", F, [9, 5]), ("p2", F, ["N", "C", "H", "W"])],
+        {"featmap_strides": [4.0], "output_width": 3},
+        [(F, [9, "C", 7, 3])],
+    ),
+    (
+        "mmdeploy",
+        "MMCVMultiLevelRotatedRoiAlign",
+        [("r", F, ["R", 6]), ("p2", F, [1, 64, 32, 32]), ("p3", F, [1, 64, 16, 16])],
+        {"featmap_strides": [8.0, 16.0]},
+        [(F, ["R", 64, 7, 7])],
+    ),
+    (
         "TRT",
         "EfficientNMS_TRT",
         [("b", F, ["B", 8400, 4]), ("s", F, ["B", 8400, 80])],

@@ -70,15 +70,35 @@ def _cases() -> list[tuple[str, tuple, bool]]:
             ),
             True,
         ),
+        (
+            "multi_level_roi_align",  # float32 only
+            (
+                [x.float(), x[:, :, ::2, ::2].float()],
+                torch.tensor([[0, 1, 1, 4, 4], [1, 0, 0, 9, 7], [1, 2, 1, 3, 2]], dtype=torch.float32),
+                2,
+                3,
+                [1.0, 2.0],
+                2,
+                4,
+                1.5,
+                "avg",
+                1,
+            ),
+            True,
+        ),
     ]
 
 
 @pytest.mark.parametrize(("name", "args", "differentiable"), _cases(), ids=lambda v: v if isinstance(v, str) else "")
 def test_opcheck(name: str, args: tuple, differentiable: bool) -> None:
     if differentiable:  # so that opcheck also exercises the registered backward
-        args = tuple(
-            a.clone().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args
-        )
-        if name.startswith("roi_align"):
+
+        def trainable(a: object) -> object:
+            if isinstance(a, list):  # one feature map per level
+                return [trainable(t) for t in a]
+            return a.clone().requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+
+        args = tuple(trainable(a) for a in args)
+        if name.startswith("roi_align") or name == "multi_level_roi_align":
             args = (args[0], args[1].detach(), *args[2:])  # rois get no gradient
     torch.library.opcheck(getattr(torch.ops.ortops, name).default, args)

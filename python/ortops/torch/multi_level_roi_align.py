@@ -1,0 +1,312 @@
+"""Multi-level RoIAlign (an FPN RoI extractor): ``torch.ops.ortops.multi_level_roi_align``,
+exported to ``ortops::MultiLevelRoIAlign``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch.onnx import symbolic_helper
+
+from ortops.torch import _kernel as kernel
+from ortops.torch import roi_align as single
+from ortops.torch._autograd import register_reference_autograd
+from ortops.torch._export import onnx_opset, register_export, typed
+from ortops.torch._kernel import check_dtypes
+from ortops.torch._sampling import sample_planes
+
+_NAME = "ortops.multi_level_roi_align"
+
+
+def _check(
+    features: Sequence[torch.Tensor],
+    rois: torch.Tensor,
+    output_height: int,
+    output_width: int,
+    featmap_strides: Sequence[float],
+    sampling_ratio: int,
+    finest_scale: int,
+    roi_scale_factor: float,
+    pool_mode: str,
+    aligned: int,
+) -> None:
+    """The kernel's checks, with its messages where it has them (the torch implementation,
+    which runs on other devices, checks nothing itself)."""
+    if not features:
+        raise ValueError(f"{_NAME}: needs at least one feature map")
+    first = features[0]
+    for i, level in enumerate(features):
+        if level.dim() != 4 or level.shape[:2] != first.shape[:2]:
+            raise ValueError(
+                f"{_NAME}: every level needs the same N and C, but features[{i}] has shape {list(level.shape)} "
+                f"and features[0] {list(first.shape)}"
+            )
+    if rois.dim() != 2 or rois.shape[1] != 5:
+        raise ValueError(f"{_NAME}: rois must have shape [R, 5], got {list(rois.shape)}")
+    if len(featmap_strides) != len(features):
+        raise ValueError(
+            f"{_NAME}: featmap_strides lists {len(featmap_strides)} strides, but there are {len(features)} feature maps"
+        )
+    if not all(math.isfinite(s) and s > 0 for s in featmap_strides):
+        raise ValueError(f"{_NAME}: featmap_strides must hold positive finite strides, got {list(featmap_strides)}")
+    if finest_scale <= 0:
+        raise ValueError(f"{_NAME}: finest_scale must be positive, got {finest_scale}")
+    if not (math.isfinite(roi_scale_factor) and roi_scale_factor > 0):
+        raise ValueError(f"{_NAME}: roi_scale_factor must be positive and finite, got {roi_scale_factor}")
+    if pool_mode not in ("avg", "max"):
+        raise ValueError(f"{_NAME}: pool_mode must be 'avg' or 'max', got {pool_mode!r}")
+    if output_height < 1 or output_width < 1 or output_height > single._MAX_TAPS_PER_ROI // output_width:
+        raise ValueError(f"{_NAME}: output size {output_height} x {output_width} is out of range")
+    taps = single._MAX_TAPS_PER_ROI // (output_height * output_width)
+    if sampling_ratio > single._MAX_SAMPLES_PER_AXIS or sampling_ratio * sampling_ratio > taps:
+        raise ValueError(
+            f"{_NAME}: a roi needs {sampling_ratio} x {sampling_ratio} samples per bin, more than this op allows; "
+            "lower sampling_ratio"
+        )
+    if aligned not in (0, 1):
+        raise ValueError(f"{_NAME}: aligned must be 0 or 1, got {aligned}")
+    if rois.shape[0] == 0:
+        return
+    finite = torch.isfinite(rois).all(1)
+    if not bool(finite.all()):
+        raise ValueError(f"{_NAME}: roi {int((~finite).nonzero()[0, 0])} in input 'rois' is not finite")
+    index = rois[:, 0].long()  # truncation toward zero, as mmcv
+    bad = (index < 0) | (index >= first.shape[0])
+    if bool(bad.any()):
+        r = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"{_NAME}: roi {r} has batch index {float(rois[r, 0])}, but the features have {first.shape[0]} images"
+        )
+
+
+def map_levels(rois: torch.Tensor, finest_scale: int, levels: int) -> torch.Tensor:
+    """mmdet's ``map_roi_levels``: each roi's level, Tensor[R] int64.
+
+    floor(log2(sqrt(w h) / finest_scale + 1e-6)) clamped to [0, levels - 1], in the rois'
+    dtype as the kernel computes it; a roi of negative area (NaN scale) goes to level 0.
+    """
+    area = (rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2])
+    level = torch.floor(torch.log2(torch.sqrt(area) / finest_scale + 1e-6))
+    level = torch.nan_to_num(level, nan=0.0)
+    return level.clamp(0, levels - 1).long()
+
+
+def rescale(rois: torch.Tensor, factor: float) -> torch.Tensor:
+    """mmdet's ``roi_rescale``: each roi's width and height times ``factor``, about its centre."""
+    if factor == 1.0:
+        return rois
+    cx, cy = (rois[:, 1] + rois[:, 3]) * 0.5, (rois[:, 2] + rois[:, 4]) * 0.5
+    half_w, half_h = (rois[:, 3] - rois[:, 1]) * factor * 0.5, (rois[:, 4] - rois[:, 2]) * factor * 0.5
+    return torch.stack([rois[:, 0], cx - half_w, cy - half_h, cx + half_w, cy + half_h], 1)
+
+
+def _reference(
+    features: list[torch.Tensor],
+    rois: torch.Tensor,
+    output_height: int,
+    output_width: int,
+    featmap_strides: list[float],
+    sampling_ratio: int,
+    finest_scale: int,
+    roi_scale_factor: float,
+    pool_mode: str,
+    aligned: int,
+) -> torch.Tensor:
+    """The kernel's semantics in differentiable torch ops (non-CPU tensors and gradients):
+    RoIAlign's torch implementation, each roi reading its own level. Without data-dependent
+    shapes (each roi's level selects its map by index, not the rois by level), so that
+    torch.compile can trace it for a fixed ``sampling_ratio`` (it is the backward)."""
+    r, c = rois.shape[0], features[0].shape[1]
+    if r == 0 or c == 0:
+        return rois.new_zeros((r, c, output_height, output_width))
+    level = map_levels(rois, finest_scale, len(features))
+    # Every level's maps as one [C, P] matrix of pixels; per roi, its level's size, spatial
+    # scale and where its image starts in that matrix.
+    planes = torch.cat([f.permute(1, 0, 2, 3).reshape(c, -1) for f in features], 1)
+    height, width, start = torch.zeros_like(level), torch.zeros_like(level), torch.zeros_like(level)
+    scale = torch.zeros_like(rois[:, 0])
+    offset = 0
+    for index, (feature, stride) in enumerate(zip(features, featmap_strides)):
+        here = level == index
+        height = torch.where(here, feature.shape[2], height)
+        width = torch.where(here, feature.shape[3], width)
+        start = torch.where(here, offset, start)
+        scale = torch.where(here, 1.0 / stride, scale)  # as mmdet: 1 / stride in double, then float32
+        offset = offset + feature.shape[0] * feature.shape[2] * feature.shape[3]
+    base = start + rois[:, 0].long() * height * width
+
+    def sample(rows: torch.Tensor | None, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        if rows is None:
+            return sample_planes(planes, base, height, width, y, x)
+        return sample_planes(planes, base[rows], height[rows], width[rows], y, x)
+
+    geometry = single._geometry(rescale(rois, roi_scale_factor), scale, output_height, output_width, aligned)
+    return single._pool(sample, c, geometry, (output_height, output_width), sampling_ratio, pool_mode == "max")
+
+
+@torch.library.custom_op("ortops::multi_level_roi_align", mutates_args=())
+def _multi_level_roi_align(
+    features: list[torch.Tensor],
+    rois: torch.Tensor,
+    output_height: int,
+    output_width: int,
+    featmap_strides: list[float],
+    sampling_ratio: int,
+    finest_scale: int,
+    roi_scale_factor: float,
+    pool_mode: str,
+    aligned: int,
+) -> torch.Tensor:
+    check_dtypes("MultiLevelRoIAlign", "multi_level_roi_align", rois, *features)
+    args = (output_height, output_width, featmap_strides, sampling_ratio, finest_scale, roi_scale_factor)
+    _check(features, rois, *args, pool_mode, aligned)
+    if rois.device.type != "cpu":
+        return _reference(features, rois, *args, pool_mode, aligned)
+    names = ("output_height", "output_width", "featmap_strides", "sampling_ratio", "finest_scale", "roi_scale_factor")
+    attributes = {**dict(zip(names, args)), "pool_mode": pool_mode, "aligned": aligned}
+    shape = (rois.shape[0], features[0].shape[1], output_height, output_width)
+    return kernel.run("MultiLevelRoIAlign", (rois, *features), attributes, [shape])[0]
+
+
+register_reference_autograd(_multi_level_roi_align, _reference, differentiable=(0,))
+
+
+@_multi_level_roi_align.register_fake
+def _(
+    features: list[torch.Tensor],
+    rois: torch.Tensor,
+    output_height: int,
+    output_width: int,
+    featmap_strides: list[float],
+    sampling_ratio: int,
+    finest_scale: int,
+    roi_scale_factor: float,
+    pool_mode: str,
+    aligned: int,
+) -> torch.Tensor:
+    check_dtypes("MultiLevelRoIAlign", "multi_level_roi_align", rois, *features)
+    return rois.new_empty((rois.shape[0], features[0].shape[1], output_height, output_width))
+
+
+def multi_level_roi_align(
+    features: Sequence[torch.Tensor],
+    rois: torch.Tensor,
+    output_size: int | tuple[int, int],
+    featmap_strides: Sequence[float],
+    sampling_ratio: int = 0,
+    finest_scale: int = 56,
+    roi_scale_factor: float = 1.0,
+    pool_mode: str = "avg",
+    aligned: bool = True,
+) -> torch.Tensor:
+    """An FPN RoI extractor, mmdet's ``SingleRoIExtractor`` over RoIAlign, as one op (exports
+    to ``ortops::MultiLevelRoIAlign``).
+
+    Each roi goes to one level by its scale s = sqrt(w h): level = floor(log2(s / finest_scale
+    + 1e-6)), clamped to the levels there are (a roi of negative area: level 0). Then, when
+    ``roi_scale_factor`` is not 1, it is scaled about its centre, and pooled from its level as
+    :func:`ortops.torch.roi_align` with ``spatial_scale = 1 / featmap_strides[level]``.
+
+    Args:
+        features: one ``Tensor[N, C, H_l, W_l]`` per level, finest first, float32, all of the
+            same N and C.
+        rois: ``Tensor[R, 5]`` rois as (batch_index, x1, y1, x2, y2) in image coordinates,
+            float32; every value must be finite and the batch index name an image.
+        output_size: pooled size, ``int`` or ``(height, width)``.
+        featmap_strides: the stride of each level (one per feature map).
+        sampling_ratio: samples per bin along each axis; 0: adaptive, ceil(roi size / output size).
+        finest_scale: roi scale under which a roi stays on the finest level.
+        roi_scale_factor: multiplies each roi's width and height after its level is chosen.
+        pool_mode: ``"avg"`` or ``"max"`` (largest bilinearly interpolated sample of a bin).
+        aligned: shift rois by -0.5 pixel (True), or the legacy behaviour (False).
+
+    Returns:
+        ``Tensor[R, C, output_height, output_width]``.
+
+    CPU tensors run ortops' kernel; others a torch implementation of the same semantics.
+    Differentiable with respect to ``features`` (not ``rois``). float32 only: the ONNX node
+    is registered for float32 alone.
+    """
+    height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
+    return torch.ops.ortops.multi_level_roi_align(
+        list(features),
+        rois,
+        int(height),
+        int(width),
+        [float(s) for s in featmap_strides],
+        int(sampling_ratio),
+        int(finest_scale),
+        float(roi_scale_factor),
+        pool_mode,
+        int(bool(aligned)),
+    )
+
+
+@symbolic_helper.parse_args("v", "v", "i", "i", "fs", "i", "i", "f", "s", "i")
+def _symbolic(  # noqa: ANN202 (TorchScript graph values)
+    g,  # noqa: ANN001
+    features,  # noqa: ANN001
+    rois,  # noqa: ANN001
+    output_height,  # noqa: ANN001
+    output_width,  # noqa: ANN001
+    featmap_strides,  # noqa: ANN001
+    sampling_ratio,  # noqa: ANN001
+    finest_scale,  # noqa: ANN001
+    roi_scale_factor,  # noqa: ANN001
+    pool_mode,  # noqa: ANN001
+    aligned,  # noqa: ANN001
+):
+    levels = symbolic_helper._unpack_list(features)
+    pooled = g.op(
+        "ortops::MultiLevelRoIAlign",
+        rois,
+        *levels,
+        output_height_i=output_height,
+        output_width_i=output_width,
+        featmap_strides_f=featmap_strides,
+        sampling_ratio_i=sampling_ratio,
+        finest_scale_i=finest_scale,
+        roi_scale_factor_f=roi_scale_factor,
+        pool_mode_s=pool_mode,
+        aligned_i=aligned,
+    )
+    channels = symbolic_helper._get_tensor_dim_size(levels[0], 1)
+    return typed(pooled, levels[0], sizes=[None, channels, output_height, output_width])
+
+
+def _translation(  # noqa: ANN202 (onnxscript values)
+    features,  # noqa: ANN001
+    rois,  # noqa: ANN001
+    output_height: int,
+    output_width: int,
+    featmap_strides: Sequence[float],
+    sampling_ratio: int,
+    finest_scale: int,
+    roi_scale_factor: float,
+    pool_mode: str,
+    aligned: int,
+):
+    # Inputs by name: torch's exporter (2.15) binds every positional argument to a variadic
+    # input, the ones before it included, so `rois, *features` would repeat rois.
+    return onnx_opset.MultiLevelRoIAlign(
+        rois=rois,
+        features=list(features),
+        output_height=output_height,
+        output_width=output_width,
+        featmap_strides=list(featmap_strides),
+        sampling_ratio=sampling_ratio,
+        finest_scale=finest_scale,
+        roi_scale_factor=roi_scale_factor,
+        pool_mode=pool_mode,
+        aligned=aligned,
+    )
+
+
+register_export(
+    torch.ops.ortops.multi_level_roi_align.default,
+    onnx_op="MultiLevelRoIAlign",
+    function=multi_level_roi_align,
+    symbolic=_symbolic,
+    translation=_translation,
+)
