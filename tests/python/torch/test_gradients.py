@@ -55,9 +55,10 @@ def test_roi_align_backward_matches_torchvision(aligned: bool, sampling_ratio: i
     torch.testing.assert_close(ours, theirs, **GRAD_TOLERANCE)
 
 
+@pytest.mark.filterwarnings("ignore:Input #.* is not a double precision:UserWarning")
 def test_multi_level_roi_align_gradcheck() -> None:
-    # float32, the op's one element type: the avg output is linear in the features, so finite
-    # differences stay exact but for float32 rounding.
+    # float32, the op's one element type (gradcheck warns about it): the avg output is linear
+    # in the features, so finite differences stay exact but for float32 rounding.
     gen = _rng(13)
     levels = [torch.rand(2, 3, 16 >> k, 18 >> k, generator=gen, requires_grad=True) for k in range(3)]
     rois = _rois(6, 60, gen, torch.float32)
