@@ -10,7 +10,8 @@
 namespace ortops {
 
 // e^x for x <= 0 in float: within 1 ulp of the exact value where that is a normal float
-// (x >= -87.33; checked for every float there), else 0 (the exact value is below 2^-126 and
+// (x >= -87.33; checked for every float there; 1.01 ulp where the compiler fuses the
+// multiply-adds, as GCC does for ARM64), else 0 (the exact value is below 2^-126 and
 // std::exp gives a subnormal); -infinity gives 0. Not for NaN or x > 0. Cody and Waite's
 // reduction x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for e^r (Cephes' expf
 // coefficients), and 2^n written into the exponent bits.

@@ -21,7 +21,7 @@ import pytest
 import references
 from onnx import TensorProto, helper
 
-from ortest import IR_VERSION, run, session
+from ortest import IR_VERSION, run, session, skip_under_asan
 
 OUTPUTS = ["num_detections", "detection_boxes", "detection_scores", "detection_classes", "detection_indices"]
 Candidate = tuple  # (score, box index n, class c)
@@ -475,6 +475,7 @@ def test_float16_is_float32_rounded() -> None:
     assert half[1].dtype == np.float16
 
 
+@skip_under_asan
 def test_huge_max_output_boxes_is_an_allocation_error() -> None:
     boxes, scores = make_case(1, 1, 5, 2, "shared", np.float32)
     with pytest.raises(Exception, match=r"ortops\.BatchedNMS: "):
@@ -630,6 +631,7 @@ def test_trt_thread_counts_agree(threads: int) -> None:
     )
 
 
+@skip_under_asan
 def test_trt_huge_keep_topk_is_an_allocation_error() -> None:
     boxes, scores = make_case(1, 1, 5, 2, "shared4", np.float32)
     with pytest.raises(Exception, match=r"mmdeploy\.TRTBatchedNMS: "):
