@@ -1,7 +1,7 @@
 #include "op_table.h"
 
-#include "ops/bicubic_interpolate/bicubic_interpolate.h"
 #include "ops/batched_nms/batched_nms.h"
+#include "ops/bicubic_interpolate/bicubic_interpolate.h"
 #include "ops/corner_pool/corner_pool.h"
 #include "ops/cummax/cummax.h"
 #include "ops/deform_conv/deform_conv.h"
