@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/isa.h"
 #include "core/ort_api.h"
 #include "op_table.h"
 
@@ -82,6 +83,9 @@ extern "C" OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
     return oldest ? oldest->CreateStatus(ORT_FAIL, message.c_str()) : nullptr;
   }
   try {
+    if (const std::string& error = ortops::IsaError(); !error.empty()) {
+      return ortops::Api().CreateStatus(ORT_INVALID_ARGUMENT, ("ortops: " + error).c_str());
+    }
     return ortops::RegisterAll(options);
   } catch (...) {
     return ortops::Api().CreateStatus(ORT_FAIL, "ortops: registration failed");

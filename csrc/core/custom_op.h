@@ -53,6 +53,10 @@ struct OpDef {
 // Builds the message "domain.Name: what" from the exception in flight.
 OrtStatus* StatusFromCurrentException(const OpDef& def);
 
+// Says in the session's log, at INFO and once per process, which instruction-set level the
+// hot loops run at (core/isa.h).
+void LogIsaOnce(const OrtKernelInfo* info);
+
 template <typename Kernel>
 class CustomOp : public OrtCustomOp {
  public:
@@ -82,6 +86,7 @@ class CustomOp : public OrtCustomOp {
     CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) -> OrtStatus* {
       const CustomOp& self = Self(op);
       try {
+        LogIsaOnce(info);
         const Attributes attributes(info, kSchema.attributes);
         attributes.CheckTypes();
         *kernel = new Kernel(attributes, self.def_);

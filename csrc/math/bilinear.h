@@ -7,7 +7,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/isa.h"
+
 namespace ortops {
+inline namespace ORTOPS_ISA_NS {  // compiled per instruction-set level (core/isa.h)
 
 // Where one sample reads: four offsets into the plane and their weights. A sample outside
 // the plane has all weights 0 (and offsets 0, so reading through it is always in bounds).
@@ -111,4 +114,5 @@ ZeroPaddedSample<T> ZeroPaddedBilinear(T y, T x, int64_t height, int64_t width) 
   return s;
 }
 
+}  // namespace ORTOPS_ISA_NS
 }  // namespace ortops
