@@ -2,10 +2,11 @@
 # Runs every test of ortops on a fresh or prepared machine: set-up (scripts/setup.sh),
 # format and lint checks, the C++ tests in a real ONNX Runtime (and again cross-built for
 # ARM64 under qemu, where the cross toolchain is installed), the Python tests in the main
-# environment, the ONNX-Runtime-level Python tests again with the oldest supported runtime,
-# and the C++ and ONNX-Runtime-level tests again against a build with AddressSanitizer and
-# UndefinedBehaviorSanitizer (scripts/test_sanitizers.sh). Ends with one line that totals
-# every suite.
+# environment, the ONNX-Runtime-level Python tests again at each lower instruction-set level
+# this CPU has (ORTOPS_ISA) and again with the oldest supported runtime, and the C++ and
+# ONNX-Runtime-level tests again against a build with AddressSanitizer and
+# UndefinedBehaviorSanitizer (scripts/test_sanitizers.sh, every level). Ends with one line
+# that totals every suite.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,6 +40,15 @@ fi
 
 step "Python tests (onnxruntime $(.venv/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)'))"
 .venv/bin/python -m pytest -q -p no:cacheprovider tests/python --junitxml "$REPORTS/pytest-main.xml" || failed=1
+
+# The library runs its hot loops at the widest instruction-set level the CPU has (the run
+# above); ORTOPS_ISA forces each lower one, against the same references.
+lower_levels=$(.venv/bin/python tests/python/isa_levels.py | awk '{$NF=""; print}')
+for level in $lower_levels; do
+  step "ONNX-Runtime-level tests at instruction-set level $level (ORTOPS_ISA=$level)"
+  ORTOPS_ISA=$level .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/ort \
+    --junitxml "$REPORTS/pytest-isa-$level.xml" || failed=1
+done
 
 step "ONNX-Runtime-level tests with the oldest supported runtime ($(.venv-ort-min/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)'))"
 .venv-ort-min/bin/python -m pytest -q -p no:cacheprovider tests/python/ort --junitxml "$REPORTS/pytest-ort-min.xml" \

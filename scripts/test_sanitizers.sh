@@ -3,13 +3,16 @@
 # runs against that library
 #   1. the C++ tests (ctest), and
 #   2. the ONNX-Runtime-level Python tests, tests/python/ort, the fuzz test included, in the
-#      main environment's Python (.venv) with libasan preloaded.
+#      main environment's Python (.venv) with libasan preloaded, at the widest instruction-set
+#      level the CPU has; then, at each lower level (ORTOPS_ISA), the fuzz test and
+#      test_isa.py (which runs cases of every op at every level).
 #
 #   scripts/test_sanitizers.sh [--junit-dir DIR] [PYTEST ARGS...]
 #
-# PYTEST ARGS replace the default selection (tests/python/ort), e.g.
+# PYTEST ARGS replace the default selection (tests/python/ort) and are then run at every
+# level; ORTOPS_ISA set by the caller runs that one level only. E.g.
 #   scripts/test_sanitizers.sh tests/python/ort/test_roi_align.py -x
-#   ORTOPS_FUZZ_CASES=50000 scripts/test_sanitizers.sh tests/python/ort/test_fuzz.py
+#   ORTOPS_ISA=avx2 ORTOPS_FUZZ_CASES=50000 scripts/test_sanitizers.sh tests/python/ort/test_fuzz.py
 # Needs what scripts/setup.sh puts in place (.deps/, .venv) and GCC's sanitizer runtimes
 # (libasan, libubsan: Debian's g++ has them). Overrides: ORTOPS_SANITIZE (default
 # address,undefined), ORTOPS_ORT_ROOT (as for setup.sh).
@@ -35,7 +38,11 @@ if [[ "${1:-}" == "--junit-dir" ]]; then
   shift 2
 fi
 PYTEST_ARGS=("$@")
-[[ ${#PYTEST_ARGS[@]} -gt 0 ]] || PYTEST_ARGS=(tests/python/ort)
+LOWER_LEVEL_ARGS=("$@")
+if [[ ${#PYTEST_ARGS[@]} -eq 0 ]]; then
+  PYTEST_ARGS=(tests/python/ort)
+  LOWER_LEVEL_ARGS=(tests/python/ort/test_fuzz.py tests/python/ort/test_isa.py)
+fi
 log() { printf '[sanitizers] %s\n' "$*" >&2; }
 
 ort_include="$ROOT/.deps/onnxruntime/include"
@@ -67,12 +74,28 @@ failed=0
 log "C++ tests"
 (cd "$BUILD" && ctest --output-on-failure -j2 ${JUNIT_DIR:+--output-junit "$JUNIT_DIR/ctest-asan.xml"}) || failed=1
 
-log "Python tests: ${PYTEST_ARGS[*]}"
-LD_PRELOAD="$libasan $libstdcxx" \
-  ASAN_OPTIONS=detect_leaks=0 \
-  ORTOPS_TEST_CPU_ARENA=0 \
-  ORTOPS_LIBRARY="$BUILD/libortops.so" \
-  PYTHONPATH="$ROOT/python" \
-  .venv/bin/python -m pytest -q -p no:cacheprovider --capture=sys \
-  ${JUNIT_DIR:+--junitxml "$JUNIT_DIR/pytest-asan.xml"} "${PYTEST_ARGS[@]}" || failed=1
+# pytest_at LEVEL JUNIT_NAME ARGS...: the Python tests at one instruction-set level ("" for
+# the widest the CPU has).
+pytest_at() {
+  local level=$1 junit=$2
+  shift 2
+  log "Python tests at instruction-set level ${level:-(widest)}: $*"
+  LD_PRELOAD="$libasan $libstdcxx" \
+    ASAN_OPTIONS=detect_leaks=0 \
+    ORTOPS_TEST_CPU_ARENA=0 \
+    ORTOPS_ISA="$level" \
+    ORTOPS_LIBRARY="$BUILD/libortops.so" \
+    PYTHONPATH="$ROOT/python" \
+    .venv/bin/python -m pytest -q -p no:cacheprovider --capture=sys \
+    ${JUNIT_DIR:+--junitxml "$JUNIT_DIR/$junit.xml"} "$@"
+}
+
+if [[ -n "${ORTOPS_ISA:-}" ]]; then
+  pytest_at "$ORTOPS_ISA" pytest-asan "${PYTEST_ARGS[@]}" || failed=1
+else
+  pytest_at "" pytest-asan "${PYTEST_ARGS[@]}" || failed=1
+  for level in $(.venv/bin/python tests/python/isa_levels.py | awk '{$NF=""; print}'); do
+    pytest_at "$level" "pytest-asan-$level" "${LOWER_LEVEL_ARGS[@]}" || failed=1
+  done
+fi
 exit "$failed"

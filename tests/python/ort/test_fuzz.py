@@ -50,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,8 +175,14 @@ def _wrong_type(rng: random.Random, kind: str) -> tuple[str, Any]:
 class _Sizes:
     """Random sizes for the symbols of a case's shapes, the same symbol the same size."""
 
-    def __init__(self, rng: random.Random, kernel: str, attributes: dict[str, tuple[str, Any]]) -> None:
-        self.rng, self.kernel = rng, kernel
+    def __init__(
+        self,
+        rng: random.Random,
+        kernel: str,
+        attributes: dict[str, tuple[str, Any]],
+        pool: Sequence[int] = (1, 1, 2, 2, 3, 3, 4, 5, 7, 8, 16),
+    ) -> None:
+        self.rng, self.kernel, self.pool = rng, kernel, pool
         self.attributes = attributes  # the values the node has, defaults included
         self.bound: dict[str, int] = {}
 
@@ -218,7 +225,7 @@ class _Sizes:
             return 0
         if symbol in ("kh", "kw"):  # kernel sizes: mostly smaller than the image
             return self.rng.choice([1, 1, 2, 3, 3, 5])
-        size = self.rng.choice([1, 1, 2, 2, 3, 3, 4, 5, 7, 8, 16])
+        size = self.rng.choice(self.pool)
         if symbol == "C":  # channels: often divisible by the group attributes that split them
             groups = [self._attribute_int(name) or 1 for name in ("groups", "deform_groups", "num_groups")]
             if self.rng.random() < 0.8:
@@ -356,8 +363,18 @@ def _valid_batch_indices(rng: random.Random, op: dict[str, Any], inputs: list[di
     indices["data"] = [rng.randrange(images["shape"][0]) for _ in range(indices["shape"][0])]
 
 
-def make_case(seed: int, index: int, table: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Case ``index`` of the run with ``seed`` (ops in turn, each case its own random stream)."""
+def make_case(
+    seed: int,
+    index: int,
+    table: list[dict[str, Any]] | None = None,
+    mutate: bool = True,
+    size_pool: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """Case ``index`` of the run with ``seed`` (ops in turn, each case its own random stream).
+
+    ``mutate=False`` leaves out the hostile mutations (a valid case, unless its random sizes
+    or values are refused); ``size_pool`` replaces the sizes a shape symbol is drawn from.
+    """
     table = table if table is not None else _op_table()
     op = table[index % len(table)]
     rng = random.Random(f"{seed}:{index}")
@@ -367,7 +384,7 @@ def make_case(seed: int, index: int, table: list[dict[str, Any]] | None = None) 
             attributes[a["name"]] = [a["type"], _sane_value(rng, a)]
     effective = {a["name"]: (a["type"], _default_value(a)) for a in op["attributes"] if a["default"] is not None}
     effective.update((k, (v[0], v[1])) for k, v in attributes.items())
-    sizes = _Sizes(rng, op["kernel"], effective)
+    sizes = _Sizes(rng, op["kernel"], effective, *([size_pool] if size_pool else []))
     # One element type for the inputs that take it (the ops' type parameter), else each its own.
     main_type = rng.choice(op["inputs"][0]["types"]) if op["inputs"] else "float32"
     inputs = []
@@ -406,7 +423,7 @@ def make_case(seed: int, index: int, table: list[dict[str, Any]] | None = None) 
         "data_seed": rng.randrange(1 << 31),
         "mutations": [],
     }
-    count = rng.choices([0, 1, 2, 3], weights=[4, 3, 2, 1])[0]
+    count = rng.choices([0, 1, 2, 3], weights=[4, 3, 2, 1])[0] if mutate else 0
     case["mutations"] = [_mutate(rng, case, op) for _ in range(count)]
     return case
 
@@ -476,6 +493,12 @@ def _attribute(name: str, kind: str, value: Any) -> Any:
 def run_case(case: dict[str, Any]) -> str:
     """Runs one case in this process: "ok", or "error: <first line>" when ONNX Runtime (or
     building the model) raised. A crash or a hang is not caught here: the parent sees it."""
+    return case_outputs(case)[0]
+
+
+def case_outputs(case: dict[str, Any]) -> tuple[str, list[Any]]:
+    """Runs one case in this process: ("ok", its outputs as numpy arrays), or ("error: <first
+    line>", []) when ONNX Runtime (or building the model) raised."""
     import numpy as np
     import onnxruntime as ort
     from onnx import TypeProto, helper
@@ -508,10 +531,10 @@ def run_case(case: dict[str, Any]) -> str:
         options.intra_op_num_threads = case["threads"]
         options.log_severity_level = 4
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        session.run(None, feeds)
+        outputs = session.run(None, feeds)
     except Exception as e:  # noqa: BLE001 - any error is a pass; only crashes and hangs fail
-        return "error: " + (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-    return "ok"
+        return "error: " + (str(e).strip().splitlines() or [type(e).__name__])[0][:200], []
+    return "ok", outputs
 
 
 def _under_asan() -> bool:

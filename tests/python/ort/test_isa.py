@@ -1,0 +1,124 @@
+"""The instruction-set levels of the CPU kernels (the library's core/isa.h).
+
+The library runs its hot loops at the widest level the CPU has; the environment variable
+ORTOPS_ISA forces a lower one (sse2, avx2, avx512 on x86-64; neon on ARM64). The level is
+picked once, when the library is loaded, so each level runs in a subprocess of its own. The
+other ONNX-Runtime-level tests run at every level too (scripts/test.sh runs them again with
+ORTOPS_ISA set to each lower level the CPU has); this file checks the switch itself and
+that every level returns the same bits as the lowest for valid random cases of every op
+(test_fuzz.py's generator without its hostile mutations, with sizes around the vector widths).
+
+Run as a script, ``--dump FILE`` writes the outputs of those cases at the level ORTOPS_ISA
+names (what the bit-equality test compares).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import test_fuzz
+from isa_levels import cpu_isa_levels
+
+HERE = Path(__file__).resolve()
+TESTS_PYTHON = HERE.parents[1]
+LEVELS = cpu_isa_levels()
+TOP = LEVELS[-1]
+SEED = 20261123
+CASES_PER_OP = int(os.environ.get("ORTOPS_ISA_CASES_PER_OP", "10"))
+# Sizes around the vector widths (4, 8 and 16 floats; 2, 4 and 8 doubles), so that loops
+# run their vector bodies and their remainders.
+SIZE_POOL = (1, 2, 3, 7, 8, 9, 16, 17, 33)
+
+SESSION = """
+import onnxruntime as ort, ortops, ortest
+options = ortops.session_options()
+options.log_severity_level = 1  # INFO: the library names its level there
+ort.InferenceSession(ortest.mmcv_nms_model(iou_threshold=0.5).SerializeToString(), options,
+                     providers=["CPUExecutionProvider"])
+"""
+
+
+def _run(args: list[str], level: str | None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("ORTOPS_ISA", None)
+    if level is not None:
+        env["ORTOPS_ISA"] = level
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS_PYTHON), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_an_unknown_level_fails_registration() -> None:
+    result = _run(["-c", SESSION], "sse3")
+    assert result.returncode != 0
+    assert f"ortops: ORTOPS_ISA=sse3 is not a level; this CPU has {', '.join(LEVELS)}" in result.stderr
+
+
+@pytest.mark.skipif(LEVELS[0] != "sse2" or TOP == "avx512", reason="this CPU has every x86-64 level")
+def test_a_level_the_cpu_lacks_fails_registration() -> None:
+    missing = "avx512" if TOP == "avx2" else "avx2"
+    result = _run(["-c", SESSION], missing)
+    assert result.returncode != 0
+    assert f"ortops: ORTOPS_ISA={missing} asks for a level this CPU lacks; it has up to {TOP}" in result.stderr
+
+
+@pytest.mark.parametrize("level", [None, "", *LEVELS])
+def test_the_session_log_names_the_level(level: str | None) -> None:
+    # Unset or empty: the widest the CPU has (the library's detection agrees with /proc/cpuinfo's).
+    result = _run(["-c", SESSION], level)
+    assert result.returncode == 0, result.stderr
+    assert f"ortops: CPU kernels use {level or TOP} (this CPU has {TOP};" in result.stderr
+
+
+def _dump(level: str, path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
+    result = _run([str(HERE), "--dump", str(path)], level)
+    assert result.returncode == 0, f"level {level}:\n{result.stderr[-4000:]}"
+    statuses = json.loads(path.with_suffix(".json").read_text())
+    with np.load(path) as arrays:
+        return statuses, {key: arrays[key] for key in arrays.files}
+
+
+@pytest.mark.skipif(len(LEVELS) < 2, reason="this CPU has one level")
+def test_every_level_gives_the_lowest_levels_bits(tmp_path: Path) -> None:
+    base_statuses, base = _dump(LEVELS[0], tmp_path / f"{LEVELS[0]}.npz")
+    ran = sum(status.endswith(" ok") for status in base_statuses)
+    assert ran >= len(base_statuses) // 2, f"only {ran} of {len(base_statuses)} cases ran to the end"
+    for level in LEVELS[1:]:
+        statuses, outputs = _dump(level, tmp_path / f"{level}.npz")
+        assert statuses == base_statuses, f"{level}: another case failed than at {LEVELS[0]}"
+        assert outputs.keys() == base.keys()
+        differing = [
+            key
+            for key in base
+            if outputs[key].dtype != base[key].dtype
+            or outputs[key].shape != base[key].shape
+            or outputs[key].tobytes() != base[key].tobytes()
+        ]
+        assert not differing, f"{level} differs from {LEVELS[0]} in outputs {differing[:10]} (case index, op, output)"
+
+
+def _dump_cases(path: Path) -> None:
+    table = test_fuzz._op_table()
+    statuses: list[str] = []
+    arrays: dict[str, np.ndarray] = {}
+    for index in range(CASES_PER_OP * len(table)):
+        case = test_fuzz.make_case(SEED, index, table, mutate=False, size_pool=SIZE_POOL)
+        status, outputs = test_fuzz.case_outputs(case)
+        statuses.append(f"{case['domain']}::{case['op']} {status}")
+        for k, output in enumerate(outputs):
+            arrays[f"{index}_{case['domain']}::{case['op']}_{k}"] = np.asarray(output)
+    path.with_suffix(".json").write_text(json.dumps(statuses))
+    np.savez(path, **arrays)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dump", type=Path, required=True)
+    sys.path.insert(0, str(TESTS_PYTHON))
+    _dump_cases(parser.parse_args().dump)
