@@ -1218,9 +1218,13 @@ def main() -> None:
     cores = os.cpu_count() or 1
     thread_counts = sorted({1, cores})
     results: list[dict[str, Any]] = []
+    # The library's hot loops run at the widest instruction-set level the CPU has, or the one
+    # ORTOPS_ISA forces (run the benchmark once per level to compare them).
+    isa = os.environ.get("ORTOPS_ISA") or "the CPU's widest"
     print(
         f"machine: {platform.processor() or platform.machine()}, {cores} cores; onnxruntime {ort.__version__}, "
-        f"torch {torch.__version__}, torchvision {torchvision.__version__}, ortops {ortops.__version__}\n"
+        f"torch {torch.__version__}, torchvision {torchvision.__version__}, ortops {ortops.__version__} "
+        f"(instruction-set level: {isa})\n"
     )
     print("| case | threads | ortops ms | anchor | anchor ms | ratio | target |")
     print("|---|---|---|---|---|---|---|")
@@ -1280,7 +1284,7 @@ def main() -> None:
             target_text = "" if target is None else f">= {target:g} {'ok' if met else 'MISSED'}"
             print(f"| {name} | {factor:.2f} | {target_text} |")
     with open(args.json, "w") as f:
-        summary = {"cores": cores, "onnxruntime": ort.__version__, "torch": torch.__version__}
+        summary = {"cores": cores, "isa": isa, "onnxruntime": ort.__version__, "torch": torch.__version__}
         json.dump({**summary, "results": results, "scaling": scaling, "scaling_targets": scaling_targets}, f, indent=2)
     print(f"\nJSON written to {args.json}; targets {'all met' if all_met else 'NOT all met'}")
 

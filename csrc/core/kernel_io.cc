@@ -107,6 +107,32 @@ const AttrSpec& Attributes::Spec(std::string_view name, AttrType type) const {
   Fail("internal: attribute '", name, "' is not in the op's schema");
 }
 
+const void* Attributes::RawConstantInput(size_t index, ONNXTensorElementDataType type, Shape& shape) const {
+  int is_constant = 0;
+  const OrtValue* value = nullptr;
+  if (OrtStatus* status = Api().KernelInfoGetConstantInput_tensor(info_, index, &is_constant, &value)) {
+    Api().ReleaseStatus(status);  // an optional input left out, say: not a constant
+    return nullptr;
+  }
+  if (!is_constant || value == nullptr) return nullptr;
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  ThrowOnError(Api().GetTensorTypeAndShape(value, &info));
+  ONNXTensorElementDataType actual = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  size_t dims = 0;
+  OrtStatus* status = Api().GetTensorElementType(info, &actual);
+  if (status == nullptr) status = Api().GetDimensionsCount(info, &dims);
+  if (status == nullptr) {
+    shape.resize(dims);
+    status = Api().GetDimensions(info, shape.data(), dims);
+  }
+  Api().ReleaseTensorTypeAndShapeInfo(info);
+  ThrowOnError(status);
+  if (actual != type) return nullptr;  // Compute reports the type error
+  void* data = nullptr;
+  ThrowOnError(Api().GetTensorMutableData(const_cast<OrtValue*>(value), &data));
+  return data;
+}
+
 int64_t Attributes::Int(std::string_view name) const {
   const AttrSpec& spec = Spec(name, AttrType::kInt);
   int64_t value = 0;

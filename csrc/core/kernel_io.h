@@ -11,6 +11,7 @@
 #include <exception>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <string>
@@ -35,6 +36,16 @@ std::ostream& operator<<(std::ostream& out, ShapeText shape);
 
 int64_t NumElements(const Shape& shape);
 
+template <typename T>
+struct ConstTensor {
+  const T* data = nullptr;
+  Shape shape;
+
+  size_t rank() const { return shape.size(); }
+  int64_t dim(size_t axis) const { return shape[axis]; }
+  int64_t size() const { return NumElements(shape); }
+};
+
 // Attributes of one node, read once when the kernel is created. Names must appear in the
 // op's schema: a missing attribute takes the schema's default, or is an error if it has none;
 // one stored with another ONNX type is an error. (ONNX Runtime gives a custom op no way to
@@ -56,8 +67,20 @@ class Attributes {
   // For kernels that create ONNX Runtime ops of their own (OrtApi::CreateOp).
   const OrtKernelInfo* info() const { return info_; }
 
+  // Input `index` when the graph holds it as a constant initializer of element type T, so
+  // that a kernel can prepare it once (the data lives as long as the session); else empty.
+  template <typename T>
+  std::optional<ConstTensor<T>> ConstantInput(size_t index) const {
+    ConstTensor<T> tensor;
+    const void* data = RawConstantInput(index, OnnxType<T>(), tensor.shape);
+    if (data == nullptr) return std::nullopt;
+    tensor.data = static_cast<const T*>(data);
+    return tensor;
+  }
+
  private:
   const AttrSpec& Spec(std::string_view name, AttrType type) const;
+  const void* RawConstantInput(size_t index, ONNXTensorElementDataType type, Shape& shape) const;
   void RequireDefault(const AttrSpec& spec) const;
   const OrtKernelInfo* info_;
   std::span<const AttrSpec> specs_;
@@ -128,16 +151,6 @@ class SessionAllocator {
 // A vector of per-call scratch from the session's allocator.
 template <typename T>
 using ScratchVector = std::vector<T, SessionAllocator<T>>;
-
-template <typename T>
-struct ConstTensor {
-  const T* data = nullptr;
-  Shape shape;
-
-  size_t rank() const { return shape.size(); }
-  int64_t dim(size_t axis) const { return shape[axis]; }
-  int64_t size() const { return NumElements(shape); }
-};
 
 class KernelIO {
  public:

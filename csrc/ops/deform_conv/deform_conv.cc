@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -173,6 +174,16 @@ class DeformConvKernel : public KernelBase {
         groups_(attrs.Int("groups")),
         deform_groups_(attrs.Int("deform_groups")),
         gemm_(std::make_unique<OrtGemm>(attrs.info(), OnnxType<A>())) {
+    // Weights stored in the model are reordered for the GEMM once, here.
+    if (const std::optional<ConstTensor<T>> weight = attrs.ConstantInput<T>(kWeightIndex);
+        weight && weight->rank() == 4 && weight->size() > 0 && weight->dim(0) % groups_ == 0) {
+      packed_weight_shape_ = weight->shape;
+      packed_weights_.resize(static_cast<size_t>(weight->size()));
+      ReorderWeights(weight->data, weight->dim(0), weight->dim(1), weight->dim(2) * weight->dim(3),
+                     packed_weights_.data(), [](size_t n, auto&& body) {
+                       for (size_t i = 0; i < n; ++i) body(i);
+                     });
+    }
     // The bound keeps every later product of an attribute and a tensor dim inside int64.
     constexpr int64_t kLimit = int64_t{1} << 31;
     Check(stride_[0] >= 1 && stride_[1] >= 1 && stride_[0] < kLimit && stride_[1] < kLimit,
@@ -186,7 +197,6 @@ class DeformConvKernel : public KernelBase {
   }
 
   void Compute(const KernelIO& io) const {
-    constexpr size_t kWeightIndex = kLayout == Layout::kModulated ? 3 : 2;  // after the mask there
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> offset = io.Input<T>(1, 4);
     const ConstTensor<T> weight = io.Input<T>(kWeightIndex, 4);
@@ -212,16 +222,13 @@ class DeformConvKernel : public KernelBase {
     const int64_t pixels = g.height * g.width;
     const Scratch<A> image_nhwc = io.Allocate<A>(static_cast<size_t>((pixels + 1) * g.channels));
     std::fill_n(image_nhwc.data() + pixels * g.channels, g.channels, A(0));
-    const Scratch<A> weights = io.Allocate<A>(static_cast<size_t>(g.out_channels * rows));
-    io.ParallelFor(static_cast<size_t>(g.out_channels), [&](size_t channel) {
-      const auto o = static_cast<int64_t>(channel);
-      for (int64_t c = 0; c < group_channels; ++c) {
-        for (int64_t k = 0; k < taps; ++k) {
-          weights[(o * taps + k) * group_channels + c] =
-              static_cast<A>(weight.data[(o * group_channels + c) * taps + k]);
-        }
-      }
-    });
+    const bool packed = weight.shape == packed_weight_shape_;
+    const Scratch<A> reordered = io.Allocate<A>(packed ? 0 : static_cast<size_t>(g.out_channels * rows));
+    if (!packed) {
+      ReorderWeights(weight.data, g.out_channels, group_channels, taps, reordered.data(),
+                     [&](size_t n, auto&& body) { io.ParallelFor(n, body); });
+    }
+    const A* weights = packed ? packed_weights_.data() : reordered.data();
     // Positions are processed in chunks; scratch comes from the session's allocator, whose
     // arena hands the same memory back run after run, once per Compute.
     const int64_t per_position = (rows + group_out) * static_cast<int64_t>(sizeof(A));
@@ -269,8 +276,7 @@ class DeformConvKernel : public KernelBase {
           T* out = output + (n * g.out_channels + group * group_out) * positions + start;
           A* target = product.data();
           if constexpr (kDirect) target = width == positions ? out : product.data();
-          gemm_->Run(io.context(), weights.data() + group * group_out * rows, columns.data(), target, group_out, rows,
-                     width);
+          gemm_->Run(io.context(), weights + group * group_out * rows, columns.data(), target, group_out, rows, width);
           io.ParallelFor(static_cast<size_t>(group_out), [&](size_t channel) {
             const auto o = static_cast<int64_t>(channel);
             const A b = bias ? static_cast<A>(bias[group * group_out + o]) : A(0);
@@ -284,6 +290,23 @@ class DeformConvKernel : public KernelBase {
   }
 
  private:
+  static constexpr size_t kWeightIndex = kLayout == Layout::kModulated ? 3 : 2;  // after the mask there
+
+  // weight [C_out, C / groups, taps] -> [C_out, taps, C / groups] in A, the column matrix's
+  // (tap, channel) order; parallel_for(n, body) runs body(i) for i < n.
+  template <typename ParallelFor>
+  static void ReorderWeights(const T* weight, int64_t out_channels, int64_t group_channels, int64_t taps, A* out,
+                             ParallelFor&& parallel_for) {
+    parallel_for(static_cast<size_t>(out_channels), [&](size_t channel) {
+      const auto o = static_cast<int64_t>(channel);
+      for (int64_t c = 0; c < group_channels; ++c) {
+        for (int64_t k = 0; k < taps; ++k) {
+          out[(o * taps + k) * group_channels + c] = static_cast<A>(weight[(o * group_channels + c) * taps + k]);
+        }
+      }
+    });
+  }
+
   static std::array<int64_t, 2> Pair(const Attributes& attrs, const char* name) {
     const std::vector<int64_t> v = attrs.Ints(name);
     Check(v.size() == 2, "attribute '", name, "' must have 2 values, got ", v.size());
@@ -365,6 +388,8 @@ class DeformConvKernel : public KernelBase {
   std::array<int64_t, 2> stride_, padding_, dilation_;
   int64_t groups_, deform_groups_;
   std::unique_ptr<OrtGemm> gemm_;
+  Shape packed_weight_shape_;  // empty unless the weights are a constant of the model
+  std::vector<A> packed_weights_;
 };
 
 template <typename T>

@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import references
+from onnx import numpy_helper
 
-from ortest import run
+from ortest import make_model, run, session
 
 # The result of one output element sums L = C/groups * kh * kw products (plus a bias); each kernel
 # rounds the bilinear weights, the samples and the GEMM's partial sums in its dtype, so the error
@@ -218,6 +219,28 @@ def test_samples_on_and_beyond_the_border(dtype, config) -> None:
         assert_close(compat, expected, dtype, accumulation_length(weight))
 
 
+@pytest.mark.parametrize("domain,op", [("mmcv", "MMCVModulatedDeformConv2d"), ("ortops", "DeformConv2d")])
+def test_weights_stored_in_the_model(domain: str, op: str) -> None:
+    """Weights and bias as initializers (constants the kernel prepares once, when created)."""
+    x, offset, mask, weight, bias, attrs = make_case(
+        np.random.default_rng(11), 2, 12, 9, 8, 6, (3, 2), (1, 2), (1, 0), (2, 1), 3, 2, spread=3.0
+    )
+    feeds = (
+        modulated_feeds(x, offset, mask, weight, bias)
+        if domain == "mmcv"
+        else ortops_feeds(x, offset, weight, bias, mask)
+    )
+    model = make_model(op, domain, [(k, v.dtype, v.ndim) for k, v in feeds.items()], ["output"], **attrs)
+    for name in ("weight", "bias"):
+        model.graph.initializer.append(numpy_helper.from_array(feeds[name], name))
+        model.graph.input.remove(next(i for i in model.graph.input if i.name == name))
+    runtime_feeds = {k: v for k, v in feeds.items() if k not in ("weight", "bias")}
+    expected = reference(x, offset, weight, bias, mask, attrs)
+    for _ in range(2):  # the second run reuses what the first prepared
+        (got,) = session(model).run(None, runtime_feeds)
+        assert_close(got, expected, np.float32, accumulation_length(weight))
+
+
 def test_zero_offsets_and_no_mask_are_a_plain_convolution() -> None:
     x, offset, _, weight, bias, attrs = make_case(
         np.random.default_rng(3), 2, 3, 6, 6, 2, (3, 3), (1, 1), (1, 1), (1, 1), 1, 1, dtype=np.float64
@@ -229,13 +252,35 @@ def test_zero_offsets_and_no_mask_are_a_plain_convolution() -> None:
     assert_close(got, conv + bias[None, :, None, None], np.float64, 27)
 
 
+# The kernel fills the sampled columns in chunks of positions of at most 32 MiB of scratch
+# (the columns and the product: rows + C_out / groups values per position).
+CHUNK_BYTES = 32 << 20
+
+
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_large_image_in_several_chunks(threads, dtype) -> None:
-    """64 channels over 72 x 72 positions exceed one column chunk: chunks, groups and threads together."""
+@pytest.mark.parametrize(
+    "dtype,channels,size,groups", [(np.float32, 64, 128, 1), (np.float64, 128, 96, 2)], ids=["float32", "float64"]
+)
+def test_large_image_in_several_chunks(threads, dtype, channels, size, groups) -> None:
+    """More positions than one column chunk holds: chunks, groups and threads together."""
     x, offset, mask, weight, bias, attrs = make_case(
-        np.random.default_rng(1), 2, 64, 72, 72, 6, (3, 3), (1, 1), (1, 1), (1, 1), 2, 4, dtype=dtype, spread=4.0
+        np.random.default_rng(1),
+        1,
+        channels,
+        size,
+        size,
+        6,
+        (3, 3),
+        (1, 1),
+        (1, 1),
+        (1, 1),
+        groups,
+        4,
+        dtype=dtype,
+        spread=4.0,
     )
+    per_position = (channels // groups * 9 + 6 // groups) * np.dtype(dtype).itemsize
+    assert size * size > CHUNK_BYTES // per_position  # (the chunks are then of equal width)
     (got,) = run(
         "DeformConv2d", "ortops", ortops_feeds(x, offset, weight, bias, mask), ["output"], threads=threads, **attrs
     )
