@@ -57,25 +57,39 @@ def onnx_session(model: onnx.ModelProto, threads: int, with_ortops: bool) -> ort
 
 
 def one_node_model(
-    op_type: str, domain: str, inputs: dict[str, np.ndarray], outputs: list[str], **attributes: Any
+    op_type: str,
+    domain: str,
+    inputs: dict[str, np.ndarray],
+    outputs: list[str],
+    constants: tuple[str, ...] = (),
+    **attributes: Any,
 ) -> onnx.ModelProto:
+    """One node; the inputs named in ``constants`` are stored in the model (initializers, as
+    an exported model holds weights), the rest are fed at run time (session_runner drops the
+    constants from its feeds)."""
     elem = {
         np.dtype(np.float32): TensorProto.FLOAT,
         np.dtype(np.float16): TensorProto.FLOAT16,
         np.dtype(np.int64): TensorProto.INT64,
         np.dtype(np.int32): TensorProto.INT32,
     }
-    graph_inputs = [helper.make_tensor_value_info(n, elem[a.dtype], list(a.shape)) for n, a in inputs.items()]
+    graph_inputs = [
+        helper.make_tensor_value_info(n, elem[a.dtype], list(a.shape)) for n, a in inputs.items() if n not in constants
+    ]
+    initializers = [onnx.numpy_helper.from_array(inputs[n], n) for n in constants]
     graph_outputs = [helper.make_value_info(n, onnx.TypeProto()) for n in outputs]
     node = helper.make_node(op_type, list(inputs), outputs, domain=domain, **attributes)
     opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(domain, 1)] if domain else [])
-    graph = helper.make_graph([node], op_type, graph_inputs, graph_outputs)
+    graph = helper.make_graph([node], op_type, graph_inputs, graph_outputs, initializer=initializers)
     return helper.make_model(graph, ir_version=8, opset_imports=opsets)
 
 
 def session_runner(
     model: onnx.ModelProto, feeds: dict[str, np.ndarray], with_ortops: bool
 ) -> Callable[[int], Callable[[], Any]]:
+    constants = {i.name for i in model.graph.initializer}
+    feeds = {name: value for name, value in feeds.items() if name not in constants}
+
     def make(threads: int) -> Callable[[], Any]:
         session = onnx_session(model, threads, with_ortops)
         return lambda: session.run(None, feeds)
@@ -227,16 +241,18 @@ def deform_conv_case() -> Case:
     bias = rng.normal(size=256).astype(np.float32)
     feeds = {"input": x, "offset": offset, "mask": mask, "weight": weight, "bias": bias}
     attrs = dict(stride=[1, 1], padding=[1, 1], dilation=[1, 1], groups=1, deform_groups=1)
-    model = one_node_model("MMCVModulatedDeformConv2d", "mmcv", feeds, ["output"], **attrs)
-    conv = one_node_model("Conv", "", {"X": x, "W": weight, "B": bias}, ["Y"], pads=[1, 1, 1, 1])
+    # Weights and bias stored in the models, as in an exported model (each runtime may prepare
+    # them once).
+    model = one_node_model("MMCVModulatedDeformConv2d", "mmcv", feeds, ["output"], ("weight", "bias"), **attrs)
+    conv = one_node_model("Conv", "", {"X": x, "W": weight, "B": bias}, ["Y"], ("W", "B"), pads=[1, 1, 1, 1])
     # ONNX's own DeformConv (opset 19+; ORT runs it with MLAS), same inputs and semantics.
     builtin_feeds = {"X": x, "W": weight, "offset": offset, "B": bias, "mask": mask}
-    builtin = one_node_model("DeformConv", "", builtin_feeds, ["Y"], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    builtin = one_node_model("DeformConv", "", builtin_feeds, ["Y"], ("W", "B"), pads=[1, 1, 1, 1], kernel_shape=[3, 3])
     builtin.opset_import[0].version = 22
     # The GEMM limit: the matrix product inside the convolution ([C_out, C_in*9] x [C_in*9, H*W])
     # by MLAS alone, as ORT's MatMul runs it; ratio = the fraction of that limit ortops reaches.
     columns = rng.normal(size=(256 * 9, 64 * 64)).astype(np.float32)
-    gemm = one_node_model("MatMul", "", {"A": weight.reshape(256, -1), "B": columns}, ["Y"])
+    gemm = one_node_model("MatMul", "", {"A": weight.reshape(256, -1), "B": columns}, ["Y"], ("A",))
     t = {k: torch.from_numpy(v) for k, v in feeds.items()}
     return Case(
         name="Modulated deform conv 1x256x64x64 -> 256, 3x3, pad 1",
