@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of ortops on a fresh or prepared machine: set-up (scripts/setup.sh),
-# format and lint checks, the C++ tests in a real ONNX Runtime (and again cross-built for
-# ARM64 under qemu, where the cross toolchain is installed), the Python tests in the main
+# format and lint checks, the C++ tests in a real ONNX Runtime (the session tests again under
+# qemu-x86_64 as CPUs without AVX and without AVX-512, and all again cross-built for ARM64
+# under qemu, where the cross toolchain is installed), the Python tests in the main
 # environment, the ONNX-Runtime-level Python tests again at each lower instruction-set level
 # this CPU has (ORTOPS_ISA) and again with the oldest supported runtime, and the C++ and
 # ONNX-Runtime-level tests again against a build with AddressSanitizer and
@@ -27,6 +28,20 @@ cpp_files=$(git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h'
 
 step "C++ tests (ONNX Runtime from .deps)"
 (cd build && ctest --output-on-failure --output-junit "$REPORTS/ctest.xml" -j2) || failed=1
+
+step "C++ session tests on older x86-64 CPUs (qemu-x86_64: Westmere has no AVX, Haswell no AVX-512)"
+# The library must pick the level each CPU model has and run without an instruction above
+# it (an illegal instruction stops the run). qemu 7 emulates no AVX-512: that level runs on
+# this machine's own CPU, when it has it, in every other step.
+if [[ "$(uname -m)" == x86_64 ]] && command -v qemu-x86_64 >/dev/null; then
+  for model in Westmere:sse2 Haswell:avx2; do
+    ORTOPS_EXPECT_ISA=${model#*:} qemu-x86_64 -cpu "${model%:*}" build/tests/cpp/ortops_tests \
+      --gtest_filter='Isa.*:Session.*' --gtest_brief=1 --gtest_output="xml:$REPORTS/gtest-qemu-${model#*:}.xml" \
+      || failed=1
+  done
+else
+  echo "skipped: needs an x86-64 machine with qemu-x86_64 (apt-get install qemu-user)"
+fi
 
 step "C++ tests on ARM64 (aarch64 cross build, run under qemu-aarch64)"
 # Before the Python tests, which also build examples/cpp against this cross build.
