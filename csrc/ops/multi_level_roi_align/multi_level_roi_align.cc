@@ -366,7 +366,7 @@ class MultiLevelKernel : public KernelBase {
     std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
-      ScratchVector<A> acc = io.Vector<A>(any_channels_last ? static_cast<size_t>(channels) : 0);
+      roi_pooling::PoolScratch<T, A> scratch(io, any_channels_last, channels, bins);
       for (size_t position = begin; position < end; ++position) {
         const int64_t r = order[position];
         const A* roi = rois.data + kColumns * r;
@@ -390,7 +390,7 @@ class MultiLevelKernel : public KernelBase {
           roi_pooling::AlignedRoiTaps(g, pooling_, source.height, source.width, taps.data());
         }
         roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, per_bin, mode_,
-                             output + r * channels * bins, acc.data());
+                             output + r * channels * bins, scratch);
       }
     });
   }

@@ -95,14 +95,14 @@ class RoiAlignKernel : public KernelBase {
     const A min_side = pooling_.aligned ? roi_pooling::kNoMinSide<A> : A(1);
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
-      ScratchVector<A> acc = io.Vector<A>(channels_last ? static_cast<size_t>(channels) : 0);
+      roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const A* roi = rois.data + 5 * r;
         const auto g = roi_pooling::AlignedRoiGeometry(roi + 1, scale, min_side, pooling_);
         taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
         roi_pooling::AlignedRoiTaps(g, pooling_, height, width, taps.data());
         roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w, mode_,
-                             output + r * channels * bins, acc.data());
+                             output + r * channels * bins, scratch);
       }
     });
   }

@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/channels_last.h"
 #include "core/error.h"
 #include "core/kernel_io.h"
 #include "math/bilinear.h"
+#include "ops/roi_align/pool_channels_last.h"
 
 namespace ortops::roi_pooling {
 
@@ -230,39 +232,6 @@ inline bool ChannelsLastPays(int64_t rois, int64_t bins, int64_t sampling_ratio,
   return channels >= 8 && reads > static_cast<double>(input_shape[0] * input_shape[2] * input_shape[3]);
 }
 
-// Pools one roi from a channels-last image ([H * W, C]) for every channel at once, with the
-// same per-channel arithmetic, in the same order, as the per-channel path: each sample is
-// w0 v0 + w1 v1 + w2 v2 + w3 v3, summed (or maxed) over the bin's samples in order.
-// out[c * bins + bin], rounded to Out (float16) if that is not T; `acc` is scratch of
-// `channels` elements. One pass over the channels per sample: its value goes straight into
-// the running sum (or max), the same expression as computing it first.
-template <typename T, bool kMax, typename Out>
-void PoolChannelsLast(const T* image, int64_t channels, const BilinearTap<T>* taps, int64_t bins, int64_t per_bin,
-                      T max_start, T empty_bin, Out* out, T* acc) {
-  const T count = static_cast<T>(per_bin > 1 ? per_bin : 1);
-  for (int64_t bin = 0; bin < bins; ++bin) {
-    std::fill(acc, acc + channels, kMax ? max_start : T(0));
-    for (int64_t s = 0; s < per_bin; ++s, ++taps) {
-      const T* p0 = image + taps->offset[0] * channels;
-      const T* p1 = image + taps->offset[1] * channels;
-      const T* p2 = image + taps->offset[2] * channels;
-      const T* p3 = image + taps->offset[3] * channels;
-      const T w0 = taps->weight[0], w1 = taps->weight[1], w2 = taps->weight[2], w3 = taps->weight[3];
-      if constexpr (kMax) {
-        for (int64_t c = 0; c < channels; ++c) {
-          const T value = w0 * p0[c] + w1 * p1[c] + w2 * p2[c] + w3 * p3[c];
-          acc[c] = value > acc[c] ? value : acc[c];
-        }
-      } else {
-        for (int64_t c = 0; c < channels; ++c) acc[c] += w0 * p0[c] + w1 * p1[c] + w2 * p2[c] + w3 * p3[c];
-      }
-    }
-    for (int64_t c = 0; c < channels; ++c) {
-      out[c * bins + bin] = static_cast<Out>(kMax ? (per_bin == 0 ? empty_bin : acc[c]) : acc[c] / count);
-    }
-  }
-}
-
 // What a pooling kernel reads: the [N, C, H, W] input as given and, where it paid to make it,
 // its channels-last copy [N, H, W, C] in the compute type A (nullptr where not).
 template <typename T, typename A>
@@ -280,19 +249,56 @@ struct PoolMode {
   A max_start, empty_bin;
 };
 
+// Scratch of one thread for PoolRoi, made once per ParallelFor task: the taps as the
+// dispatched loop takes them, its sums of a group of bins, and (float16 output) the pooled
+// roi before it is rounded. Empty unless the source has a channels-last copy.
+template <typename T, typename A>
+struct PoolScratch {
+  PoolScratch(const KernelIO& io, bool channels_last, int64_t channels, int64_t bins)
+      : taps(io.Allocator<PixelTap<A>>()),
+        sums(io.Vector<A>(channels_last ? static_cast<size_t>(kPoolGroupBins * channels) : 0)),
+        pooled(io.Vector<A>(channels_last && !std::is_same_v<T, A> ? static_cast<size_t>(channels * bins) : 0)) {}
+  ScratchVector<PixelTap<A>> taps;
+  ScratchVector<A> sums, pooled;
+};
+
 // Pools one roi of image `image` from its taps (`per_bin` consecutive taps per bin) into
-// out[c * bins + bin] for every channel; `acc` is scratch of `channels` elements (used only
-// when pooling from the channels-last copy).
+// out[c * bins + bin] for every channel. From the channels-last copy, the loop dispatched
+// per instruction-set level (pool_channels_last.h) reads every channel of a tap's pixels at
+// once, with the same per-channel arithmetic in the same order as the planar loop below.
 template <typename T, typename A>
 void PoolRoi(const PoolSource<T, A>& source, int64_t image, const BilinearTap<A>* taps, int64_t bins, int64_t per_bin,
-             const PoolMode<A>& mode, T* out, A* acc) {
+             const PoolMode<A>& mode, T* out, PoolScratch<T, A>& scratch) {
   const int64_t channels = source.channels, plane = source.plane();
   if (source.channels_last != nullptr) {
-    const A* pixels = source.channels_last + image * plane * channels;
-    if (mode.max) {
-      PoolChannelsLast<A, true>(pixels, channels, taps, bins, per_bin, mode.max_start, mode.empty_bin, out, acc);
+    const int64_t count = bins * per_bin;
+    scratch.taps.resize(static_cast<size_t>(count));
+    for (int64_t t = 0; t < count; ++t) {
+      PixelTap<A>& tap = scratch.taps[static_cast<size_t>(t)];
+      for (int k = 0; k < 4; ++k) {
+        tap.pixel[k] = taps[t].offset[k];
+        tap.weight[k] = taps[t].weight[k];
+      }
+    }
+    A* pooled = nullptr;
+    if constexpr (std::is_same_v<T, A>) {
+      pooled = out;
     } else {
-      PoolChannelsLast<A, false>(pixels, channels, taps, bins, per_bin, A(0), A(0), out, acc);
+      pooled = scratch.pooled.data();
+    }
+    const ChannelsLastRoi<A> roi{.image = source.channels_last + image * plane * channels,
+                                 .channels = channels,
+                                 .taps = scratch.taps.data(),
+                                 .bins = bins,
+                                 .per_bin = per_bin,
+                                 .max = mode.max,
+                                 .max_start = mode.max_start,
+                                 .empty_bin = mode.empty_bin,
+                                 .out = pooled,
+                                 .scratch = scratch.sums.data()};
+    ORTOPS_ISA_CALL(PoolChannelsLast, roi);
+    if constexpr (!std::is_same_v<T, A>) {
+      for (int64_t i = 0; i < channels * bins; ++i) out[i] = static_cast<T>(pooled[i]);
     }
     return;
   }

@@ -83,8 +83,9 @@ class RoiAlignRotatedKernel : public KernelBase {
       const auto g = roi_pooling::RotatedRoiGeometry(roi + 1, scale, min_side, clockwise_ != 0, pooling_);
       ScratchVector<BilinearTap<A>> taps = io.Vector<BilinearTap<A>>(static_cast<size_t>(bins * g.grid_h * g.grid_w));
       roi_pooling::RotatedRoiTaps(g, pooling_, height, width, taps.data());
+      roi_pooling::PoolScratch<T, A> scratch(io, false, channels, bins);
       roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w, average,
-                           output + r * channels * bins, static_cast<A*>(nullptr));
+                           output + r * channels * bins, scratch);
     });
   }
 

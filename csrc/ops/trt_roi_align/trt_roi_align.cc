@@ -130,7 +130,7 @@ class TrtRoiAlignKernel : public KernelBase {
     const A min_side = pooling_.aligned ? roi_pooling::kNoMinSide<A> : A(1);
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
-      ScratchVector<A> acc = io.Vector<A>(channels_last ? static_cast<size_t>(channels) : 0);
+      roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const auto g = roi_pooling::AlignedRoiGeometry(rois + 4 * r, scale, min_side, pooling_);
         taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
@@ -138,7 +138,7 @@ class TrtRoiAlignKernel : public KernelBase {
         const int64_t image = batch_indices.data[r], per_bin = g.grid_h * g.grid_w;
         T* out = output + r * channels * bins;
         if (average_) {
-          roi_pooling::PoolRoi(source, image, taps.data(), bins, per_bin, average, out, acc.data());
+          roi_pooling::PoolRoi(source, image, taps.data(), bins, per_bin, average, out, scratch);
           continue;
         }
         for (int64_t c = 0; c < channels; ++c) {

@@ -1,0 +1,152 @@
+// Compiled once per instruction-set level (core/isa.h).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "ops/roi_align/pool_channels_last.h"
+
+namespace ortops::roi_pooling::ORTOPS_ISA_NS {
+namespace {
+
+// The level's vector width in bytes; Lanes<A>::Vector is a generic vector of that many bytes
+// of A (a GCC and Clang extension, not intrinsics) that the compiler lowers to the level's
+// SIMD (or to narrower vectors or scalars). Plain loops over channels are not enough: the
+// compiler fuses the loop over samples into them and leaves the sums in memory.
+#if defined(__AVX512F__)
+constexpr int kVectorBytes = 64;
+#elif defined(__AVX2__)
+constexpr int kVectorBytes = 32;
+#else
+constexpr int kVectorBytes = 16;
+#endif
+
+template <typename A>
+struct Lanes {
+  typedef A Vector __attribute__((vector_size(kVectorBytes)));
+  static constexpr int64_t kCount = kVectorBytes / static_cast<int64_t>(sizeof(A));
+};
+
+// Vectors of channels whose sums stay in registers while a bin's samples are read.
+constexpr int kPanelVectors = 4;
+
+// Channels [first, first + kVectors * lanes) of one bin: the sum (or max) over its samples,
+// into acc[first...]. A sample's value is ((w0 v0 + w1 v1) + w2 v2) + w3 v3, as the scalar
+// expression; the running sum adds it, the running max takes it when it is larger.
+template <typename A, bool kMax, int kVectors>
+void PoolPanel(const A* image, int64_t channels, const PixelTap<A>* taps, int64_t per_bin, A start, int64_t first,
+               A* acc) {
+  using V = typename Lanes<A>::Vector;
+  constexpr int64_t kLanes = Lanes<A>::kCount;
+  V sum[kVectors];
+  for (int i = 0; i < kVectors; ++i) sum[i] = V{} + start;
+  for (int64_t s = 0; s < per_bin; ++s) {
+    const PixelTap<A>& tap = taps[s];
+    const A* p0 = image + tap.pixel[0] * channels + first;
+    const A* p1 = image + tap.pixel[1] * channels + first;
+    const A* p2 = image + tap.pixel[2] * channels + first;
+    const A* p3 = image + tap.pixel[3] * channels + first;
+    const A w0 = tap.weight[0], w1 = tap.weight[1], w2 = tap.weight[2], w3 = tap.weight[3];
+    for (int i = 0; i < kVectors; ++i) {
+      V v0, v1, v2, v3;
+      std::memcpy(&v0, p0 + i * kLanes, sizeof(V));
+      std::memcpy(&v1, p1 + i * kLanes, sizeof(V));
+      std::memcpy(&v2, p2 + i * kLanes, sizeof(V));
+      std::memcpy(&v3, p3 + i * kLanes, sizeof(V));
+      const V value = w0 * v0 + w1 * v1 + w2 * v2 + w3 * v3;
+      if constexpr (kMax) {
+        sum[i] = value > sum[i] ? value : sum[i];
+      } else {
+        sum[i] += value;
+      }
+    }
+  }
+  for (int i = 0; i < kVectors; ++i) std::memcpy(acc + first + i * kLanes, &sum[i], sizeof(V));
+}
+
+// One channel (those left over after the vectors), the same arithmetic.
+template <typename A, bool kMax>
+void PoolChannel(const A* image, int64_t channels, const PixelTap<A>* taps, int64_t per_bin, A start, int64_t c,
+                 A* acc) {
+  A sum = start;
+  for (int64_t s = 0; s < per_bin; ++s) {
+    const PixelTap<A>& tap = taps[s];
+    const A value =
+        tap.weight[0] * image[tap.pixel[0] * channels + c] + tap.weight[1] * image[tap.pixel[1] * channels + c] +
+        tap.weight[2] * image[tap.pixel[2] * channels + c] + tap.weight[3] * image[tap.pixel[3] * channels + c];
+    if constexpr (kMax) {
+      sum = value > sum ? value : sum;
+    } else {
+      sum += value;
+    }
+  }
+  acc[c] = sum;
+}
+
+// Asks for the pixels a bin's samples read before they are needed: a roi's samples lie
+// scattered over a map larger than the caches, and each reads four runs of C values that the
+// hardware prefetcher does not foresee. Bounded, so that a bin of many samples (adaptive
+// sampling of a large roi) does not evict what is being read.
+template <typename A>
+void Prefetch(const A* image, int64_t channels, const PixelTap<A>* taps, int64_t per_bin) {
+  constexpr int64_t kLine = 64, kMaxBytes = 16 * 1024;
+  const int64_t run = channels * static_cast<int64_t>(sizeof(A));
+  const int64_t samples = std::min(per_bin, std::max<int64_t>(1, kMaxBytes / (4 * run)));
+  for (int64_t s = 0; s < samples; ++s) {
+    for (int k = 0; k < 4; ++k) {
+      const char* bytes = reinterpret_cast<const char*>(image + taps[s].pixel[k] * channels);
+      for (int64_t b = 0; b < run; b += kLine) __builtin_prefetch(bytes + b, 0, 3);
+    }
+  }
+}
+
+template <typename A, bool kMax>
+void Pool(const ChannelsLastRoi<A>& roi) {
+  constexpr int64_t kLanes = Lanes<A>::kCount, kPanel = kPanelVectors * kLanes;
+  const int64_t channels = roi.channels, bins = roi.bins, per_bin = roi.per_bin;
+  const A start = kMax ? roi.max_start : A(0);
+  const A count = static_cast<A>(per_bin > 1 ? per_bin : 1);
+  for (int64_t group = 0; group < bins; group += kPoolGroupBins) {
+    const int64_t group_end = std::min(bins, group + kPoolGroupBins);
+    for (int64_t bin = group; bin < group_end; ++bin) {
+      const PixelTap<A>* taps = roi.taps + bin * per_bin;
+      if (bin + 1 < bins) Prefetch(roi.image, channels, taps + per_bin, per_bin);
+      A* acc = roi.scratch + (bin - group) * channels;
+      int64_t c = 0;
+      for (; c + kPanel <= channels; c += kPanel) {
+        PoolPanel<A, kMax, kPanelVectors>(roi.image, channels, taps, per_bin, start, c, acc);
+      }
+      for (; c + kLanes <= channels; c += kLanes)
+        PoolPanel<A, kMax, 1>(roi.image, channels, taps, per_bin, start, c, acc);
+      for (; c < channels; ++c) PoolChannel<A, kMax>(roi.image, channels, taps, per_bin, start, c, acc);
+    }
+    // [bins of the group, C] -> out[c * bins + bin]: runs of the group's bins per channel.
+    const int64_t width = group_end - group;
+    for (int64_t c = 0; c < channels; ++c) {
+      A* out = roi.out + c * bins + group;
+      const A* sums = roi.scratch + c;
+      for (int64_t b = 0; b < width; ++b) {
+        if constexpr (kMax) {
+          out[b] = per_bin == 0 ? roi.empty_bin : sums[b * channels];
+        } else {
+          out[b] = sums[b * channels] / count;
+        }
+      }
+    }
+  }
+}
+
+template <typename A>
+void Dispatch(const ChannelsLastRoi<A>& roi) {
+  if (roi.max) {
+    Pool<A, true>(roi);
+  } else {
+    Pool<A, false>(roi);
+  }
+}
+
+}  // namespace
+
+void PoolChannelsLast(const ChannelsLastRoi<float>& roi) { Dispatch(roi); }
+void PoolChannelsLast(const ChannelsLastRoi<double>& roi) { Dispatch(roi); }
+
+}  // namespace ortops::roi_pooling::ORTOPS_ISA_NS
