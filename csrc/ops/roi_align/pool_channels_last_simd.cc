@@ -2,6 +2,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "ops/roi_align/pool_channels_last.h"
 
@@ -29,12 +34,12 @@ struct Lanes {
 // Vectors of channels whose sums stay in registers while a bin's samples are read.
 constexpr int kPanelVectors = 4;
 
-// Channels [first, first + kVectors * lanes) of one bin: the sum (or max) over its samples,
+// Channels [first, first + kVectors * lanes) of one bin: the mean (or max) of its samples,
 // into acc[first...]. A sample's value is ((w0 v0 + w1 v1) + w2 v2) + w3 v3, as the scalar
 // expression; the running sum adds it, the running max takes it when it is larger.
 template <typename A, bool kMax, int kVectors>
-void PoolPanel(const A* image, int64_t channels, const PixelTap<A>* taps, int64_t per_bin, A start, int64_t first,
-               A* acc) {
+void PoolPanel(const A* image, int64_t channels, const PixelTap<A>* taps, int64_t per_bin, A start, A count,
+               int64_t first, A* acc) {
   using V = typename Lanes<A>::Vector;
   constexpr int64_t kLanes = Lanes<A>::kCount;
   V sum[kVectors];
@@ -60,13 +65,16 @@ void PoolPanel(const A* image, int64_t channels, const PixelTap<A>* taps, int64_
       }
     }
   }
-  for (int i = 0; i < kVectors; ++i) std::memcpy(acc + first + i * kLanes, &sum[i], sizeof(V));
+  for (int i = 0; i < kVectors; ++i) {
+    if constexpr (!kMax) sum[i] /= count;
+    std::memcpy(acc + first + i * kLanes, &sum[i], sizeof(V));
+  }
 }
 
 // One channel (those left over after the vectors), the same arithmetic.
 template <typename A, bool kMax>
-void PoolChannel(const A* image, int64_t channels, const PixelTap<A>* taps, int64_t per_bin, A start, int64_t c,
-                 A* acc) {
+void PoolChannel(const A* image, int64_t channels, const PixelTap<A>* taps, int64_t per_bin, A start, A count,
+                 int64_t c, A* acc) {
   A sum = start;
   for (int64_t s = 0; s < per_bin; ++s) {
     const PixelTap<A>& tap = taps[s];
@@ -79,7 +87,7 @@ void PoolChannel(const A* image, int64_t channels, const PixelTap<A>* taps, int6
       sum += value;
     }
   }
-  acc[c] = sum;
+  acc[c] = kMax ? sum : sum / count;
 }
 
 // Asks for the pixels a bin's samples read before they are needed: a roi's samples lie
@@ -99,10 +107,86 @@ void Prefetch(const A* image, int64_t channels, const PixelTap<A>* taps, int64_t
   }
 }
 
+// dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows, j < columns: blocks of 8 x 8
+// (AVX) or 4 x 4 (SSE2) floats moved through registers, then one element at a time.
+inline void TransposeFloat(const float* src, int64_t rows, int64_t columns, int64_t src_stride, float* dst,
+                           int64_t dst_stride, int64_t& row_done, int64_t& column_done) {
+  row_done = 0;
+  column_done = 0;
+#if defined(__AVX2__)
+  constexpr int64_t kBlock = 8;
+  const int64_t full_rows = rows / kBlock * kBlock, full_columns = columns / kBlock * kBlock;
+  for (int64_t i = 0; i < full_rows; i += kBlock) {
+    for (int64_t j = 0; j < full_columns; j += kBlock) {
+      const float* s = src + i * src_stride + j;
+      __m256 r[8], t[8];
+      for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(s + k * src_stride);
+      for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+      }
+      for (int k = 0; k < 8; k += 4) {
+        r[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      float* d = dst + j * dst_stride + i;
+      for (int k = 0; k < 4; ++k) {
+        _mm256_storeu_ps(d + k * dst_stride, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
+        _mm256_storeu_ps(d + (k + 4) * dst_stride, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
+      }
+    }
+  }
+  row_done = full_rows;
+  column_done = full_columns;
+#elif defined(__SSE2__)
+  constexpr int64_t kBlock = 4;
+  const int64_t full_rows = rows / kBlock * kBlock, full_columns = columns / kBlock * kBlock;
+  for (int64_t i = 0; i < full_rows; i += kBlock) {
+    for (int64_t j = 0; j < full_columns; j += kBlock) {
+      const float* s = src + i * src_stride + j;
+      __m128 r0 = _mm_loadu_ps(s), r1 = _mm_loadu_ps(s + src_stride), r2 = _mm_loadu_ps(s + 2 * src_stride),
+             r3 = _mm_loadu_ps(s + 3 * src_stride);
+      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+      float* d = dst + j * dst_stride + i;
+      _mm_storeu_ps(d, r0);
+      _mm_storeu_ps(d + dst_stride, r1);
+      _mm_storeu_ps(d + 2 * dst_stride, r2);
+      _mm_storeu_ps(d + 3 * dst_stride, r3);
+    }
+  }
+  row_done = full_rows;
+  column_done = full_columns;
+#else
+  (void)src, (void)rows, (void)columns, (void)src_stride, (void)dst, (void)dst_stride;
+#endif
+}
+
+// dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows, j < columns (moves only).
+template <typename A>
+void Transpose(const A* src, int64_t rows, int64_t columns, int64_t src_stride, A* dst, int64_t dst_stride) {
+  int64_t row_done = 0, column_done = 0;
+  if constexpr (std::is_same_v<A, float>) {
+    TransposeFloat(src, rows, columns, src_stride, dst, dst_stride, row_done, column_done);
+  }
+  // What the blocks left: the columns right of them for their rows, then the rows below.
+  for (int64_t j = column_done; j < columns; ++j) {
+    for (int64_t i = 0; i < row_done; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
+  }
+  for (int64_t j = 0; j < columns; ++j) {
+    for (int64_t i = row_done; i < rows; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
+  }
+}
+
 template <typename A, bool kMax>
 void Pool(const ChannelsLastRoi<A>& roi) {
   constexpr int64_t kLanes = Lanes<A>::kCount, kPanel = kPanelVectors * kLanes;
   const int64_t channels = roi.channels, bins = roi.bins, per_bin = roi.per_bin;
+  if (kMax && per_bin == 0) {
+    std::fill(roi.out, roi.out + channels * bins, roi.empty_bin);
+    return;
+  }
   const A start = kMax ? roi.max_start : A(0);
   const A count = static_cast<A>(per_bin > 1 ? per_bin : 1);
   for (int64_t group = 0; group < bins; group += kPoolGroupBins) {
@@ -113,25 +197,15 @@ void Pool(const ChannelsLastRoi<A>& roi) {
       A* acc = roi.scratch + (bin - group) * channels;
       int64_t c = 0;
       for (; c + kPanel <= channels; c += kPanel) {
-        PoolPanel<A, kMax, kPanelVectors>(roi.image, channels, taps, per_bin, start, c, acc);
+        PoolPanel<A, kMax, kPanelVectors>(roi.image, channels, taps, per_bin, start, count, c, acc);
       }
-      for (; c + kLanes <= channels; c += kLanes)
-        PoolPanel<A, kMax, 1>(roi.image, channels, taps, per_bin, start, c, acc);
-      for (; c < channels; ++c) PoolChannel<A, kMax>(roi.image, channels, taps, per_bin, start, c, acc);
+      for (; c + kLanes <= channels; c += kLanes) {
+        PoolPanel<A, kMax, 1>(roi.image, channels, taps, per_bin, start, count, c, acc);
+      }
+      for (; c < channels; ++c) PoolChannel<A, kMax>(roi.image, channels, taps, per_bin, start, count, c, acc);
     }
     // [bins of the group, C] -> out[c * bins + bin]: runs of the group's bins per channel.
-    const int64_t width = group_end - group;
-    for (int64_t c = 0; c < channels; ++c) {
-      A* out = roi.out + c * bins + group;
-      const A* sums = roi.scratch + c;
-      for (int64_t b = 0; b < width; ++b) {
-        if constexpr (kMax) {
-          out[b] = per_bin == 0 ? roi.empty_bin : sums[b * channels];
-        } else {
-          out[b] = sums[b * channels] / count;
-        }
-      }
-    }
+    Transpose(roi.scratch, group_end - group, channels, channels, roi.out + group, bins);
   }
 }
 
@@ -148,5 +222,15 @@ void Dispatch(const ChannelsLastRoi<A>& roi) {
 
 void PoolChannelsLast(const ChannelsLastRoi<float>& roi) { Dispatch(roi); }
 void PoolChannelsLast(const ChannelsLastRoi<double>& roi) { Dispatch(roi); }
+
+void PlanesToChannelsLast(const float* image, int64_t channels, int64_t pixels, int64_t first, int64_t last,
+                          float* out) {
+  // Blocks of 16 channels: a block's reads (16 rows of the pixels) and its writes stay in L1.
+  constexpr int64_t kChannelBlock = 16;
+  for (int64_t c = 0; c < channels; c += kChannelBlock) {
+    Transpose(image + c * pixels + first, std::min(kChannelBlock, channels - c), last - first, pixels,
+              out + first * channels + c, channels);
+  }
+}
 
 }  // namespace ortops::roi_pooling::ORTOPS_ISA_NS
