@@ -2,12 +2,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 
-#if defined(__SSE2__)
-#include <immintrin.h>
-#endif
-
+#include "core/transpose.h"
 #include "ops/roi_align/pool_channels_last.h"
 
 namespace ortops::roi_pooling::ORTOPS_ISA_NS {
@@ -104,78 +100,6 @@ void Prefetch(const A* image, int64_t channels, const PixelTap<A>* taps, int64_t
       const char* bytes = reinterpret_cast<const char*>(image + taps[s].pixel[k] * channels);
       for (int64_t b = 0; b < run; b += kLine) __builtin_prefetch(bytes + b, 0, 3);
     }
-  }
-}
-
-// dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows, j < columns: blocks of 8 x 8
-// (AVX) or 4 x 4 (SSE2) floats moved through registers, then one element at a time.
-inline void TransposeFloat(const float* src, int64_t rows, int64_t columns, int64_t src_stride, float* dst,
-                           int64_t dst_stride, int64_t& row_done, int64_t& column_done) {
-  row_done = 0;
-  column_done = 0;
-#if defined(__AVX2__)
-  constexpr int64_t kBlock = 8;
-  const int64_t full_rows = rows / kBlock * kBlock, full_columns = columns / kBlock * kBlock;
-  for (int64_t i = 0; i < full_rows; i += kBlock) {
-    for (int64_t j = 0; j < full_columns; j += kBlock) {
-      const float* s = src + i * src_stride + j;
-      __m256 r[8], t[8];
-      for (int k = 0; k < 8; ++k) r[k] = _mm256_loadu_ps(s + k * src_stride);
-      for (int k = 0; k < 8; k += 2) {
-        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
-        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
-      }
-      for (int k = 0; k < 8; k += 4) {
-        r[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
-      }
-      float* d = dst + j * dst_stride + i;
-      for (int k = 0; k < 4; ++k) {
-        _mm256_storeu_ps(d + k * dst_stride, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
-        _mm256_storeu_ps(d + (k + 4) * dst_stride, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
-      }
-    }
-  }
-  row_done = full_rows;
-  column_done = full_columns;
-#elif defined(__SSE2__)
-  constexpr int64_t kBlock = 4;
-  const int64_t full_rows = rows / kBlock * kBlock, full_columns = columns / kBlock * kBlock;
-  for (int64_t i = 0; i < full_rows; i += kBlock) {
-    for (int64_t j = 0; j < full_columns; j += kBlock) {
-      const float* s = src + i * src_stride + j;
-      __m128 r0 = _mm_loadu_ps(s), r1 = _mm_loadu_ps(s + src_stride), r2 = _mm_loadu_ps(s + 2 * src_stride),
-             r3 = _mm_loadu_ps(s + 3 * src_stride);
-      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-      float* d = dst + j * dst_stride + i;
-      _mm_storeu_ps(d, r0);
-      _mm_storeu_ps(d + dst_stride, r1);
-      _mm_storeu_ps(d + 2 * dst_stride, r2);
-      _mm_storeu_ps(d + 3 * dst_stride, r3);
-    }
-  }
-  row_done = full_rows;
-  column_done = full_columns;
-#else
-  (void)src, (void)rows, (void)columns, (void)src_stride, (void)dst, (void)dst_stride;
-#endif
-}
-
-// dst[j * dst_stride + i] = src[i * src_stride + j] for i < rows, j < columns (moves only).
-template <typename A>
-void Transpose(const A* src, int64_t rows, int64_t columns, int64_t src_stride, A* dst, int64_t dst_stride) {
-  int64_t row_done = 0, column_done = 0;
-  if constexpr (std::is_same_v<A, float>) {
-    TransposeFloat(src, rows, columns, src_stride, dst, dst_stride, row_done, column_done);
-  }
-  // What the blocks left: the columns right of them for their rows, then the rows below.
-  for (int64_t j = column_done; j < columns; ++j) {
-    for (int64_t i = 0; i < row_done; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
-  }
-  for (int64_t j = 0; j < columns; ++j) {
-    for (int64_t i = row_done; i < rows; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
   }
 }
 
