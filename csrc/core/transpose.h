@@ -90,5 +90,18 @@ inline void Transpose(const A* src, int64_t rows, int64_t columns, int64_t src_s
   }
 }
 
+// Pixels [first, last) of `channels` planes of `pixels` elements, channels-last:
+// out[p * channels + c] = image[c * pixels + p]. Blocks of 16 channels, so that a block's
+// reads (16 rows of the pixels) and its writes stay in L1.
+template <typename A>
+inline void PlanesToChannelsLastRange(const A* image, int64_t channels, int64_t pixels, int64_t first, int64_t last,
+                                      A* out) {
+  constexpr int64_t kChannelBlock = 16;
+  for (int64_t c = 0; c < channels; c += kChannelBlock) {
+    const int64_t block = channels - c < kChannelBlock ? channels - c : kChannelBlock;
+    Transpose(image + c * pixels + first, block, last - first, pixels, out + first * channels + c, channels);
+  }
+}
+
 }  // namespace ORTOPS_ISA_NS
 }  // namespace ortops

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/upcast.h"
 #include "math/cubic.h"
+#include "ops/grid_sample/sample_channels_last.h"
 
 namespace ortops::grid_sample {
 namespace {
@@ -84,14 +86,11 @@ struct Axis {
   bool Inside(int64_t i) const { return i >= 0 && i < size; }
 };
 
-// Where one output point reads, computed once and used for every channel.
+// Where one bicubic output point reads, computed once and used for every channel: 4 x 4
+// taps read rows y[i], columns x[j]; -1 marks a tap that reads 0.
 template <typename T>
 struct PointTaps {
   bool nan = false;  // the point's value is NaN
-  int count = 0;     // bilinear / nearest: the valid taps, in PyTorch's summation order
-  int64_t offset[4];
-  T weight[4];
-  // Bicubic: 4 x 4 taps read rows y[i], columns x[j]; -1 marks a tap that reads 0.
   int64_t row[4], column[4];
   T wy[4], wx[4];
 };
@@ -143,11 +142,15 @@ class GridSampleKernel : public KernelBase {
     const int64_t plane = height * width, out_plane = out_h * out_w;
     Check(plane < (int64_t{1} << 31), "input 'input' has planes of ", height, " x ", width,
           " elements, more than this op supports (2^31)");
-    // The taps of a chunk of output points are computed once, then each channel reads its
-    // whole plane through them: one plane at a time stays in cache for the random reads.
     Scratch<A> converted;
     const A* values = Upcast(io, input, converted);
     const bool bicubic = static_cast<Interpolation>(mode_) == Interpolation::kBicubic;
+    if (!bicubic && ChannelsLastPays(channels, plane, out_plane)) {
+      ComputeChannelsLast(io, values, grid, x_axis, y_axis, input.shape, output);
+      return;
+    }
+    // The taps of a chunk of output points are computed once, then each channel reads its
+    // whole plane through them: one plane at a time stays in cache for the random reads.
     const int64_t chunk = std::min<int64_t>(out_plane, bicubic ? (1 << 16) : (1 << 20));
     const Scratch<PointTaps<A>> wide = io.Allocate<PointTaps<A>>(bicubic ? static_cast<size_t>(chunk) : 0);
     const Scratch<CompactTaps<A>> compact = io.Allocate<CompactTaps<A>>(bicubic ? 0 : static_cast<size_t>(chunk));
@@ -157,24 +160,26 @@ class GridSampleKernel : public KernelBase {
         const T* points = grid.data + (n * out_plane + start) * 2;
         io.ParallelForRanges(static_cast<size_t>(count), 64, [&](size_t begin, size_t end) {
           for (size_t i = begin; i < end; ++i) {
-            const PointTaps<A> taps =
-                Locate(static_cast<A>(points[2 * i]), static_cast<A>(points[2 * i + 1]), x_axis, y_axis);
+            const auto gx = static_cast<A>(points[2 * i]), gy = static_cast<A>(points[2 * i + 1]);
             if (bicubic) {
-              wide[i] = taps;
-            } else {
-              compact[i].count = taps.nan ? -1 : taps.count;
-              for (int k = 0; k < taps.count; ++k) {
-                compact[i].offset[k] = static_cast<int32_t>(taps.offset[k]);
-                compact[i].weight[k] = taps.weight[k];
-              }
+              wide[i] = Locate(gx, gy, x_axis, y_axis);
+              continue;
             }
+            CompactTaps<A>& taps = compact[i];
+            int32_t inside = 0;
+            const bool number = LocateLinear(gx, gy, x_axis, y_axis, [&](int64_t offset, A weight) {
+              taps.offset[inside] = static_cast<int32_t>(offset);
+              taps.weight[inside] = weight;
+              ++inside;
+            });
+            taps.count = number ? inside : -1;
           }
         });
         io.ParallelFor(static_cast<size_t>(channels), [&](size_t c) {
           const A* map = values + (n * channels + static_cast<int64_t>(c)) * plane;
           T* out = output + (n * channels + static_cast<int64_t>(c)) * out_plane + start;
           if (bicubic) {
-            for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(Read(wide[i], map, width));
+            for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(ReadBicubic(wide[i], map, width));
           } else {
             for (int64_t i = 0; i < count; ++i) out[i] = static_cast<T>(ReadCompact(compact[i], map));
           }
@@ -184,43 +189,112 @@ class GridSampleKernel : public KernelBase {
   }
 
  private:
+  // Whether sampling from a channels-last copy pays for making it: each point then reads
+  // every channel of its four pixels in runs (vectorised), where the planar path reads them
+  // one at a time, one plane after another; the copy costs about one pass over the input.
+  static bool ChannelsLastPays(int64_t channels, int64_t plane, int64_t out_plane) {
+    return channels >= 4 && 2 * out_plane >= plane;
+  }
+
+  // Bilinear and nearest sampling through a channels-last copy of each image with two pixels
+  // appended, one of zeros (read with weight 0 by the taps outside the map) and one of NaN
+  // (read with weight 1 by NaN points), so that every point sums four products without
+  // branches (sample_channels_last.h says why the bits are PyTorch's). Points go in tiles:
+  // their [tile, C] values are transposed into the [C, H_out * W_out] output.
+  void ComputeChannelsLast(const KernelIO& io, const A* values, const ConstTensor<T>& grid, const Axis<A>& x_axis,
+                           const Axis<A>& y_axis, const Shape& input_shape, T* output) const {
+    const int64_t batch = input_shape[0], channels = input_shape[1], plane = input_shape[2] * input_shape[3];
+    const int64_t out_plane = grid.dim(1) * grid.dim(2);
+    const int64_t zero_pixel = plane, nan_pixel = plane + 1;
+    const Scratch<A> image = io.Allocate<A>(static_cast<size_t>((plane + 2) * channels));
+    std::fill(image.data() + zero_pixel * channels, image.data() + nan_pixel * channels, A(0));
+    std::fill(image.data() + nan_pixel * channels, image.data() + (nan_pixel + 1) * channels,
+              std::numeric_limits<A>::quiet_NaN());
+    constexpr int64_t kPixelTile = 64, kPointTile = 64, kPointsPerTask = 1024;
+    for (int64_t n = 0; n < batch; ++n) {
+      const A* planes = values + n * channels * plane;
+      io.ParallelFor(static_cast<size_t>((plane + kPixelTile - 1) / kPixelTile), [&](size_t tile) {
+        const int64_t first = static_cast<int64_t>(tile) * kPixelTile;
+        ORTOPS_ISA_CALL(PlanesToChannelsLast, planes, channels, plane, first, std::min(plane, first + kPixelTile),
+                        image.data());
+      });
+      const T* points = grid.data + n * out_plane * 2;
+      T* out = output + n * channels * out_plane;
+      const auto tasks = static_cast<size_t>((out_plane + kPointsPerTask - 1) / kPointsPerTask);
+      io.ParallelForRanges(static_cast<size_t>(out_plane), tasks, [&](size_t begin, size_t end) {
+        ScratchVector<PointTap<A>> taps = io.Vector<PointTap<A>>(kPointTile);
+        ScratchVector<A> rows = io.Vector<A>(static_cast<size_t>(kPointTile * channels));
+        for (auto start = static_cast<int64_t>(begin); start < static_cast<int64_t>(end); start += kPointTile) {
+          const int64_t count = std::min(kPointTile, static_cast<int64_t>(end) - start);
+          for (int64_t i = 0; i < count; ++i) {
+            const int64_t p = start + i;
+            PointTap<A>& tap = taps[static_cast<size_t>(i)];
+            int inside = 0;
+            const bool number = LocateLinear(static_cast<A>(points[2 * p]), static_cast<A>(points[2 * p + 1]), x_axis,
+                                             y_axis, [&](int64_t offset, A weight) {
+                                               tap.pixel[inside] = offset;
+                                               tap.weight[inside] = weight;
+                                               ++inside;
+                                             });
+            for (int k = inside; k < 4; ++k) {
+              tap.pixel[k] = zero_pixel;
+              tap.weight[k] = A(0);
+            }
+            if (!number) {
+              tap.pixel[0] = nan_pixel;
+              tap.weight[0] = A(1);
+            }
+          }
+          ORTOPS_ISA_CALL(SampleRows, image.data(), channels, taps.data(), count, rows.data());
+          if constexpr (std::is_same_v<T, A>) {
+            ORTOPS_ISA_CALL(RowsToPlanes, rows.data(), count, channels, out + start, out_plane);
+          } else {
+            for (int64_t c = 0; c < channels; ++c) {
+              for (int64_t i = 0; i < count; ++i) {
+                out[c * out_plane + start + i] = static_cast<T>(rows[static_cast<size_t>(i * channels + c)]);
+              }
+            }
+          }
+        }
+      });
+    }
+  }
+
+  // Bicubic: the 4 x 4 taps of one point (all of them, or NaN).
   PointTaps<A> Locate(A gx, A gy, const Axis<A>& x_axis, const Axis<A>& y_axis) const {
     PointTaps<A> p;
     if (std::isnan(gx) || std::isnan(gy)) {
       p.nan = true;
       return p;
     }
-    const auto mode = static_cast<Interpolation>(mode_);
-    if (mode == Interpolation::kBicubic) {
-      LocateBicubic(x_axis.Unnormalize(gx), y_axis.Unnormalize(gy), x_axis, y_axis, p);
-      return p;
-    }
+    LocateBicubic(x_axis.Unnormalize(gx), y_axis.Unnormalize(gy), x_axis, y_axis, p);
+    return p;
+  }
+
+  // Bilinear and nearest: calls tap(offset, weight) for each tap of the point that lies
+  // inside the map, in PyTorch's summation order; false for a point whose value is NaN.
+  // A callback rather than a returned struct, so that the caller stores each tap where it
+  // is read from next, with no copy through memory in between.
+  template <typename Tap>
+  bool LocateLinear(A gx, A gy, const Axis<A>& x_axis, const Axis<A>& y_axis, Tap&& tap) const {
+    if (std::isnan(gx) || std::isnan(gy)) return false;
     const A x = x_axis.Pad(x_axis.Unnormalize(gx)), y = y_axis.Pad(y_axis.Unnormalize(gy));
-    if (std::isnan(x) || std::isnan(y)) {
-      p.nan = true;
-      return p;
-    }
-    if (!(std::abs(x) < kFarOutside && std::abs(y) < kFarOutside)) return p;  // far outside: reads 0
-    if (mode == Interpolation::kNearest) {
+    if (std::isnan(x) || std::isnan(y)) return false;
+    if (!(std::abs(x) < kFarOutside && std::abs(y) < kFarOutside)) return true;  // far outside: reads 0
+    if (static_cast<Interpolation>(mode_) == Interpolation::kNearest) {
       const auto ix = static_cast<int64_t>(std::nearbyint(x)), iy = static_cast<int64_t>(std::nearbyint(y));
-      if (x_axis.Inside(ix) && y_axis.Inside(iy)) Add(p, iy * x_axis.size + ix, A(1));
-      return p;
+      if (x_axis.Inside(ix) && y_axis.Inside(iy)) tap(iy * x_axis.size + ix, A(1));
+      return true;
     }
     const A x0 = std::floor(x), y0 = std::floor(y);
     const auto ix = static_cast<int64_t>(x0), iy = static_cast<int64_t>(y0);
     const A east = x - x0, west = (x0 + 1) - x, south = y - y0, north = (y0 + 1) - y;
     const int64_t w = x_axis.size;
-    if (x_axis.Inside(ix) && y_axis.Inside(iy)) Add(p, iy * w + ix, west * north);
-    if (x_axis.Inside(ix + 1) && y_axis.Inside(iy)) Add(p, iy * w + ix + 1, east * north);
-    if (x_axis.Inside(ix) && y_axis.Inside(iy + 1)) Add(p, (iy + 1) * w + ix, west * south);
-    if (x_axis.Inside(ix + 1) && y_axis.Inside(iy + 1)) Add(p, (iy + 1) * w + ix + 1, east * south);
-    return p;
-  }
-
-  static void Add(PointTaps<A>& p, int64_t offset, A weight) {
-    p.offset[p.count] = offset;
-    p.weight[p.count] = weight;
-    ++p.count;
+    if (x_axis.Inside(ix) && y_axis.Inside(iy)) tap(iy * w + ix, west * north);
+    if (x_axis.Inside(ix + 1) && y_axis.Inside(iy)) tap(iy * w + ix + 1, east * north);
+    if (x_axis.Inside(ix) && y_axis.Inside(iy + 1)) tap((iy + 1) * w + ix, west * south);
+    if (x_axis.Inside(ix + 1) && y_axis.Inside(iy + 1)) tap((iy + 1) * w + ix + 1, east * south);
+    return true;
   }
 
   void LocateBicubic(A x, A y, const Axis<A>& x_axis, const Axis<A>& y_axis, PointTaps<A>& p) const {
@@ -268,21 +342,15 @@ class GridSampleKernel : public KernelBase {
     return sum;
   }
 
-  A Read(const PointTaps<A>& p, const A* map, int64_t width) const {
+  static A ReadBicubic(const PointTaps<A>& p, const A* map, int64_t width) {
     if (p.nan) return std::numeric_limits<A>::quiet_NaN();
-    if (static_cast<Interpolation>(mode_) == Interpolation::kBicubic) {
-      A rows[4];
-      for (int i = 0; i < 4; ++i) {
-        A v[4];
-        for (int j = 0; j < 4; ++j)
-          v[j] = p.row[i] >= 0 && p.column[j] >= 0 ? map[p.row[i] * width + p.column[j]] : A(0);
-        rows[i] = v[0] * p.wx[0] + v[1] * p.wx[1] + v[2] * p.wx[2] + v[3] * p.wx[3];
-      }
-      return rows[0] * p.wy[0] + rows[1] * p.wy[1] + rows[2] * p.wy[2] + rows[3] * p.wy[3];
+    A rows[4];
+    for (int i = 0; i < 4; ++i) {
+      A v[4];
+      for (int j = 0; j < 4; ++j) v[j] = p.row[i] >= 0 && p.column[j] >= 0 ? map[p.row[i] * width + p.column[j]] : A(0);
+      rows[i] = v[0] * p.wx[0] + v[1] * p.wx[1] + v[2] * p.wx[2] + v[3] * p.wx[3];
     }
-    A sum = 0;
-    for (int k = 0; k < p.count; ++k) sum += map[p.offset[k]] * p.weight[k];
-    return sum;
+    return rows[0] * p.wy[0] + rows[1] * p.wy[1] + rows[2] * p.wy[2] + rows[3] * p.wy[3];
   }
 
   int64_t mode_, padding_, align_corners_;

@@ -149,12 +149,7 @@ void PoolChannelsLast(const ChannelsLastRoi<double>& roi) { Dispatch(roi); }
 
 void PlanesToChannelsLast(const float* image, int64_t channels, int64_t pixels, int64_t first, int64_t last,
                           float* out) {
-  // Blocks of 16 channels: a block's reads (16 rows of the pixels) and its writes stay in L1.
-  constexpr int64_t kChannelBlock = 16;
-  for (int64_t c = 0; c < channels; c += kChannelBlock) {
-    Transpose(image + c * pixels + first, std::min(kChannelBlock, channels - c), last - first, pixels,
-              out + first * channels + c, channels);
-  }
+  PlanesToChannelsLastRange(image, channels, pixels, first, last, out);
 }
 
 }  // namespace ortops::roi_pooling::ORTOPS_ISA_NS
