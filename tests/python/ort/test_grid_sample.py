@@ -109,3 +109,63 @@ def test_bad_input_is_an_error(domain, op) -> None:
             {"input": np.zeros((2, 1, 0, 3), np.float32), "grid": np.zeros((2, 2, 2, 2), np.float32)},
             ["output"],
         )
+
+
+def sample_in_small_grids(features: np.ndarray, grid: np.ndarray, points: int, **a) -> np.ndarray:
+    """The grid's points `points` at a time (as [N, 1, points, 2] grids): fewer points than half
+    the map's pixels, so the planar path."""
+    n, c = features.shape[:2]
+    flat = grid.reshape(n, 1, -1, 2)
+    parts = [
+        run("GridSample", "ortops", {"input": features, "grid": flat[:, :, s : s + points]}, ["output"], **a)[0]
+        for s in range(0, flat.shape[2], points)
+    ]
+    return np.concatenate(parts, axis=3).reshape(n, c, *grid.shape[1:3])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", list(PADDINGS))
+@pytest.mark.parametrize("channels", [4, 5, 17, 33, 70])
+def test_channels_last_path_gives_the_planar_paths_bits(dtype, mode, padding, channels) -> None:
+    """The dispatched channels-last loop sums PyTorch's products in PyTorch's order, a tap
+    outside the map reading a pixel of zeros with weight 0 and a NaN point a pixel of NaN:
+    bit-equal to the planar path at channel counts that are not multiples of any vector width,
+    with points on and beyond the edges, non-finite points and batch 2."""
+    rng = np.random.default_rng(channels)
+    features, grid = make_case(rng, dtype, n=2, c=channels, h=6, w=7, out=(8, 9))
+    grid[1, 2, :5] = [[np.nan, 0], [0, np.inf], [-np.inf, 1], [1e30, -1e30], [1.01, -1.01]]
+    features[1, 0, 2, 3] = np.inf  # an infinite value under some weights of 0
+    for align in (0, 1):
+        a = attrs(mode, padding, align)
+        (together,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **a)
+        np.testing.assert_array_equal(together, sample_in_small_grids(features, grid, 18, **a))
+        finite = np.isfinite(features).all()
+        if finite:
+            expected = references.grid_sample(features, grid, mode, padding, bool(align))
+            np.testing.assert_allclose(together, expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("channels", [1, 3, 17, 33])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_channel_counts_match_reference(channels: int, mode: str) -> None:
+    features, grid = make_case(np.random.default_rng(channels), np.float32, n=2, c=channels, h=6, w=5, out=(7, 8))
+    for padding in PADDINGS:
+        a = attrs(mode, padding, 0)
+        (got,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **a)
+        expected = references.grid_sample(features, grid, mode, padding, False)
+        np.testing.assert_allclose(got, expected, **TOLERANCE[np.float32])
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_float16_channels_last_rounds_the_float32_result(mode: str) -> None:
+    """Float16 samples in float32 from the channels-last copy, then rounds once on store."""
+    features, grid = make_case(np.random.default_rng(4), np.float32, n=2, c=19, h=6, w=7, out=(8, 9))
+    features, grid = features.astype(np.float16), grid.astype(np.float16)
+    a = attrs(mode, "zeros", 0)
+    (half,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **a)
+    (single,) = run(
+        "GridSample", "ortops", {"input": features.astype(np.float32), "grid": grid.astype(np.float32)}, ["output"], **a
+    )
+    assert half.dtype == np.float16
+    np.testing.assert_array_equal(half, single.astype(np.float16))

@@ -247,3 +247,55 @@ def test_many_rois_and_channels_take_the_channels_last_path(domain, op, compat, 
     (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(2, 0.5, sampling, mode, 1))
     expected = references.roi_align(features, rois, 2, 3, 0.5, sampling, mode, True, compat)
     np.testing.assert_allclose(got, expected, **TOLERANCE[np.float32])
+
+
+def pool_each_roi_alone(op: str, domain: str, features: np.ndarray, rois: np.ndarray, **a) -> np.ndarray:
+    """The rois one run each: too few reads for a channels-last copy to pay, so the planar path."""
+    return np.concatenate(
+        [run(op, domain, {"input": features, "rois": rois[r : r + 1]}, ["output"], **a)[0] for r in range(len(rois))]
+    )
+
+
+@pytest.mark.parametrize("domain,op,compat", DOMAINS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("channels", [8, 9, 17, 33, 70])
+def test_channels_last_path_gives_the_planar_paths_bits(domain, op, compat, dtype, mode, channels) -> None:
+    """The dispatched channels-last loop (vectors of channels, then the channels left over) adds
+    and divides in the planar loop's order: bit-equal outputs, at channel counts that are not
+    multiples of any vector width, on rois across and beyond the edges, empty ones and batch 2."""
+    rng = np.random.default_rng(channels)
+    features, rois = make_case(rng, 2, channels, 8, 9, 40, dtype, 0.5)
+    rois[:4, 1:] = [[-4, -4, 3, 3], [10, 12, 30, 30], [0, 0, 0, 0], [5, 5, 5, 5]]  # border, beyond, empty
+    for sampling in (0, 2):
+        a = attrs(2, 0.5, sampling, mode, 1)
+        (together,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **a)
+        np.testing.assert_array_equal(together, pool_each_roi_alone(op, domain, features, rois, **a))
+        expected = references.roi_align(features, rois, 2, 3, 0.5, sampling, mode, True, compat)
+        np.testing.assert_allclose(together, expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("channels", [1, 3, 17])
+def test_channel_counts_match_reference(channels: int) -> None:
+    features, rois = make_case(np.random.default_rng(5), 2, channels, 7, 6, 50, np.float32, 0.5)
+    (got,) = run("RoIAlign", "ortops", {"input": features, "rois": rois}, ["output"], **attrs(3, 0.5, 2, "avg", 1))
+    expected = references.roi_align(features, rois, 3, 4, 0.5, 2, "avg", True, False)
+    np.testing.assert_allclose(got, expected, **TOLERANCE[np.float32])
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_float16_channels_last_rounds_the_float32_result(mode: str) -> None:
+    """Float16 pools in float32 from the channels-last copy, then rounds once on store."""
+    features, rois = make_case(np.random.default_rng(3), 2, 19, 6, 7, 60, np.float32, 0.5)
+    features = features.astype(np.float16)
+    a = attrs(2, 0.5, 2, mode, 1)
+    (half,) = run("RoIAlign", "ortops", {"input": features, "rois": rois.astype(np.float16)}, ["output"], **a)
+    (single,) = run(
+        "RoIAlign",
+        "ortops",
+        {"input": features.astype(np.float32), "rois": rois.astype(np.float16).astype(np.float32)},
+        ["output"],
+        **a,
+    )
+    assert half.dtype == np.float16
+    np.testing.assert_array_equal(half, single.astype(np.float16))
