@@ -211,6 +211,12 @@ class GridSampleKernel : public KernelBase {
     std::fill(image.data() + nan_pixel * channels, image.data() + (nan_pixel + 1) * channels,
               std::numeric_limits<A>::quiet_NaN());
     constexpr int64_t kPixelTile = 64, kPointTile = 64, kPointsPerTask = 1024;
+    // Bilinear sampling with zeros padding, the common case, locates a vector of points at a
+    // time in the dispatched loop (maps below 2^24 a side, so that its floor is exact).
+    constexpr int64_t kVectorSide = int64_t{1} << 24;
+    const bool vector_location = static_cast<Interpolation>(mode_) == Interpolation::kBilinear &&
+                                 x_axis.padding == Padding::kZeros && x_axis.size < kVectorSide &&
+                                 y_axis.size < kVectorSide;
     for (int64_t n = 0; n < batch; ++n) {
       const A* planes = values + n * channels * plane;
       io.ParallelFor(static_cast<size_t>((plane + kPixelTile - 1) / kPixelTile), [&](size_t tile) {
@@ -224,9 +230,21 @@ class GridSampleKernel : public KernelBase {
       io.ParallelForRanges(static_cast<size_t>(out_plane), tasks, [&](size_t begin, size_t end) {
         ScratchVector<PointTap<A>> taps = io.Vector<PointTap<A>>(kPointTile);
         ScratchVector<A> rows = io.Vector<A>(static_cast<size_t>(kPointTile * channels));
+        ScratchVector<A> coordinates = io.Vector<A>(std::is_same_v<T, A> ? 0 : 2 * kPointTile);
         for (auto start = static_cast<int64_t>(begin); start < static_cast<int64_t>(end); start += kPointTile) {
           const int64_t count = std::min(kPointTile, static_cast<int64_t>(end) - start);
-          for (int64_t i = 0; i < count; ++i) {
+          if (vector_location) {
+            const A* xy = nullptr;
+            if constexpr (std::is_same_v<T, A>) {
+              xy = points + 2 * start;
+            } else {
+              for (int64_t i = 0; i < 2 * count; ++i) coordinates[static_cast<size_t>(i)] = points[2 * start + i];
+              xy = coordinates.data();
+            }
+            ORTOPS_ISA_CALL(LocateBilinearZeros, xy, count, x_axis.size, y_axis.size, x_axis.align_corners, zero_pixel,
+                            nan_pixel, taps.data());
+          }
+          for (int64_t i = 0; i < (vector_location ? 0 : count); ++i) {
             const int64_t p = start + i;
             PointTap<A>& tap = taps[static_cast<size_t>(i)];
             int inside = 0;

@@ -19,6 +19,18 @@ struct PointTap {
   A weight[4];
 };
 
+// Bilinear sampling with zeros padding (the common case), located for `count` points at once
+// with PyTorch's arithmetic lane by lane: xy holds the points' (x, y) grid coordinates, the
+// map is width x height (each below 2^24), align_corners as the attribute. A tap outside the
+// map reads zero_pixel with weight 0 where it stands (adding +0 to the sum changes no bit,
+// see PointTap), a NaN point nan_pixel with weight 1.
+ORTOPS_ISA_DECLARE(void LocateBilinearZeros(const float* xy, int64_t count, int64_t width, int64_t height,
+                                            bool align_corners, int64_t zero_pixel, int64_t nan_pixel,
+                                            PointTap<float>* taps);
+                   void LocateBilinearZeros(const double* xy, int64_t count, int64_t width, int64_t height,
+                                            bool align_corners, int64_t zero_pixel, int64_t nan_pixel,
+                                            PointTap<double>* taps))
+
 // rows[p * channels + c] = ((((0 + v0 w0) + v1 w1) + v2 w2) + v3 w3) for points [0, count),
 // vk being channel c of taps[p].pixel[k]: PyTorch's sum, in its order.
 ORTOPS_ISA_DECLARE(void SampleRows(const float* image, int64_t channels, const PointTap<float>* taps, int64_t count,
