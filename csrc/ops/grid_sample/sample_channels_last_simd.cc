@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/transpose.h"
 #include "ops/grid_sample/sample_channels_last.h"
@@ -76,10 +77,9 @@ void LocateVector(const A* xy, int64_t width, int64_t height, bool align_corners
   const I top = (iy >= 0) & (iy < rows), bottom = (iy + 1 >= 0) & (iy + 1 < rows);
   const I valid[4] = {top & left, top & right, bottom & left, bottom & right};
   // Unsigned, so that the offsets of taps far outside (never read) wrap instead of overflowing.
-  const U top_left =
-      reinterpret_cast<const U&>(iy) * static_cast<U>(U{} + static_cast<S>(columns)) + reinterpret_cast<const U&>(ix);
-  const U offset[4] = {top_left, top_left + 1, top_left + static_cast<S>(columns),
-                       top_left + static_cast<S>(columns) + 1};
+  const auto stride = static_cast<std::make_unsigned_t<S>>(columns);
+  const U top_left = reinterpret_cast<const U&>(iy) * stride + reinterpret_cast<const U&>(ix);
+  const U offset[4] = {top_left, top_left + 1, top_left + stride, top_left + stride + 1};
   const V weight[4] = {west * north, east * north, west * south, east * south};
   for (int64_t i = 0; i < kLanes; ++i) {
     PointTap<A>& tap = taps[i];
