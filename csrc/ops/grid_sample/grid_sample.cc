@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/channels_last.h"
 #include "core/upcast.h"
 #include "math/cubic.h"
 #include "ops/grid_sample/sample_channels_last.h"
@@ -221,8 +222,7 @@ class GridSampleKernel : public KernelBase {
       const A* planes = values + n * channels * plane;
       io.ParallelFor(static_cast<size_t>((plane + kPixelTile - 1) / kPixelTile), [&](size_t tile) {
         const int64_t first = static_cast<int64_t>(tile) * kPixelTile;
-        ORTOPS_ISA_CALL(PlanesToChannelsLast, planes, channels, plane, first, std::min(plane, first + kPixelTile),
-                        image.data());
+        channels_last::TransposeTile(planes, channels, plane, first, std::min(plane, first + kPixelTile), image.data());
       });
       const T* points = grid.data + n * out_plane * 2;
       T* out = output + n * channels * out_plane;

@@ -44,11 +44,4 @@ ORTOPS_ISA_DECLARE(void RowsToPlanes(const float* rows, int64_t count, int64_t c
                    void RowsToPlanes(const double* rows, int64_t count, int64_t channels, double* out,
                                      int64_t out_stride))
 
-// Pixels [first, last) of `channels` planes of `pixels` elements, channels-last:
-// out[p * channels + c] = image[c * pixels + p] (moves only).
-ORTOPS_ISA_DECLARE(void PlanesToChannelsLast(const float* image, int64_t channels, int64_t pixels, int64_t first,
-                                             int64_t last, float* out);
-                   void PlanesToChannelsLast(const double* image, int64_t channels, int64_t pixels, int64_t first,
-                                             int64_t last, double* out))
-
 }  // namespace ortops::grid_sample

@@ -173,13 +173,4 @@ void RowsToPlanes(const double* rows, int64_t count, int64_t channels, double* o
   Transpose(rows, count, channels, channels, out, out_stride);
 }
 
-void PlanesToChannelsLast(const float* image, int64_t channels, int64_t pixels, int64_t first, int64_t last,
-                          float* out) {
-  PlanesToChannelsLastRange(image, channels, pixels, first, last, out);
-}
-void PlanesToChannelsLast(const double* image, int64_t channels, int64_t pixels, int64_t first, int64_t last,
-                          double* out) {
-  PlanesToChannelsLastRange(image, channels, pixels, first, last, out);
-}
-
 }  // namespace ortops::grid_sample::ORTOPS_ISA_NS

@@ -42,10 +42,4 @@ struct ChannelsLastRoi {
 ORTOPS_ISA_DECLARE(void PoolChannelsLast(const ChannelsLastRoi<float>& roi);
                    void PoolChannelsLast(const ChannelsLastRoi<double>& roi))
 
-// Pixels [first, last) of one image of `channels` planes of `pixels` floats, channels-last:
-// out[p * channels + c] = image[c * pixels + p], through register transposes of small
-// blocks (moves only).
-ORTOPS_ISA_DECLARE(void PlanesToChannelsLast(const float* image, int64_t channels, int64_t pixels, int64_t first,
-                                             int64_t last, float* out))
-
 }  // namespace ortops::roi_pooling

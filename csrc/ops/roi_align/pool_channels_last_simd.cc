@@ -147,9 +147,4 @@ void Dispatch(const ChannelsLastRoi<A>& roi) {
 void PoolChannelsLast(const ChannelsLastRoi<float>& roi) { Dispatch(roi); }
 void PoolChannelsLast(const ChannelsLastRoi<double>& roi) { Dispatch(roi); }
 
-void PlanesToChannelsLast(const float* image, int64_t channels, int64_t pixels, int64_t first, int64_t last,
-                          float* out) {
-  PlanesToChannelsLastRange(image, channels, pixels, first, last, out);
-}
-
 }  // namespace ortops::roi_pooling::ORTOPS_ISA_NS

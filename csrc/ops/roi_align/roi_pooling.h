@@ -218,17 +218,7 @@ Scratch<A> ToChannelsLast(const KernelIO& io, const ConstTensor<T>& input) {
   for (int64_t n = 0; n < batch; ++n) {
     const T* image = input.data + n * channels * pixels;
     A* image_out = out.data() + n * pixels * channels;
-    if constexpr (std::is_same_v<T, float>) {
-      // Tiles of pixels, transposed through registers by the dispatched loop.
-      constexpr int64_t kTile = 64;
-      io.ParallelFor(static_cast<size_t>((pixels + kTile - 1) / kTile), [&](size_t tile) {
-        const int64_t first = static_cast<int64_t>(tile) * kTile;
-        ORTOPS_ISA_CALL(PlanesToChannelsLast, image, channels, pixels, first, std::min(pixels, first + kTile),
-                        image_out);
-      });
-    } else {
-      ortops::ToChannelsLast(io, image, channels, pixels, image_out);
-    }
+    ortops::ToChannelsLast(io, image, channels, pixels, image_out);
   }
   return out;
 }
