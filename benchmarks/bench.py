@@ -228,7 +228,7 @@ def roi_align_case() -> Case:
         agree=close(1e-4, 1e-4),
         targets={"torchvision.ops.roi_align": 5.0, "ORT RoiAlign (opset 16)": 4.0},
         targets_all={"torchvision.ops.roi_align": 3.5},
-        min_scaling=1.7,
+        min_scaling=1.8,
     )
 
 
@@ -271,7 +271,7 @@ def deform_conv_case() -> Case:
         unchecked=("ORT Conv (same shape)",),
         targets={"torchvision deform_conv2d": 3.0, "ORT Conv (same shape)": 0.5, "ORT DeformConv (opset 22)": 2.0},
         targets_all={"torchvision deform_conv2d": 3.0, "ORT Conv (same shape)": 0.5, "ORT DeformConv (opset 22)": 2.0},
-        min_scaling=1.7,
+        min_scaling=1.8,
     )
 
 
@@ -305,7 +305,7 @@ def grid_sample_case() -> Case:
         agree=close(1e-4, 1e-4),
         targets={"torch grid_sample": 1.5, "ORT GridSample": 1.0},
         targets_all={"torch grid_sample": 2.5},
-        min_scaling=1.7,
+        min_scaling=1.8,
     )
 
 
@@ -779,7 +779,7 @@ def ms_deform_attn_case() -> Case:
         },
         agree=close(1e-4, 1e-4),
         targets={"torch grid_sample composition": 5.0, "ORT standard-ONNX composition": 5.0},
-        min_scaling=1.7,
+        min_scaling=1.8,
     )
 
 
@@ -1077,6 +1077,7 @@ def multi_level_roi_align_cases() -> list[Case]:
                 anchors={anchor_name: session_runner(anchor, feeds, True)},
                 agree=close(1e-5, 1e-5),
                 targets={anchor_name: target} if target else {},
+                min_scaling=1.8,
             )
         )
     return cases
@@ -1181,6 +1182,7 @@ def bicubic_case() -> Case:
             )
         },
         agree=close(1e-4, 1e-4),
+        min_scaling=1.8,
     )
 
 
@@ -1200,6 +1202,7 @@ def instance_norm_case() -> Case:
             "ORT InstanceNormalization": session_runner(builtin, {"input": x, "scale": scale, "B": bias}, False),
         },
         agree=close(1e-4, 1e-4),
+        min_scaling=1.8,
     )
 
 
