@@ -130,7 +130,7 @@ class KeptBoxGrid {
   static constexpr int64_t kMaxCells = GridCells<T, SessionAllocator<T>>::kMaxCellsPerBox;
 
   bool Any(int64_t begin, int64_t end, const nms::Candidate<T>& candidate) const {
-    const nms::BoxColumns<T> kept{x1_.data() + begin, y1_.data() + begin, x2_.data() + begin,
+    const nms::BoxColumns<T> kept{x1_.data() + begin, y1_.data() + begin,   x2_.data() + begin,
                                   y2_.data() + begin, area_.data() + begin, end - begin};
     return ORTOPS_ISA_CALL(AnySuppresses, kept, candidate);
   }
@@ -191,8 +191,8 @@ class NmsKernel : public KernelBase {
                  area = io.Allocate<T>(static_cast<size_t>(count));
       for (int64_t i : order) {
         const nms::Candidate<T> c = candidate_of(i);
-        const nms::BoxColumns<T> columns{x1.data(), y1.data(), x2.data(), y2.data(), area.data(),
-                                         static_cast<int64_t>(kept.size())};
+        const nms::BoxColumns<T> columns{x1.data(), y1.data(),   x2.data(),
+                                         y2.data(), area.data(), static_cast<int64_t>(kept.size())};
         if (ORTOPS_ISA_CALL(AnySuppresses, columns, c)) continue;
         const size_t k = kept.size();
         x1[k] = c.x1, y1[k] = c.y1, x2[k] = c.x2, y2[k] = c.y2, area[k] = c.area;

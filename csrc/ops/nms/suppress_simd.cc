@@ -34,8 +34,6 @@ bool Any(const BoxColumns<T>& kept, const Candidate<T>& c) {
 }  // namespace
 
 bool AnySuppresses(const BoxColumns<float>& kept, const Candidate<float>& candidate) { return Any(kept, candidate); }
-bool AnySuppresses(const BoxColumns<double>& kept, const Candidate<double>& candidate) {
-  return Any(kept, candidate);
-}
+bool AnySuppresses(const BoxColumns<double>& kept, const Candidate<double>& candidate) { return Any(kept, candidate); }
 
 }  // namespace ortops::nms::ORTOPS_ISA_NS
