@@ -1,0 +1,202 @@
+// Compiled once per instruction-set level (core/isa.h).
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "ops/cummax/scan_rows.h"
+
+#if defined(__AVX512F__)
+// GCC 12's AVX-512 intrinsics start some results from an undefined vector, which
+// -Wmaybe-uninitialized reports at the header's lines once inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+namespace ortops::scan::ORTOPS_ISA_NS {
+namespace {
+
+// Whether the running extreme moves to `candidate`: it is at least as good, or NaN. Once
+// the current value is NaN every comparison with it is false, so only a NaN takes over.
+// Written without branches so the loops below vectorise.
+// float16 compares by integer keys in float's order (magnitude, negated when the sign is
+// set, so -0 and +0 tie), which vectorises where converting to float would not.
+template <typename T, bool kMax>
+inline bool Takes(T candidate, T current) {
+  if constexpr (std::is_same_v<T, Half>) {
+    const int32_t c = candidate.bits & 0x7fff, k = current.bits & 0x7fff;
+    const int32_t c_key = candidate.bits & 0x8000 ? -c : c, k_key = current.bits & 0x8000 ? -k : k;
+    const bool better = kMax ? c_key >= k_key : c_key <= k_key;
+    return (c > 0x7c00) | ((k <= 0x7c00) & better);  // NaN takes over; after a NaN only a NaN
+  } else {
+    const bool better = kMax ? candidate >= current : candidate <= current;
+    if constexpr (std::is_floating_point_v<T>) {
+      return better | (candidate != candidate);
+    } else {
+      return better;
+    }
+  }
+}
+
+// take ? a : b, on the bits for float16 (a select of two structs would copy through memory
+// and keep the loops below scalar).
+template <typename T>
+inline T Pick(bool take, T a, T b) {
+  if constexpr (std::is_same_v<T, Half>) {
+    Half h;
+    h.bits = take ? a.bits : b.bits;
+    return h;
+  } else {
+    return take ? a : b;
+  }
+}
+
+// One contiguous line, the running state in registers.
+template <typename T, bool kMax>
+void Line(const T* in, T* out, int64_t* index, int64_t length, bool reverse) {
+  int64_t position = reverse ? length - 1 : 0;
+  const int64_t step = reverse ? -1 : 1;
+  T best = in[position];
+  int64_t best_index = position;
+  for (int64_t s = 0; s < length; ++s, position += step) {
+    const T candidate = in[position];
+    const bool take = Takes<T, kMax>(candidate, best);
+    best = Pick(take, candidate, best);
+    best_index = take ? position : best_index;
+    out[position] = best;
+    if (index) index[position] = best_index;
+  }
+}
+
+#if defined(__AVX512F__)
+// A float line 16 positions at a time: a running extreme is a prefix scan with the operator
+// "the later of two unless the earlier wins" (Takes), which is associative (it picks by a
+// total order: NaN highest, then value, ties by position), so a scan within the vector in
+// four shift-and-select steps, then a select against the extreme carried in from the
+// previous 16, picks the same element, bits and position, as the sequential loop. Only
+// selects, no arithmetic, so every bit is the input's.
+template <bool kMax>
+struct FloatLanes {
+  // Lanes where the running extreme stays `earlier` instead of moving to `later`: later is
+  // not NaN and not at least as good (a NaN `earlier` is better than every non-NaN).
+  static __mmask16 KeepsEarlier(__mmask16 lanes, __m512 later, __m512 earlier) {
+    const __mmask16 ordered = _mm512_mask_cmp_ps_mask(lanes, later, later, _CMP_ORD_Q);
+    return _mm512_mask_cmp_ps_mask(ordered, later, earlier, kMax ? _CMP_NGE_UQ : _CMP_NLE_UQ);
+  }
+};
+
+template <bool kMax>
+void FloatLine(const float* in, float* out, int64_t* index, int64_t length, bool reverse) {
+  // Lane l's earlier neighbour at distance d: l - d (forward) or l + d (reverse).
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  // Lanes past the line's end (forward) or before its start (reverse) read the operator's
+  // identity, which every value replaces: -inf for the maximum, +inf for the minimum.
+  const __m512 identity = _mm512_set1_ps(kMax ? -__builtin_inff() : __builtin_inff());
+  __m512i from[4];
+  __mmask16 has[4];
+  for (int s = 0; s < 4; ++s) {
+    const int d = 1 << s;
+    from[s] = reverse ? _mm512_add_epi32(lane, _mm512_set1_epi32(d)) : _mm512_sub_epi32(lane, _mm512_set1_epi32(d));
+    has[s] = static_cast<__mmask16>(reverse ? 0xffffu >> d : (0xffffu << d) & 0xffffu);
+  }
+  __m512 carry = identity;
+  __m512i carry_index = _mm512_setzero_si512();
+  const int64_t blocks = (length + 15) / 16;
+  for (int64_t b = 0; b < blocks; ++b) {
+    // Forward: blocks from the line's start, the last one partial. Reverse: from its end,
+    // the last block visited (positions 0 up) partial, its missing lanes at the top.
+    const int64_t count = std::min<int64_t>(16, length - 16 * b);
+    const int64_t base = reverse ? length - 16 * b - count : 16 * b;  // position of lane 0
+    const auto valid = static_cast<__mmask16>(0xffffu >> (16 - count));
+    __m512 v = _mm512_mask_loadu_ps(identity, valid, in + base);
+    __m512i local = lane;  // each lane's winner, as a lane of this block
+    for (int s = 0; s < 4; ++s) {
+      const __m512 earlier = _mm512_permutexvar_ps(from[s], v);
+      const __mmask16 keep = FloatLanes<kMax>::KeepsEarlier(has[s], v, earlier);
+      v = _mm512_mask_mov_ps(v, keep, earlier);
+      if (index) local = _mm512_mask_mov_epi32(local, keep, _mm512_permutexvar_epi32(from[s], local));
+    }
+    const __mmask16 keep_carry = b == 0 ? __mmask16{0} : FloatLanes<kMax>::KeepsEarlier(0xffff, v, carry);
+    v = _mm512_mask_mov_ps(v, keep_carry, carry);
+    _mm512_mask_storeu_ps(out + base, valid, v);
+    if (index) {
+      // Positions of the block's own winners, and the carried position where it stays.
+      const __m512i low =
+          _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(local)), _mm512_set1_epi64(base));
+      const __m512i high =
+          _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(local, 1)), _mm512_set1_epi64(base));
+      const __m512i low_out = _mm512_mask_mov_epi64(low, static_cast<__mmask8>(keep_carry), carry_index);
+      const __m512i high_out = _mm512_mask_mov_epi64(high, static_cast<__mmask8>(keep_carry >> 8), carry_index);
+      _mm512_mask_storeu_epi64(index + base, static_cast<__mmask8>(valid), low_out);
+      _mm512_mask_storeu_epi64(index + base + 8, static_cast<__mmask8>(valid >> 8), high_out);
+      // The carried position: the first lane's (reverse; a full block's last lane
+      // otherwise), read from the stored output.
+      carry_index = _mm512_set1_epi64(index[reverse ? base : base + count - 1]);
+    }
+    carry = _mm512_permutexvar_ps(_mm512_set1_epi32(reverse ? 0 : static_cast<int>(count) - 1), v);
+  }
+}
+#endif
+
+template <typename T, bool kMax>
+void Lines(const ScanArgs<T>& a, int64_t begin, int64_t end) {
+  const int64_t length = a.layout.length;
+  for (int64_t line = begin; line < end; ++line) {
+    const int64_t base = line * length;
+    int64_t* index = a.indices ? a.indices + base : nullptr;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+      FloatLine<kMax>(a.input + base, a.values + base, index, length, a.reverse);
+      continue;
+    }
+#endif
+    Line<T, kMax>(a.input + base, a.values + base, index, length, a.reverse);
+  }
+}
+
+template <typename T, bool kMax>
+void Columns(const ScanArgs<T>& a, int64_t o, int64_t begin, int64_t end) {
+  const Layout& layout = a.layout;
+  const int64_t base = o * layout.length * layout.inner;
+  const T* previous = nullptr;
+  const int64_t* previous_index = nullptr;
+  for (int64_t step = 0; step < layout.length; ++step) {
+    const int64_t position = a.reverse ? layout.length - 1 - step : step;
+    const int64_t row = base + position * layout.inner;
+    const T* in = a.input + row;
+    T* out = a.values + row;
+    int64_t* index = a.indices ? a.indices + row : nullptr;
+    if (previous == nullptr) {
+      for (int64_t k = begin; k < end; ++k) out[k] = in[k];
+      if (index) std::fill(index + begin, index + end, position);
+    } else if (index) {
+      for (int64_t k = begin; k < end; ++k) {
+        const bool take = Takes<T, kMax>(in[k], previous[k]);
+        out[k] = Pick(take, in[k], previous[k]);
+        index[k] = take ? position : previous_index[k];
+      }
+    } else {
+      for (int64_t k = begin; k < end; ++k) out[k] = Pick(Takes<T, kMax>(in[k], previous[k]), in[k], previous[k]);
+    }
+    previous = out;
+    previous_index = index;
+  }
+}
+
+}  // namespace
+
+#define ORTOPS_SCAN_DEFINE(T)                                                                          \
+  void ScanLines(const ScanArgs<T>& args, int64_t begin, int64_t end) {                                \
+    args.max ? Lines<T, true>(args, begin, end) : Lines<T, false>(args, begin, end);                   \
+  }                                                                                                    \
+  void ScanColumns(const ScanArgs<T>& args, int64_t outer, int64_t begin, int64_t end) {               \
+    args.max ? Columns<T, true>(args, outer, begin, end) : Columns<T, false>(args, outer, begin, end); \
+  }
+ORTOPS_SCAN_DEFINE(float)
+ORTOPS_SCAN_DEFINE(double)
+ORTOPS_SCAN_DEFINE(int64_t)
+ORTOPS_SCAN_DEFINE(Half)
+#undef ORTOPS_SCAN_DEFINE
+
+}  // namespace ortops::scan::ORTOPS_ISA_NS
