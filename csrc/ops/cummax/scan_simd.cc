@@ -12,6 +12,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 namespace ortops::scan::ORTOPS_ISA_NS {
@@ -52,14 +56,14 @@ inline T Pick(bool take, T a, T b) {
   }
 }
 
-// One contiguous line, the running state in registers.
+// Steps [first_step, length) of one contiguous line (in scan order), continuing from the
+// running extreme `best` at `best_index`; the running state is kept in registers.
 template <typename T, bool kMax>
-void Line(const T* in, T* out, int64_t* index, int64_t length, bool reverse) {
-  int64_t position = reverse ? length - 1 : 0;
+void LineSteps(const T* in, T* out, int64_t* index, int64_t length, bool reverse, int64_t first_step, T best,
+               int64_t best_index) {
   const int64_t step = reverse ? -1 : 1;
-  T best = in[position];
-  int64_t best_index = position;
-  for (int64_t s = 0; s < length; ++s, position += step) {
+  int64_t position = reverse ? length - 1 - first_step : first_step;
+  for (int64_t s = first_step; s < length; ++s, position += step) {
     const T candidate = in[position];
     const bool take = Takes<T, kMax>(candidate, best);
     best = Pick(take, candidate, best);
@@ -67,6 +71,13 @@ void Line(const T* in, T* out, int64_t* index, int64_t length, bool reverse) {
     out[position] = best;
     if (index) index[position] = best_index;
   }
+}
+
+// A whole line: its first element takes over (Takes(x, x) holds), as from an identity.
+template <typename T, bool kMax>
+void Line(const T* in, T* out, int64_t* index, int64_t length, bool reverse) {
+  const int64_t first = reverse ? length - 1 : 0;
+  LineSteps<T, kMax>(in, out, index, length, reverse, 0, in[first], first);
 }
 
 #if defined(__AVX512F__)
@@ -139,6 +150,107 @@ void FloatLine(const float* in, float* out, int64_t* index, int64_t length, bool
 }
 #endif
 
+#if !defined(__AVX512F__) && (defined(__AVX2__) || defined(__SSE2__))
+// The lane operations the in-vector scan of PrefixLine needs, for 8 (AVX2) or 4 (SSE2) floats.
+#if defined(__AVX2__)
+struct FloatLanes {
+  using F = __m256;
+  static constexpr int kWidth = 8;
+  static F Load(const float* p) { return _mm256_loadu_ps(p); }
+  static void Store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  // Lane l receives lane l - d (forward) or l + d (reverse); lanes without one are masked
+  // out by Has.
+  template <int d, bool kReverse>
+  static F Earlier(F v) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_permutevar8x32_ps(
+        v, kReverse ? _mm256_add_epi32(lane, _mm256_set1_epi32(d)) : _mm256_sub_epi32(lane, _mm256_set1_epi32(d)));
+  }
+  template <int d, bool kReverse>
+  static F Has() {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_castsi256_ps(kReverse ? _mm256_cmpgt_epi32(_mm256_set1_epi32(kWidth - d), lane)
+                                        : _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(d - 1)));
+  }
+  static F Ordered(F v) { return _mm256_cmp_ps(v, v, _CMP_ORD_Q); }
+  static F NotGreaterEqual(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_NGE_UQ); }
+  static F NotLessEqual(F a, F b) { return _mm256_cmp_ps(a, b, _CMP_NLE_UQ); }
+  static F And(F a, F b) { return _mm256_and_ps(a, b); }
+  static F Select(F mask, F yes, F no) { return _mm256_blendv_ps(no, yes, mask); }
+  template <int l>
+  static F Broadcast(F v) {
+    return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(l));
+  }
+  static float First(F v) { return _mm256_cvtss_f32(v); }
+};
+#else
+struct FloatLanes {
+  using F = __m128;
+  static constexpr int kWidth = 4;
+  static F Load(const float* p) { return _mm_loadu_ps(p); }
+  static void Store(float* p, F v) { _mm_storeu_ps(p, v); }
+  template <int d, bool kReverse>
+  static F Earlier(F v) {
+    const __m128i bits = _mm_castps_si128(v);
+    return _mm_castsi128_ps(kReverse ? _mm_srli_si128(bits, 4 * d) : _mm_slli_si128(bits, 4 * d));
+  }
+  template <int d, bool kReverse>
+  static F Has() {
+    const __m128i ones = _mm_set1_epi32(-1);
+    return _mm_castsi128_ps(kReverse ? _mm_srli_si128(ones, 4 * d) : _mm_slli_si128(ones, 4 * d));
+  }
+  static F Ordered(F v) { return _mm_cmpord_ps(v, v); }
+  static F NotGreaterEqual(F a, F b) { return _mm_cmpnge_ps(a, b); }
+  static F NotLessEqual(F a, F b) { return _mm_cmpnle_ps(a, b); }
+  static F And(F a, F b) { return _mm_and_ps(a, b); }
+  static F Select(F mask, F yes, F no) { return _mm_or_ps(_mm_and_ps(mask, yes), _mm_andnot_ps(mask, no)); }
+  template <int l>
+  static F Broadcast(F v) {
+    return _mm_shuffle_ps(v, v, _MM_SHUFFLE(l, l, l, l));
+  }
+  static float First(F v) { return _mm_cvtss_f32(v); }
+};
+#endif
+
+// A float line without indices, kWidth positions at a time, by the same associative select
+// as the AVX-512 FloatLine below: an in-vector prefix scan, then the carried extreme; the
+// positions left over (fewer than kWidth, at the line's end in scan order) continue one by
+// one from the last extreme.
+template <bool kMax, bool kReverse>
+void PrefixLine(const float* in, float* out, int64_t length) {
+  using L = FloatLanes;
+  using F = L::F;
+  constexpr int kWidth = L::kWidth;
+  // Lanes where the running extreme stays `earlier`: `later` is not NaN and not at least
+  // as good (a NaN `earlier` is better than every non-NaN).
+  const auto keeps_earlier = [](F later, F earlier) {
+    return L::And(L::Ordered(later), kMax ? L::NotGreaterEqual(later, earlier) : L::NotLessEqual(later, earlier));
+  };
+  const auto step = [&](F v, F earlier, F has) {
+    return L::Select(L::And(has, keeps_earlier(v, earlier)), earlier, v);
+  };
+  const int64_t blocks = length / kWidth;
+  F carry{};
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t base = kReverse ? length - kWidth * (b + 1) : kWidth * b;
+    F v = L::Load(in + base);
+    v = step(v, L::template Earlier<1, kReverse>(v), L::template Has<1, kReverse>());
+    v = step(v, L::template Earlier<2, kReverse>(v), L::template Has<2, kReverse>());
+    if constexpr (kWidth == 8) v = step(v, L::template Earlier<4, kReverse>(v), L::template Has<4, kReverse>());
+    if (b > 0) v = L::Select(keeps_earlier(v, carry), carry, v);
+    L::Store(out + base, v);
+    carry = L::template Broadcast<kReverse ? 0 : kWidth - 1>(v);
+  }
+  const int64_t done = blocks * kWidth;
+  if (done == length) return;
+  if (blocks == 0) {
+    Line<float, kMax>(in, out, nullptr, length, kReverse);
+  } else {
+    LineSteps<float, kMax>(in, out, nullptr, length, kReverse, done, L::First(carry), 0);
+  }
+}
+#endif
+
 template <typename T, bool kMax>
 void Lines(const ScanArgs<T>& a, int64_t begin, int64_t end) {
   const int64_t length = a.layout.length;
@@ -149,6 +261,17 @@ void Lines(const ScanArgs<T>& a, int64_t begin, int64_t end) {
     if constexpr (std::is_same_v<T, float>) {
       FloatLine<kMax>(a.input + base, a.values + base, index, length, a.reverse);
       continue;
+    }
+#elif defined(__AVX2__) || defined(__SSE2__)
+    if constexpr (std::is_same_v<T, float>) {
+      if (index == nullptr) {
+        if (a.reverse) {
+          PrefixLine<kMax, true>(a.input + base, a.values + base, length);
+        } else {
+          PrefixLine<kMax, false>(a.input + base, a.values + base, length);
+        }
+        continue;
+      }
     }
 #endif
     Line<T, kMax>(a.input + base, a.values + base, index, length, a.reverse);
