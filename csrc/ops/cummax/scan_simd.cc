@@ -182,6 +182,29 @@ struct FloatLanes {
     return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(l));
   }
   static float First(F v) { return _mm256_cvtss_f32(v); }
+
+  // Indices: each lane's winner as a lane of the block (32-bit), moved by the same selects.
+  using I = __m256i;
+  static I Lanes() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+  template <int d, bool kReverse>
+  static I Earlier(I v) {
+    return _mm256_castps_si256(Earlier<d, kReverse>(_mm256_castsi256_ps(v)));
+  }
+  static I Select(F mask, I yes, I no) {
+    return _mm256_castps_si256(Select(mask, _mm256_castsi256_ps(yes), _mm256_castsi256_ps(no)));
+  }
+  // index[l] = carried where the carried extreme stays, base + lane's winner otherwise.
+  static void StoreIndices(int64_t* index, I winner, int64_t base, F carried, int64_t carried_index) {
+    const __m256i offset = _mm256_set1_epi64x(base), carry = _mm256_set1_epi64x(carried_index);
+    const __m256i mask = _mm256_castps_si256(carried);
+    for (int half = 0; half < 2; ++half) {
+      const __m128i lanes = half == 0 ? _mm256_castsi256_si128(winner) : _mm256_extracti128_si256(winner, 1);
+      const __m128i keep = half == 0 ? _mm256_castsi256_si128(mask) : _mm256_extracti128_si256(mask, 1);
+      const __m256i own = _mm256_add_epi64(_mm256_cvtepi32_epi64(lanes), offset);
+      const __m256i out = _mm256_blendv_epi8(own, carry, _mm256_cvtepi32_epi64(keep));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(index + 4 * half), out);
+    }
+  }
 };
 #else
 struct FloatLanes {
@@ -209,44 +232,80 @@ struct FloatLanes {
     return _mm_shuffle_ps(v, v, _MM_SHUFFLE(l, l, l, l));
   }
   static float First(F v) { return _mm_cvtss_f32(v); }
+
+  // Indices: each lane's winner as a lane of the block (32-bit), moved by the same selects.
+  using I = __m128i;
+  static I Lanes() { return _mm_setr_epi32(0, 1, 2, 3); }
+  template <int d, bool kReverse>
+  static I Earlier(I v) {
+    return kReverse ? _mm_srli_si128(v, 4 * d) : _mm_slli_si128(v, 4 * d);
+  }
+  static I Select(F mask, I yes, I no) {
+    const __m128i m = _mm_castps_si128(mask);
+    return _mm_or_si128(_mm_and_si128(m, yes), _mm_andnot_si128(m, no));
+  }
+  // index[l] = carried where the carried extreme stays, base + lane's winner otherwise.
+  static void StoreIndices(int64_t* index, I winner, int64_t base, F carried, int64_t carried_index) {
+    const __m128i offset = _mm_set1_epi64x(base), carry = _mm_set1_epi64x(carried_index);
+    const __m128i mask = _mm_castps_si128(carried), zero = _mm_setzero_si128();
+    for (int half = 0; half < 2; ++half) {
+      // Lanes are 0..3: widened with zeros; the masks widened with themselves.
+      const __m128i lanes = half == 0 ? _mm_unpacklo_epi32(winner, zero) : _mm_unpackhi_epi32(winner, zero);
+      const __m128i keep = half == 0 ? _mm_unpacklo_epi32(mask, mask) : _mm_unpackhi_epi32(mask, mask);
+      const __m128i own = _mm_add_epi64(lanes, offset);
+      const __m128i out = _mm_or_si128(_mm_and_si128(keep, carry), _mm_andnot_si128(keep, own));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(index + 2 * half), out);
+    }
+  }
 };
 #endif
 
-// A float line without indices, kWidth positions at a time, by the same associative select
-// as the AVX-512 FloatLine below: an in-vector prefix scan, then the carried extreme; the
-// positions left over (fewer than kWidth, at the line's end in scan order) continue one by
-// one from the last extreme.
+// A float line, kWidth positions at a time, by the same associative select as the AVX-512
+// FloatLine above: an in-vector prefix scan, then the carried extreme; the positions left
+// over (fewer than kWidth, at the line's end in scan order) continue one by one from the last
+// extreme. Indices (may be null) follow the same selects as lanes of the block.
 template <bool kMax, bool kReverse>
-void PrefixLine(const float* in, float* out, int64_t length) {
+void PrefixLine(const float* in, float* out, int64_t* index, int64_t length) {
   using L = FloatLanes;
   using F = L::F;
+  using I = L::I;
   constexpr int kWidth = L::kWidth;
   // Lanes where the running extreme stays `earlier`: `later` is not NaN and not at least
   // as good (a NaN `earlier` is better than every non-NaN).
   const auto keeps_earlier = [](F later, F earlier) {
     return L::And(L::Ordered(later), kMax ? L::NotGreaterEqual(later, earlier) : L::NotLessEqual(later, earlier));
   };
-  const auto step = [&](F v, F earlier, F has) {
-    return L::Select(L::And(has, keeps_earlier(v, earlier)), earlier, v);
-  };
   const int64_t blocks = length / kWidth;
   F carry{};
+  int64_t carry_index = 0;
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t base = kReverse ? length - kWidth * (b + 1) : kWidth * b;
     F v = L::Load(in + base);
-    v = step(v, L::template Earlier<1, kReverse>(v), L::template Has<1, kReverse>());
-    v = step(v, L::template Earlier<2, kReverse>(v), L::template Has<2, kReverse>());
-    if constexpr (kWidth == 8) v = step(v, L::template Earlier<4, kReverse>(v), L::template Has<4, kReverse>());
-    if (b > 0) v = L::Select(keeps_earlier(v, carry), carry, v);
+    I winner = L::Lanes();
+    const auto step = [&]<int d>() {
+      const F earlier = L::template Earlier<d, kReverse>(v);
+      const F keep = L::And(L::template Has<d, kReverse>(), keeps_earlier(v, earlier));
+      v = L::Select(keep, earlier, v);
+      if (index) winner = L::Select(keep, L::template Earlier<d, kReverse>(winner), winner);
+    };
+    step.template operator()<1>();
+    step.template operator()<2>();
+    if constexpr (kWidth == 8) step.template operator()<4>();
+    const F keep_carry = b > 0 ? keeps_earlier(v, carry) : F{};
+    v = L::Select(keep_carry, carry, v);
     L::Store(out + base, v);
     carry = L::template Broadcast<kReverse ? 0 : kWidth - 1>(v);
+    if (index) {
+      L::StoreIndices(index + base, winner, base, keep_carry, carry_index);
+      carry_index = index[kReverse ? base : base + kWidth - 1];
+    }
   }
   const int64_t done = blocks * kWidth;
   if (done == length) return;
   if (blocks == 0) {
-    Line<float, kMax>(in, out, nullptr, length, kReverse);
+    Line<float, kMax>(in, out, index, length, kReverse);
   } else {
-    LineSteps<float, kMax>(in, out, nullptr, length, kReverse, done, L::First(carry), 0);
+    LineSteps<float, kMax>(in, out, index, length, kReverse, done, L::First(carry), carry_index);
   }
 }
 #endif
@@ -264,14 +323,12 @@ void Lines(const ScanArgs<T>& a, int64_t begin, int64_t end) {
     }
 #elif defined(__AVX2__) || defined(__SSE2__)
     if constexpr (std::is_same_v<T, float>) {
-      if (index == nullptr) {
-        if (a.reverse) {
-          PrefixLine<kMax, true>(a.input + base, a.values + base, length);
-        } else {
-          PrefixLine<kMax, false>(a.input + base, a.values + base, length);
-        }
-        continue;
+      if (a.reverse) {
+        PrefixLine<kMax, true>(a.input + base, a.values + base, index, length);
+      } else {
+        PrefixLine<kMax, false>(a.input + base, a.values + base, index, length);
       }
+      continue;
     }
 #endif
     Line<T, kMax>(a.input + base, a.values + base, index, length, a.reverse);
