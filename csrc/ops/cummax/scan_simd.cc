@@ -260,6 +260,32 @@ struct FloatLanes {
 };
 #endif
 
+// Lanes where the running extreme stays `earlier`: `later` is not NaN and not at least as
+// good (a NaN `earlier` is better than every non-NaN).
+template <bool kMax>
+FloatLanes::F KeepsEarlier(FloatLanes::F later, FloatLanes::F earlier) {
+  using L = FloatLanes;
+  return L::And(L::Ordered(later), kMax ? L::NotGreaterEqual(later, earlier) : L::NotLessEqual(later, earlier));
+}
+
+// A block's values and their winners' lanes after one step of the in-vector scan (passed and
+// returned by value: no local's address is taken, which under AddressSanitizer would bring
+// exception cleanups, and a weak personality symbol, into the per-level object).
+struct Scanned {
+  FloatLanes::F value;
+  FloatLanes::I winner;
+};
+
+template <bool kMax, bool kReverse, int d>
+Scanned ScanStep(Scanned s, bool with_index) {
+  using L = FloatLanes;
+  const L::F earlier = L::template Earlier<d, kReverse>(s.value);
+  const L::F keep = L::And(L::template Has<d, kReverse>(), KeepsEarlier<kMax>(s.value, earlier));
+  s.value = L::Select(keep, earlier, s.value);
+  if (with_index) s.winner = L::Select(keep, L::template Earlier<d, kReverse>(s.winner), s.winner);
+  return s;
+}
+
 // A float line, kWidth positions at a time, by the same associative select as the AVX-512
 // FloatLine above: an in-vector prefix scan, then the carried extreme; the positions left
 // over (fewer than kWidth, at the line's end in scan order) continue one by one from the last
@@ -268,29 +294,19 @@ template <bool kMax, bool kReverse>
 void PrefixLine(const float* in, float* out, int64_t* index, int64_t length) {
   using L = FloatLanes;
   using F = L::F;
-  using I = L::I;
   constexpr int kWidth = L::kWidth;
-  // Lanes where the running extreme stays `earlier`: `later` is not NaN and not at least
-  // as good (a NaN `earlier` is better than every non-NaN).
-  const auto keeps_earlier = [](F later, F earlier) {
-    return L::And(L::Ordered(later), kMax ? L::NotGreaterEqual(later, earlier) : L::NotLessEqual(later, earlier));
-  };
+  const auto keeps_earlier = KeepsEarlier<kMax>;
   const int64_t blocks = length / kWidth;
   F carry{};
   int64_t carry_index = 0;
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t base = kReverse ? length - kWidth * (b + 1) : kWidth * b;
-    F v = L::Load(in + base);
-    I winner = L::Lanes();
-    const auto step = [&]<int d>() {
-      const F earlier = L::template Earlier<d, kReverse>(v);
-      const F keep = L::And(L::template Has<d, kReverse>(), keeps_earlier(v, earlier));
-      v = L::Select(keep, earlier, v);
-      if (index) winner = L::Select(keep, L::template Earlier<d, kReverse>(winner), winner);
-    };
-    step.template operator()<1>();
-    step.template operator()<2>();
-    if constexpr (kWidth == 8) step.template operator()<4>();
+    Scanned s{L::Load(in + base), L::Lanes()};
+    s = ScanStep<kMax, kReverse, 1>(s, index != nullptr);
+    s = ScanStep<kMax, kReverse, 2>(s, index != nullptr);
+    if constexpr (kWidth == 8) s = ScanStep<kMax, kReverse, 4>(s, index != nullptr);
+    F v = s.value;
+    const L::I winner = s.winner;
     const F keep_carry = b > 0 ? keeps_earlier(v, carry) : F{};
     v = L::Select(keep_carry, carry, v);
     L::Store(out + base, v);
