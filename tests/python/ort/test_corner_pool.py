@@ -122,7 +122,7 @@ def test_lengths_around_vector_widths(mode, dtype, length) -> None:
         x = rng.choice(np.array([-1.0, -0.0, 0.0, 1.0, np.inf, -np.inf], dtype), shape)
         unsigned = np.dtype(f"u{x.itemsize}")
         x[0, 0].reshape(-1)[rng.integers(0, x[0, 0].size)] = np.nan
-        payload_nan = np.array([-np.nan], dtype).view(unsigned) | 1
+        payload_nan = np.array([-np.nan], dtype).view(unsigned) | np.array(1, unsigned)
         x[0, 1].reshape(-1).view(unsigned)[rng.integers(0, x[0, 1].size)] = payload_nan[0]
         (got,) = run("CornerPool", "ortops", {"input": x}, ["output"], mode=mode)
         np.testing.assert_array_equal(got.view(unsigned), references.corner_pool(x, mode).view(unsigned))

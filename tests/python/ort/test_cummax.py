@@ -174,7 +174,7 @@ def tricky(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.
         if line.size > 2:
             where = rng.integers(0, line.size, 2)
             line[where] = np.array([np.nan, -np.nan], dtype)
-            line.view(bits)[where[0]] |= 1  # a payload bit
+            line.view(bits)[where[0]] |= bits(1)  # a payload bit
     return x
 
 
