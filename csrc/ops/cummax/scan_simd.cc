@@ -97,6 +97,15 @@ struct FloatLanes {
   }
 };
 
+// Lanes in `lanes`: the running extreme of `earlier` then `later` when `earlier` is not NaN:
+// VMAXPS / VMINPS return their second operand unless the first is strictly better, and
+// whenever either is NaN, which is Takes(later, earlier) exactly when earlier is not NaN.
+// Other lanes: `src`.
+template <bool kMax>
+__m512 MaskedExtremeOf(__m512 src, __mmask16 lanes, __m512 earlier, __m512 later) {
+  return kMax ? _mm512_mask_max_ps(src, lanes, earlier, later) : _mm512_mask_min_ps(src, lanes, earlier, later);
+}
+
 template <bool kMax>
 void FloatLine(const float* in, float* out, int64_t* index, int64_t length, bool reverse) {
   // Lane l's earlier neighbour at distance d: l - d (forward) or l + d (reverse).
@@ -113,6 +122,7 @@ void FloatLine(const float* in, float* out, int64_t* index, int64_t length, bool
   }
   __m512 carry = identity;
   __m512i carry_index = _mm512_setzero_si512();
+  bool nan_seen = false;
   const int64_t blocks = (length + 15) / 16;
   for (int64_t b = 0; b < blocks; ++b) {
     // Forward: blocks from the line's start, the last one partial. Reverse: from its end,
@@ -121,6 +131,17 @@ void FloatLine(const float* in, float* out, int64_t* index, int64_t length, bool
     const int64_t base = reverse ? length - 16 * b - count : 16 * b;  // position of lane 0
     const auto valid = static_cast<__mmask16>(0xffffu >> (16 - count));
     __m512 v = _mm512_mask_loadu_ps(identity, valid, in + base);
+    if (index == nullptr && !nan_seen) {
+      nan_seen = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q) != 0;
+      if (!nan_seen) {
+        // No NaN so far (ExtremeOf's condition): one max or min per step.
+        for (int s = 0; s < 4; ++s) v = MaskedExtremeOf<kMax>(v, has[s], _mm512_permutexvar_ps(from[s], v), v);
+        if (b > 0) v = MaskedExtremeOf<kMax>(v, 0xffff, carry, v);
+        _mm512_mask_storeu_ps(out + base, valid, v);
+        carry = _mm512_permutexvar_ps(_mm512_set1_epi32(reverse ? 0 : static_cast<int>(count) - 1), v);
+        continue;
+      }
+    }
     __m512i local = lane;  // each lane's winner, as a lane of this block
     for (int s = 0; s < 4; ++s) {
       const __m512 earlier = _mm512_permutexvar_ps(from[s], v);
@@ -182,6 +203,11 @@ struct FloatLanes {
     return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(l));
   }
   static float First(F v) { return _mm256_cvtss_f32(v); }
+  // MAXPS / MINPS: the second operand unless the first is strictly better, or either is NaN.
+  static F Max(F a, F b) { return _mm256_max_ps(a, b); }
+  static F Min(F a, F b) { return _mm256_min_ps(a, b); }
+  static F Splat(float x) { return _mm256_set1_ps(x); }
+  static bool AnyNaN(F v) { return _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0; }
 
   // Indices: each lane's winner as a lane of the block (32-bit), moved by the same selects.
   using I = __m256i;
@@ -232,6 +258,11 @@ struct FloatLanes {
     return _mm_shuffle_ps(v, v, _MM_SHUFFLE(l, l, l, l));
   }
   static float First(F v) { return _mm_cvtss_f32(v); }
+  // MAXPS / MINPS: the second operand unless the first is strictly better, or either is NaN.
+  static F Max(F a, F b) { return _mm_max_ps(a, b); }
+  static F Min(F a, F b) { return _mm_min_ps(a, b); }
+  static F Splat(float x) { return _mm_set1_ps(x); }
+  static bool AnyNaN(F v) { return _mm_movemask_ps(_mm_cmpunord_ps(v, v)) != 0; }
 
   // Indices: each lane's winner as a lane of the block (32-bit), moved by the same selects.
   using I = __m128i;
@@ -299,8 +330,30 @@ void PrefixLine(const float* in, float* out, int64_t* index, int64_t length) {
   const int64_t blocks = length / kWidth;
   F carry{};
   int64_t carry_index = 0;
+  // Until the line's first NaN, and without indices, a step is one max or min: MAXPS / MINPS
+  // return their second operand unless the first is strictly better or either is NaN, which
+  // is Takes(later, earlier) exactly when `earlier` is not NaN. Lanes without an earlier one
+  // in the block take the identity, -inf (maximum) or +inf (minimum).
+  const F identity = L::Splat(kMax ? -__builtin_inff() : __builtin_inff());
+  const auto extreme_of = [](F earlier, F later) { return kMax ? L::Max(earlier, later) : L::Min(earlier, later); };
+  bool nan_seen = false;
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t base = kReverse ? length - kWidth * (b + 1) : kWidth * b;
+    if (index == nullptr && !nan_seen) {
+      F v = L::Load(in + base);
+      nan_seen = L::AnyNaN(v);
+      if (!nan_seen) {
+        v = extreme_of(L::Select(L::template Has<1, kReverse>(), L::template Earlier<1, kReverse>(v), identity), v);
+        v = extreme_of(L::Select(L::template Has<2, kReverse>(), L::template Earlier<2, kReverse>(v), identity), v);
+        if constexpr (kWidth == 8) {
+          v = extreme_of(L::Select(L::template Has<4, kReverse>(), L::template Earlier<4, kReverse>(v), identity), v);
+        }
+        if (b > 0) v = extreme_of(carry, v);
+        L::Store(out + base, v);
+        carry = L::template Broadcast<kReverse ? 0 : kWidth - 1>(v);
+        continue;
+      }
+    }
     Scanned s{L::Load(in + base), L::Lanes()};
     s = ScanStep<kMax, kReverse, 1>(s, index != nullptr);
     s = ScanStep<kMax, kReverse, 2>(s, index != nullptr);
