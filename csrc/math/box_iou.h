@@ -6,7 +6,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/isa.h"
+
+// The functions are in the instruction-set level's inline namespace (core/isa.h): the NMS
+// suppression scan (ops/nms/suppress_simd.cc) is compiled per level with them.
 namespace ortops {
+inline namespace ORTOPS_ISA_NS {
 
 // Box (x1, y1, x2, y2). `offset` is mmcv's legacy +1 pixel convention (0 or 1).
 template <typename T>
@@ -22,23 +27,32 @@ inline bool BoxesIntersect(const T* a, const T* b, T offset) {
          std::min(a[3], b[3]) - std::max(a[1], b[1]) + offset > 0;
 }
 
-// IoU of a and b given their precomputed areas. 0/0 (two empty boxes) gives NaN, which
-// compares false against every threshold, as in the originals.
+// IoU of a (a_x1, a_y1, a_x2, a_y2) and b given their precomputed areas. 0/0 (two empty
+// boxes) gives NaN, which compares false against every threshold, as in the originals.
+// Taking coordinates one by one lets a loop over boxes stored one array per coordinate
+// vectorise it (the operand order of each min and max is kept, so NaN and -0 pick alike).
 template <typename T>
-inline T BoxIoU(const T* a, T area_a, const T* b, T area_b, T offset) {
-  const T left = std::max(a[0], b[0]);
-  const T top = std::max(a[1], b[1]);
-  const T right = std::min(a[2], b[2]);
-  const T bottom = std::min(a[3], b[3]);
+inline T BoxIoU(T a_x1, T a_y1, T a_x2, T a_y2, T area_a, T b_x1, T b_y1, T b_x2, T b_y2, T area_b, T offset) {
+  const T left = std::max(a_x1, b_x1);
+  const T top = std::max(a_y1, b_y1);
+  const T right = std::min(a_x2, b_x2);
+  const T bottom = std::min(a_y2, b_y2);
   const T width = std::max(T(0), right - left + offset);
   const T height = std::max(T(0), bottom - top + offset);
   const T inter = width * height;
   return inter / (area_a + area_b - inter);
 }
 
+template <typename T>
+inline T BoxIoU(const T* a, T area_a, const T* b, T area_b, T offset) {
+  return BoxIoU(a[0], a[1], a[2], a[3], area_a, b[0], b[1], b[2], b[3], area_b, offset);
+}
+
+}  // namespace ORTOPS_ISA_NS
 }  // namespace ortops
 
 namespace ortops {
+inline namespace ORTOPS_ISA_NS {
 
 // IoU as mmdeploy's NMSMatch computes it: no offset, 1e-10 added to the union in double
 // precision (the original adds a double literal to a float expression), and the quotient
@@ -54,9 +68,11 @@ inline float MatchIoU(const T* a, const T* b) {
   return static_cast<float>(static_cast<double>(inter) / (static_cast<double>(area_a + area_b - inter) + 1e-10));
 }
 
+}  // namespace ORTOPS_ISA_NS
 }  // namespace ortops
 
 namespace ortops {
+inline namespace ORTOPS_ISA_NS {
 
 // IoU as the detection-output NMS of TensorRT's batchedNMSPlugin computes it (jaccardOverlap,
 // which mmdeploy's TRTBatchedNMS inherits), with its offset 0: 0 unless the boxes overlap with
@@ -73,6 +89,12 @@ inline T DetectionOutputIoU(const T* kept, const T* candidate) {
   const T inter = width * height;
   return inter / (area(kept) + area(candidate) - inter);
 }
+
+}  // namespace ORTOPS_ISA_NS
+
+// The two TensorRT namespaces below are not in the level's inline namespace (they would be
+// ambiguous with the ops' namespaces of the same names): no *_simd.cc may use them as they
+// are.
 
 // IoU as TensorRT's EfficientNMS_TRT plugin computes it (efficientNMSInference.cu/.cuh), in
 // float. A box is four corner coordinates (v0, v1, v2, v3): (v0, v2) on one axis, (v1, v3) on

@@ -109,3 +109,20 @@ def test_bad_input_is_an_error(domain, op) -> None:
     for shape, text in [((2, 2), r"\[2, 2\]"), ((1, 1, 2, 2, 2), r"\[1, 1, 2, 2, 2\]"), ((), r"\[\]")]:
         with pytest.raises(Exception, match=rf"input 'input' must have rank 4, got shape {text}"):
             run(op, domain, {"input": np.zeros(shape, np.float32)}, ["output"], mode=0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("length", [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 200])
+def test_lengths_around_vector_widths(mode, dtype, length) -> None:
+    # Lines (and rows) of lengths around every level's vector width (4, 8, 16 floats), with
+    # ties of -0 and +0 and NaNs of different payloads: the output must carry the input's bits.
+    rng = np.random.default_rng(length)
+    for shape in ((1, 3, 4, length), (1, 2, length, 3)):
+        x = rng.choice(np.array([-1.0, -0.0, 0.0, 1.0, np.inf, -np.inf], dtype), shape)
+        unsigned = np.dtype(f"u{x.itemsize}")
+        x[0, 0].reshape(-1)[rng.integers(0, x[0, 0].size)] = np.nan
+        payload_nan = np.array([-np.nan], dtype).view(unsigned) | np.array(1, unsigned)
+        x[0, 1].reshape(-1).view(unsigned)[rng.integers(0, x[0, 1].size)] = payload_nan[0]
+        (got,) = run("CornerPool", "ortops", {"input": x}, ["output"], mode=mode)
+        np.testing.assert_array_equal(got.view(unsigned), references.corner_pool(x, mode).view(unsigned))

@@ -153,3 +153,47 @@ def test_dim_out_of_range_is_an_error(domain, op, largest) -> None:
     huge = 2**62
     with pytest.raises(Exception, match=rf"attribute 'dim' = -{huge} is out of range .* rank 1"):
         run(op, domain, {"input": np.zeros((0,), np.float64)}, ["values", "indices"], dim=-huge)
+
+
+# Line lengths around the vector widths of every instruction-set level (4, 8 and 16 floats):
+# lines shorter than one vector, whole vectors, and a partial vector left over.
+LINE_LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 200]
+
+
+def tricky(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """Few distinct values (many ties), both zeros, infinities, and in some lines NaNs with
+    different payloads and signs (the output must carry the input's bits)."""
+    if dtype == np.int64:
+        return rng.integers(-2, 3, shape).astype(dtype)
+    x = rng.choice(np.array([-2.0, -1.0, -0.0, 0.0, 1.0, 2.0, np.inf, -np.inf], dtype), shape)
+    lines = x.reshape(-1, shape[-1])
+    for line in lines[::3]:
+        line[rng.integers(0, line.size)] = np.nan
+    bits = {np.float16: np.uint16, np.float32: np.uint32, np.float64: np.uint64}[dtype]
+    for line in lines[1::3]:
+        if line.size > 2:
+            where = rng.integers(0, line.size, 2)
+            line[where] = np.array([np.nan, -np.nan], dtype)
+            line.view(bits)[where[0]] |= bits(1)  # a payload bit
+    return x
+
+
+def same_bits(got: np.ndarray, expected: np.ndarray) -> None:
+    if got.dtype.kind == "f":
+        unsigned = np.dtype(f"u{got.dtype.itemsize}")
+        np.testing.assert_array_equal(got.view(unsigned), expected.view(unsigned))
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("domain,op,largest", OPS[2:])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.float16])
+@pytest.mark.parametrize("length", LINE_LENGTHS)
+def test_lengths_around_vector_widths(domain, op, largest, dtype, length) -> None:
+    x = tricky(np.random.default_rng(length), (6, length), dtype)
+    # dim 1: contiguous lines of `length`; dim 0: rows of `length` updated a step at a time.
+    for dim in (1, 0):
+        values, indices = run(op, domain, {"input": x}, ["values", "indices"], dim=dim)
+        expected_values, expected_indices = references.cumulative_extreme(x, dim, largest)
+        same_bits(values, expected_values)
+        np.testing.assert_array_equal(indices, expected_indices)

@@ -182,3 +182,49 @@ def test_infinite_coordinates_match_reference() -> None:
     boxes[7, 2] = np.inf
     (got,) = run("NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=0.3)
     np.testing.assert_array_equal(got, reference_nms(boxes, scores, 0.3, 0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 7, 17, 33, 70])
+@pytest.mark.parametrize("iou_threshold", [-0.1, 0.0, 0.5, 0.9])
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize("infinite", [False, True])
+def test_box_counts_around_vector_widths(
+    dtype: type, n: int, iou_threshold: float, offset: int, infinite: bool
+) -> None:
+    # One tight cluster, so that many kept boxes share a grid cell (or, with infinite
+    # coordinates or a negative threshold, the list of all kept boxes): the vectorised test of
+    # a candidate against them meets every count of boxes left over after whole vectors.
+    rng = np.random.default_rng(n + offset)
+    xy = rng.normal(50, 2, (n, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(18, 22, (n, 2))], axis=1).astype(dtype)
+    if infinite:
+        boxes[n // 2] = [-np.inf, 40, np.inf, 60]
+    scores = rng.random(n).astype(dtype)
+    (got,) = run(
+        "NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=iou_threshold, offset=offset
+    )
+    np.testing.assert_array_equal(got, reference_nms(boxes, scores, iou_threshold, offset))
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+@pytest.mark.parametrize("n", [1, 7, 17, 33])
+def test_identical_boxes(domain: str, op: str, n: int) -> None:
+    boxes = np.tile(np.array([[1.0, 2.0, 11.0, 12.0]], np.float32), (n, 1))
+    scores = np.random.default_rng(n).choice(np.array([0.25, 0.5], np.float32), n)
+    best = np.flatnonzero(scores == scores.max())
+    # IoU 1 suppresses all but the first of the best; at threshold 1 (strictly greater) none.
+    (got,) = run(op, domain, {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=0.5)
+    np.testing.assert_array_equal(got, best[:1])
+    (got,) = run(op, domain, {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=1.0)
+    np.testing.assert_array_equal(got, reference_nms(boxes, scores, 1.0, 0))
+    assert len(got) == n
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_signed_zero_and_infinite_scores_order(dtype: type) -> None:
+    # -0 and +0 scores tie (lower index first); -inf is last. Disjoint boxes: all kept.
+    scores = np.array([0.0, -0.0, -np.inf, 0.0, -0.0, np.inf, 1.0], dtype)
+    boxes = np.array([[10.0 * i, 0.0, 10.0 * i + 5, 5.0] for i in range(len(scores))], dtype)
+    (got,) = run("NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"])
+    np.testing.assert_array_equal(got, [5, 6, 0, 1, 3, 4, 2])

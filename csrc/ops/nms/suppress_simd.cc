@@ -1,0 +1,39 @@
+// Compiled once per instruction-set level (core/isa.h).
+#include <algorithm>
+#include <cstdint>
+
+#include "math/box_iou.h"
+#include "ops/nms/suppress.h"
+
+namespace ortops::nms::ORTOPS_ISA_NS {
+namespace {
+
+// Blocks of boxes are tested in a loop without an exit (which the compiler vectorises), then
+// the block's answer is looked at: a suppressed candidate usually meets its suppressor
+// early, while a kept one has to test every box anyway.
+template <typename T>
+bool Any(const BoxColumns<T>& kept, const Candidate<T>& c) {
+  constexpr int64_t kBlock = 64;
+  const T* __restrict x1 = kept.x1;
+  const T* __restrict y1 = kept.y1;
+  const T* __restrict x2 = kept.x2;
+  const T* __restrict y2 = kept.y2;
+  const T* __restrict area = kept.area;
+  for (int64_t start = 0; start < kept.count; start += kBlock) {
+    const int64_t stop = std::min(kept.count, start + kBlock);
+    int hit = 0;
+    for (int64_t k = start; k < stop; ++k) {
+      const T iou = BoxIoU(x1[k], y1[k], x2[k], y2[k], area[k], c.x1, c.y1, c.x2, c.y2, c.area, c.offset);
+      hit |= static_cast<int>(iou > c.threshold);
+    }
+    if (hit != 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool AnySuppresses(const BoxColumns<float>& kept, const Candidate<float>& candidate) { return Any(kept, candidate); }
+bool AnySuppresses(const BoxColumns<double>& kept, const Candidate<double>& candidate) { return Any(kept, candidate); }
+
+}  // namespace ortops::nms::ORTOPS_ISA_NS
