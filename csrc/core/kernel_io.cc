@@ -107,6 +107,27 @@ const AttrSpec& Attributes::Spec(std::string_view name, AttrType type) const {
   Fail("internal: attribute '", name, "' is not in the op's schema");
 }
 
+namespace {
+
+// A tensor's element type, and its shape into `shape`.
+ONNXTensorElementDataType ReadTypeAndShape(const OrtValue* value, Shape& shape) {
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  ThrowOnError(Api().GetTensorTypeAndShape(value, &info));
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+  size_t dims = 0;
+  OrtStatus* status = Api().GetTensorElementType(info, &type);
+  if (status == nullptr) status = Api().GetDimensionsCount(info, &dims);
+  if (status == nullptr) {
+    shape.resize(dims);
+    status = Api().GetDimensions(info, shape.data(), dims);
+  }
+  Api().ReleaseTensorTypeAndShapeInfo(info);
+  ThrowOnError(status);
+  return type;
+}
+
+}  // namespace
+
 const void* Attributes::RawConstantInput(size_t index, ONNXTensorElementDataType type, Shape& shape) const {
   int is_constant = 0;
   const OrtValue* value = nullptr;
@@ -115,18 +136,7 @@ const void* Attributes::RawConstantInput(size_t index, ONNXTensorElementDataType
     return nullptr;
   }
   if (!is_constant || value == nullptr) return nullptr;
-  OrtTensorTypeAndShapeInfo* info = nullptr;
-  ThrowOnError(Api().GetTensorTypeAndShape(value, &info));
-  ONNXTensorElementDataType actual = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-  size_t dims = 0;
-  OrtStatus* status = Api().GetTensorElementType(info, &actual);
-  if (status == nullptr) status = Api().GetDimensionsCount(info, &dims);
-  if (status == nullptr) {
-    shape.resize(dims);
-    status = Api().GetDimensions(info, shape.data(), dims);
-  }
-  Api().ReleaseTensorTypeAndShapeInfo(info);
-  ThrowOnError(status);
+  const ONNXTensorElementDataType actual = ReadTypeAndShape(value, shape);
   if (actual != type) return nullptr;  // Compute reports the type error
   void* data = nullptr;
   ThrowOnError(Api().GetTensorMutableData(const_cast<OrtValue*>(value), &data));
@@ -227,21 +237,10 @@ const OrtValue* KernelIO::RawInput(size_t index, ONNXTensorElementDataType type,
   const OrtValue* value = nullptr;
   ThrowOnError(Api().KernelContext_GetInput(context_, index, &value));
   Check(value != nullptr, "input '", InputName(index), "' is missing");
-  OrtTensorTypeAndShapeInfo* info = nullptr;
-  ThrowOnError(Api().GetTensorTypeAndShape(value, &info));
-  ONNXTensorElementDataType actual = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-  size_t dims = 0;
-  OrtStatus* status = Api().GetTensorElementType(info, &actual);
-  if (status == nullptr) status = Api().GetDimensionsCount(info, &dims);
-  if (status == nullptr) {
-    shape.resize(dims);
-    status = Api().GetDimensions(info, shape.data(), dims);
-  }
-  Api().ReleaseTensorTypeAndShapeInfo(info);
-  ThrowOnError(status);
+  const ONNXTensorElementDataType actual = ReadTypeAndShape(value, shape);
   Check(actual == type, "input '", InputName(index), "' must be ", ElementTypeName(type), ", got ",
         ElementTypeName(actual));
-  Check(rank < 0 || dims == static_cast<size_t>(rank), "input '", InputName(index), "' must have rank ", rank,
+  Check(rank < 0 || shape.size() == static_cast<size_t>(rank), "input '", InputName(index), "' must have rank ", rank,
         ", got shape ", ShapeText{shape});
   return value;
 }

@@ -5,27 +5,11 @@
 #include <type_traits>
 
 #include "core/transpose.h"
+#include "core/vector_lanes.h"
 #include "ops/grid_sample/sample_channels_last.h"
 
 namespace ortops::grid_sample::ORTOPS_ISA_NS {
 namespace {
-
-// The level's vector width in bytes; Lanes<A>::Vector is a generic vector of that many bytes
-// of A (a GCC and Clang extension, not intrinsics) that the compiler lowers to the level's
-// SIMD (or to narrower vectors or scalars).
-#if defined(__AVX512F__)
-constexpr int kVectorBytes = 64;
-#elif defined(__AVX2__)
-constexpr int kVectorBytes = 32;
-#else
-constexpr int kVectorBytes = 16;
-#endif
-
-template <typename A>
-struct Lanes {
-  typedef A Vector __attribute__((vector_size(kVectorBytes)));
-  static constexpr int64_t kCount = kVectorBytes / static_cast<int64_t>(sizeof(A));
-};
 
 // Integer lanes as wide as A's (int32 for float, int64 for double).
 template <typename A>

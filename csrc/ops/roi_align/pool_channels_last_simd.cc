@@ -4,29 +4,14 @@
 #include <cstring>
 
 #include "core/transpose.h"
+#include "core/vector_lanes.h"
 #include "ops/roi_align/pool_channels_last.h"
 
 namespace ortops::roi_pooling::ORTOPS_ISA_NS {
 namespace {
 
-// The level's vector width in bytes; Lanes<A>::Vector is a generic vector of that many bytes
-// of A (a GCC and Clang extension, not intrinsics) that the compiler lowers to the level's
-// SIMD (or to narrower vectors or scalars). Plain loops over channels are not enough: the
-// compiler fuses the loop over samples into them and leaves the sums in memory.
-#if defined(__AVX512F__)
-constexpr int kVectorBytes = 64;
-#elif defined(__AVX2__)
-constexpr int kVectorBytes = 32;
-#else
-constexpr int kVectorBytes = 16;
-#endif
-
-template <typename A>
-struct Lanes {
-  typedef A Vector __attribute__((vector_size(kVectorBytes)));
-  static constexpr int64_t kCount = kVectorBytes / static_cast<int64_t>(sizeof(A));
-};
-
+// Generic vectors of the level's width (core/vector_lanes.h). Plain loops over channels are
+// not enough: the compiler fuses the loop over samples into them and leaves the sums in memory.
 // Vectors of channels whose sums stay in registers while a bin's samples are read.
 constexpr int kPanelVectors = 4;
 
