@@ -3,11 +3,11 @@
 # format and lint checks, the C++ tests in a real ONNX Runtime (the session tests again under
 # qemu-x86_64 as CPUs without AVX and without AVX-512, and all again cross-built for ARM64
 # under qemu, where the cross toolchain is installed), the Python tests in the main
-# environment, the ONNX-Runtime-level Python tests again at each lower instruction-set level
-# this CPU has (ORTOPS_ISA) and again with the oldest supported runtime, and the C++ and
-# ONNX-Runtime-level tests again against a build with AddressSanitizer and
-# UndefinedBehaviorSanitizer (scripts/test_sanitizers.sh, every level). Ends with one line
-# that totals every suite.
+# environment, the tests of the per-level loops again at each lower instruction-set level
+# this CPU has (ORTOPS_ISA), the ONNX-Runtime-level Python tests again with the oldest
+# supported runtime, and the C++ and ONNX-Runtime-level tests again against a build with
+# AddressSanitizer and UndefinedBehaviorSanitizer (scripts/test_sanitizers.sh, every level).
+# Ends with one line that totals every suite.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -58,13 +58,15 @@ step "Python tests (onnxruntime $(.venv/bin/python -c 'import onnxruntime; print
 .venv/bin/python -m pytest -q -p no:cacheprovider tests/python --junitxml "$REPORTS/pytest-main.xml" || failed=1
 
 # The library runs its hot loops at the widest instruction-set level the CPU has (the run
-# above); ORTOPS_ISA forces each lower one, against the same references.
+# above, where test_isa.py also checks that every level returns the same bits for random
+# cases of every op); ORTOPS_ISA forces each lower one for the tests of the ops whose loops
+# are compiled per level (tests/python/isa_levels.py lists them), against the same references.
 lower_levels=$(.venv/bin/python tests/python/isa_levels.py | awk '{$NF=""; print}')
+read -r -a per_level_tests <<<"$(.venv/bin/python tests/python/isa_levels.py --tests)"
 for level in $lower_levels; do
-  step "ONNX-Runtime-level tests at instruction-set level $level (ORTOPS_ISA=$level)"
-  # (test_isa.py, in the run above, already runs every level.)
-  ORTOPS_ISA=$level .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/ort \
-    --ignore tests/python/ort/test_isa.py --junitxml "$REPORTS/pytest-isa-$level.xml" || failed=1
+  step "ONNX-Runtime-level tests of the per-level loops at instruction-set level $level (ORTOPS_ISA=$level)"
+  ORTOPS_ISA=$level .venv/bin/python -m pytest -q -p no:cacheprovider "${per_level_tests[@]}" \
+    --junitxml "$REPORTS/pytest-isa-$level.xml" || failed=1
 done
 
 step "ONNX-Runtime-level tests with the oldest supported runtime ($(.venv-ort-min/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)'))"

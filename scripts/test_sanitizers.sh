@@ -5,7 +5,8 @@
 #   2. the ONNX-Runtime-level Python tests, tests/python/ort, the fuzz test included, in the
 #      main environment's Python (.venv) with libasan preloaded, at the widest instruction-set
 #      level the CPU has (test_isa.py in it runs cases of every op at every level); then, at
-#      each lower level (ORTOPS_ISA), the fuzz test.
+#      each lower level (ORTOPS_ISA), the tests of the ops whose loops are compiled per level
+#      (tests/python/isa_levels.py --tests).
 #
 #   scripts/test_sanitizers.sh [--junit-dir DIR] [PYTEST ARGS...]
 #
@@ -41,7 +42,8 @@ PYTEST_ARGS=("$@")
 LOWER_LEVEL_ARGS=("$@")
 if [[ ${#PYTEST_ARGS[@]} -eq 0 ]]; then
   PYTEST_ARGS=(tests/python/ort)
-  LOWER_LEVEL_ARGS=(tests/python/ort/test_fuzz.py)  # (test_isa.py, in the first run, runs every level)
+  # The tests of the per-level loops (test_isa.py, in the first run, runs every level).
+  read -r -a LOWER_LEVEL_ARGS <<<"$(.venv/bin/python tests/python/isa_levels.py --tests)"
 fi
 log() { printf '[sanitizers] %s\n' "$*" >&2; }
 

@@ -1,11 +1,32 @@
 """The instruction-set levels of ortops' CPU kernels that this CPU can run, lowest first, as
 the environment variable ORTOPS_ISA names them; read from /proc/cpuinfo, independently of
-the library's own detection. Run as a script it prints them (scripts/test.sh runs the tests
-at each)."""
+the library's own detection. Run as a script it prints them, or with ``--tests`` the test
+files that scripts/test.sh and scripts/test_sanitizers.sh run again at each lower level."""
 
 from __future__ import annotations
 
 import platform
+import sys
+
+# The ONNX-Runtime-level tests of the ops whose loops are compiled per level (the
+# csrc/*/*_simd.cc files, and the ops built on them). Every other op runs the same code at
+# every level; test_isa.py checks all ops' bits across levels.
+PER_LEVEL_TESTS = [
+    f"tests/python/ort/test_{name}.py"
+    for name in (
+        "deform_conv",
+        "roi_align",
+        "roi_align_rotated",
+        "multi_level_roi_align",
+        "trt_nodes",
+        "grid_sample",
+        "nms",
+        "corner_pool",
+        "cummax",
+        "float16",
+        "compat_files",
+    )
+]
 
 
 def cpu_isa_levels() -> list[str]:
@@ -30,4 +51,4 @@ def cpu_isa_levels() -> list[str]:
 
 
 if __name__ == "__main__":
-    print(" ".join(cpu_isa_levels()))
+    print(" ".join(PER_LEVEL_TESTS if sys.argv[1:] == ["--tests"] else cpu_isa_levels()))
