@@ -143,13 +143,13 @@ class GridSampleKernel : public KernelBase {
     const int64_t plane = height * width, out_plane = out_h * out_w;
     Check(plane < (int64_t{1} << 31), "input 'input' has planes of ", height, " x ", width,
           " elements, more than this op supports (2^31)");
-    Scratch<A> converted;
-    const A* values = Upcast(io, input, converted);
     const bool bicubic = static_cast<Interpolation>(mode_) == Interpolation::kBicubic;
     if (!bicubic && ChannelsLastPays(channels, plane, out_plane)) {
-      ComputeChannelsLast(io, values, grid, x_axis, y_axis, input.shape, output);
+      ComputeChannelsLast(io, input, grid, x_axis, y_axis, output);
       return;
     }
+    Scratch<A> converted;
+    const A* values = Upcast(io, input, converted);
     // The taps of a chunk of output points are computed once, then each channel reads its
     // whole plane through them: one plane at a time stays in cache for the random reads.
     const int64_t chunk = std::min<int64_t>(out_plane, bicubic ? (1 << 16) : (1 << 20));
@@ -202,16 +202,16 @@ class GridSampleKernel : public KernelBase {
   // (read with weight 1 by NaN points), so that every point sums four products without
   // branches (sample_channels_last.h says why the bits are PyTorch's). Points go in tiles:
   // their [tile, C] values are transposed into the [C, H_out * W_out] output.
-  void ComputeChannelsLast(const KernelIO& io, const A* values, const ConstTensor<T>& grid, const Axis<A>& x_axis,
-                           const Axis<A>& y_axis, const Shape& input_shape, T* output) const {
-    const int64_t batch = input_shape[0], channels = input_shape[1], plane = input_shape[2] * input_shape[3];
+  void ComputeChannelsLast(const KernelIO& io, const ConstTensor<T>& input, const ConstTensor<T>& grid,
+                           const Axis<A>& x_axis, const Axis<A>& y_axis, T* output) const {
+    const int64_t batch = input.dim(0), channels = input.dim(1), plane = input.dim(2) * input.dim(3);
     const int64_t out_plane = grid.dim(1) * grid.dim(2);
     const int64_t zero_pixel = plane, nan_pixel = plane + 1;
     const Scratch<A> image = io.Allocate<A>(static_cast<size_t>((plane + 2) * channels));
     std::fill(image.data() + zero_pixel * channels, image.data() + nan_pixel * channels, A(0));
     std::fill(image.data() + nan_pixel * channels, image.data() + (nan_pixel + 1) * channels,
               std::numeric_limits<A>::quiet_NaN());
-    constexpr int64_t kPixelTile = 64, kPointTile = 64, kPointsPerTask = 1024;
+    constexpr int64_t kPointTile = 64, kPointsPerTask = 1024;
     // Bilinear sampling with zeros padding, the common case, locates a vector of points at a
     // time in the dispatched loop (maps below 2^24 a side, so that its floor is exact).
     constexpr int64_t kVectorSide = int64_t{1} << 24;
@@ -219,11 +219,8 @@ class GridSampleKernel : public KernelBase {
                                  x_axis.padding == Padding::kZeros && x_axis.size < kVectorSide &&
                                  y_axis.size < kVectorSide;
     for (int64_t n = 0; n < batch; ++n) {
-      const A* planes = values + n * channels * plane;
-      io.ParallelFor(static_cast<size_t>((plane + kPixelTile - 1) / kPixelTile), [&](size_t tile) {
-        const int64_t first = static_cast<int64_t>(tile) * kPixelTile;
-        channels_last::TransposeTile(planes, channels, plane, first, std::min(plane, first + kPixelTile), image.data());
-      });
+      // (float16 is widened on the way, a tile at a time.)
+      ToChannelsLast(io, input.data + n * channels * plane, channels, plane, image.data());
       const T* points = grid.data + n * out_plane * 2;
       T* out = output + n * channels * out_plane;
       const auto tasks = static_cast<size_t>((out_plane + kPointsPerTask - 1) / kPointsPerTask);
