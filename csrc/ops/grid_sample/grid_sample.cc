@@ -11,7 +11,7 @@
 #include "core/channels_last.h"
 #include "core/upcast.h"
 #include "math/cubic.h"
-#include "ops/grid_sample/sample_channels_last.h"
+#include "ops/grid_sample/sample.h"
 
 namespace ortops::grid_sample {
 namespace {
@@ -143,6 +143,12 @@ class GridSampleKernel : public KernelBase {
     const int64_t plane = height * width, out_plane = out_h * out_w;
     Check(plane < (int64_t{1} << 31), "input 'input' has planes of ", height, " x ", width,
           " elements, more than this op supports (2^31)");
+    if constexpr (std::is_same_v<T, float>) {
+      if (PlanarGathersApply(x_axis, y_axis)) {
+        ComputePlanar(io, input, grid, output);
+        return;
+      }
+    }
     const bool bicubic = static_cast<Interpolation>(mode_) == Interpolation::kBicubic;
     if (!bicubic && ChannelsLastPays(channels, plane, out_plane)) {
       ComputeChannelsLast(io, input, grid, x_axis, y_axis, output);
@@ -197,10 +203,55 @@ class GridSampleKernel : public KernelBase {
     return channels >= 4 && 2 * out_plane >= plane;
   }
 
+  // Sides below this let the dispatched loops locate points in float lanes: their floor is
+  // exact there.
+  static constexpr int64_t kVectorSide = int64_t{1} << 24;
+
+  // Float bilinear sampling with zeros padding (the common case) reads each plane through
+  // gathers where the level has them: a plane stays in cache for the random reads, and no
+  // channels-last copy is made, which costs about as much as the sampling itself.
+  bool PlanarGathersApply(const Axis<A>& x_axis, const Axis<A>& y_axis) const {
+    return static_cast<Interpolation>(mode_) == Interpolation::kBilinear && x_axis.padding == Padding::kZeros &&
+           x_axis.size < kVectorSide && y_axis.size < kVectorSide && ORTOPS_ISA_CALL(HasGathers);
+  }
+
+  // The taps of all of an image's points are located once (dispatched, in vectors), then
+  // every channel's plane is sampled through them, in chunks of points so that tasks stay
+  // small enough to balance.
+  void ComputePlanar(const KernelIO& io, const ConstTensor<float>& input, const ConstTensor<float>& grid,
+                     float* output) const {
+    const int64_t batch = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
+    const int64_t plane = height * width, out_plane = grid.dim(1) * grid.dim(2);
+    const int64_t size = PlanarTapsSize(out_plane);
+    const Scratch<int32_t> corner = io.Allocate<int32_t>(static_cast<size_t>(size));
+    const Scratch<float> east = io.Allocate<float>(static_cast<size_t>(size));
+    const Scratch<float> south = io.Allocate<float>(static_cast<size_t>(size));
+    const Scratch<uint8_t> flags = io.Allocate<uint8_t>(static_cast<size_t>(size));
+    constexpr int64_t kChunk = 1 << 14;  // points; a multiple of kPlanarLanes
+    static_assert(kChunk % kPlanarLanes == 0);
+    const int64_t chunks = (out_plane + kChunk - 1) / kChunk, vectors = size / kPlanarLanes;
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* points = grid.data + n * out_plane * 2;
+      io.ParallelForRanges(static_cast<size_t>(vectors), 64, [&](size_t begin, size_t end) {
+        const int64_t first = static_cast<int64_t>(begin) * kPlanarLanes;
+        const int64_t last = std::min(out_plane, static_cast<int64_t>(end) * kPlanarLanes);
+        const PlanarTaps taps{corner.data() + first, east.data() + first, south.data() + first, flags.data() + first};
+        ORTOPS_ISA_CALL(LocatePlanar, points + 2 * first, last - first, width, height, align_corners_ == 1, taps);
+      });
+      const PlanarTaps taps{corner.data(), east.data(), south.data(), flags.data()};
+      io.ParallelFor(static_cast<size_t>(channels * chunks), [&](size_t task) {
+        const int64_t c = static_cast<int64_t>(task) / chunks, first = static_cast<int64_t>(task) % chunks * kChunk;
+        const int64_t image = n * channels + c;
+        ORTOPS_ISA_CALL(SamplePlane, input.data + image * plane, width, taps, first,
+                        std::min(kChunk, out_plane - first), output + image * out_plane + first);
+      });
+    }
+  }
+
   // Bilinear and nearest sampling through a channels-last copy of each image with two pixels
   // appended, one of zeros (read with weight 0 by the taps outside the map) and one of NaN
   // (read with weight 1 by NaN points), so that every point sums four products without
-  // branches (sample_channels_last.h says why the bits are PyTorch's). Points go in tiles:
+  // branches (sample.h says why the bits are PyTorch's). Points go in tiles:
   // their [tile, C] values are transposed into the [C, H_out * W_out] output.
   void ComputeChannelsLast(const KernelIO& io, const ConstTensor<T>& input, const ConstTensor<T>& grid,
                            const Axis<A>& x_axis, const Axis<A>& y_axis, T* output) const {
@@ -213,8 +264,7 @@ class GridSampleKernel : public KernelBase {
               std::numeric_limits<A>::quiet_NaN());
     constexpr int64_t kPointTile = 64, kPointsPerTask = 1024;
     // Bilinear sampling with zeros padding, the common case, locates a vector of points at a
-    // time in the dispatched loop (maps below 2^24 a side, so that its floor is exact).
-    constexpr int64_t kVectorSide = int64_t{1} << 24;
+    // time in the dispatched loop.
     const bool vector_location = static_cast<Interpolation>(mode_) == Interpolation::kBilinear &&
                                  x_axis.padding == Padding::kZeros && x_axis.size < kVectorSide &&
                                  y_axis.size < kVectorSide;

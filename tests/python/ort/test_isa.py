@@ -9,7 +9,8 @@ that every level returns the same bits as the lowest for valid random cases of e
 (test_fuzz.py's generator without its hostile mutations, with sizes around the vector widths).
 
 Run as a script, ``--dump FILE`` writes the outputs of those cases at the level ORTOPS_ISA
-names (what the bit-equality test compares).
+names (what the bit-equality test compares); ``--cases grid_sample`` writes those of the
+edge cases of grid sampling's gather path instead.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ def test_the_session_log_names_the_level(level: str | None) -> None:
     assert f"ortops: CPU kernels use {level or TOP} (this CPU has {TOP};" in result.stderr
 
 
-def _dump(level: str, path: Path) -> tuple[list[str], dict[str, np.ndarray]]:
-    result = _run([str(HERE), "--dump", str(path)], level)
+def _dump(level: str, path: Path, cases: str = "fuzz") -> tuple[list[str], dict[str, np.ndarray]]:
+    result = _run([str(HERE), "--dump", str(path), "--cases", cases], level)
     assert result.returncode == 0, f"level {level}:\n{result.stderr[-4000:]}"
     statuses = json.loads(path.with_suffix(".json").read_text())
     with np.load(path) as arrays:
@@ -103,6 +104,69 @@ def test_every_level_gives_the_lowest_levels_bits(tmp_path: Path) -> None:
         assert not differing, f"{level} differs from {LEVELS[0]} in outputs {differing[:10]} (case index, op, output)"
 
 
+@pytest.mark.skipif(len(LEVELS) < 2, reason="this CPU has one level")
+def test_grid_sampling_through_gathers_gives_the_channels_last_bits(tmp_path: Path) -> None:
+    """Float bilinear sampling with zeros padding reads planes through gathers at the levels
+    that have them (a 64-bit gather for the two taps of a row, a 32-bit one for a tap alone
+    at the map's edge) and the channels-last copy at the lowest level: the same bits, for
+    points on, beyond and just inside every edge, maps one pixel wide or high, infinite
+    values beside the edges, NaN and infinite points, and more points than one chunk."""
+    base_statuses, base = _dump(LEVELS[0], tmp_path / f"{LEVELS[0]}.npz", "grid_sample")
+    assert all(status.endswith(" ok") for status in base_statuses), base_statuses
+    for level in LEVELS[1:]:
+        statuses, outputs = _dump(level, tmp_path / f"{level}.npz", "grid_sample")
+        assert statuses == base_statuses
+        differing = [key for key in base if outputs[key].tobytes() != base[key].tobytes()]
+        assert not differing, f"{level} differs from {LEVELS[0]} in {differing}"
+
+
+def _grid_sample_cases() -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(SEED)
+    cases = []
+    for n, c, h, w, out in [
+        (2, 3, 5, 7, (9, 11)),
+        (1, 17, 6, 5, (4, 37)),
+        (1, 2, 1, 1, (3, 5)),
+        (1, 2, 1, 9, (4, 7)),
+        (1, 2, 9, 1, (7, 4)),
+        (1, 1, 130, 131, (131, 129)),  # 16899 points: more than one chunk of 2^14
+    ]:
+        features = rng.normal(size=(n, c, h, w)).astype(np.float32)
+        features[:, :, 0, -1] = np.inf  # read only by taps inside the map
+        features[:, :, -1, 0] = -np.inf
+        grid = rng.uniform(-1.3, 1.3, (n, *out, 2)).astype(np.float32)
+        steps = np.float32([-1.3, -1, -1 + 0.3 / max(h, w), -0.999, 0, 0.999, 1 - 0.3 / max(h, w), 1, 1.3])
+        edges = np.stack(np.meshgrid(steps, steps), -1).reshape(-1, 2)
+        specials = np.float32([[np.nan, 0], [0, np.nan], [np.inf, 0], [0, -np.inf], [1e30, -1e30], [-1e-30, 1e-30]])
+        flat = grid.reshape(n, -1, 2)
+        flat[0, : len(edges)] = edges[: flat.shape[1]]
+        flat[-1, -len(specials) :] = specials[-flat.shape[1] :]
+        cases.append((features, flat.reshape(grid.shape)))
+    return cases
+
+
+def _dump_grid_sample_cases(path: Path) -> None:
+    from ortest import run
+
+    statuses: list[str] = []
+    arrays: dict[str, np.ndarray] = {}
+    for index, (features, grid) in enumerate(_grid_sample_cases()):
+        for align in (0, 1):
+            (got,) = run(
+                "grid_sampler",
+                "mmcv",
+                {"input": features, "grid": grid},
+                ["output"],
+                interpolation_mode=0,
+                padding_mode=0,
+                align_corners=align,
+            )
+            statuses.append(f"{index} align {align} ok")
+            arrays[f"{index}_{align}"] = got
+    path.with_suffix(".json").write_text(json.dumps(statuses))
+    np.savez(path, **arrays)
+
+
 def _dump_cases(path: Path) -> None:
     table = test_fuzz._op_table()
     statuses: list[str] = []
@@ -120,5 +184,7 @@ def _dump_cases(path: Path) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dump", type=Path, required=True)
+    parser.add_argument("--cases", choices=["fuzz", "grid_sample"], default="fuzz")
     sys.path.insert(0, str(TESTS_PYTHON))
-    _dump_cases(parser.parse_args().dump)
+    arguments = parser.parse_args()
+    (_dump_grid_sample_cases if arguments.cases == "grid_sample" else _dump_cases)(arguments.dump)
