@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "core/half_convert.h"
 #include "core/isa.h"
 #include "core/kernel_io.h"
 
@@ -42,7 +43,7 @@ void ToChannelsLast(const KernelIO& io, const T* image, int64_t channels, int64_
       channels_last::TransposeTile(image, channels, pixels, first, std::min(pixels, first + kTile), out);
     });
   } else {
-    // Widened first (float16 to float: a loop the compiler vectorises), a tile of every plane
+    // Widened first (float16 to float: dispatched, core/half_convert.h), a tile of every plane
     // at a time, then transposed like float; a scratch tile per task, not per tile.
     constexpr size_t kTasks = 64;
     io.ParallelForRanges(tiles, kTasks, [&](size_t begin, size_t end) {
@@ -52,7 +53,11 @@ void ToChannelsLast(const KernelIO& io, const T* image, int64_t channels, int64_
         for (int64_t c = 0; c < channels; ++c) {
           const T* plane = image + c * pixels + first;
           Out* row = widened.data() + c * count;
-          for (int64_t p = 0; p < count; ++p) row[p] = static_cast<Out>(plane[p]);
+          if constexpr (std::is_same_v<T, Half> && std::is_same_v<Out, float>) {
+            WidenHalves(plane, count, row);
+          } else {
+            for (int64_t p = 0; p < count; ++p) row[p] = static_cast<Out>(plane[p]);
+          }
         }
         channels_last::TransposeTile(widened.data(), channels, count, 0, count, out + first * channels);
       }

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/half.h"
+#include "core/half_convert.h"
 #include "core/kernel_io.h"
 
 namespace ortops {
@@ -19,13 +20,14 @@ const ComputeType<T>* Upcast(const KernelIO& io, const ConstTensor<T>& tensor, S
   if constexpr (std::is_same_v<T, A>) {
     return tensor.data;
   } else {
+    static_assert(std::is_same_v<T, Half>, "the only element type computed in another type is float16");
     const auto count = static_cast<size_t>(tensor.size());
     storage = io.Allocate<A>(count);
     constexpr size_t kBlock = size_t{1} << 16;
     A* out = storage.data();
     io.ParallelFor((count + kBlock - 1) / kBlock, [&](size_t block) {
       const size_t begin = block * kBlock, end = std::min(count, begin + kBlock);
-      for (size_t i = begin; i < end; ++i) out[i] = static_cast<A>(tensor.data[i]);
+      WidenHalves(tensor.data + begin, static_cast<int64_t>(end - begin), out + begin);
     });
     return out;
   }

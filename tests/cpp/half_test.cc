@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <vector>
+
+#include "core/half_convert.h"
 
 namespace ortops {
 namespace {
@@ -101,6 +104,29 @@ TEST(Half, DoublesRoundOnce) {
                    std::numeric_limits<double>::infinity()}) {
     ExpectSameHalf(DoubleToHalfBits(d), Bits(static_cast<CompilerHalf>(d)), d);
   }
+}
+
+// The dispatched runs (core/half_convert.h) at the level this process uses (test.sh runs
+// the Isa tests under emulated SSE2 and AVX2 CPUs too): the scalar conversions' bits, NaN
+// payloads included, over every half and random float bit patterns, at an odd offset and
+// length so that vector bodies and remainders both run.
+TEST(Isa, HalfRunsConvertLikeOneAtATime) {
+  std::vector<Half> halves(0x10000 + 3);
+  for (uint32_t bits = 0; bits <= 0xffff; ++bits) halves[bits + 3].bits = static_cast<uint16_t>(bits);
+  std::vector<float> widened(halves.size());
+  WidenHalves(halves.data() + 3, 0x10000, widened.data() + 3);
+  for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
+    ASSERT_EQ(std::bit_cast<uint32_t>(widened[bits + 3]),
+              std::bit_cast<uint32_t>(HalfBitsToFloat(static_cast<uint16_t>(bits))))
+        << bits;
+  }
+  std::mt19937 random(7);
+  std::vector<float> values(100003);
+  for (float& v : values) v = std::bit_cast<float>(static_cast<uint32_t>(random()));
+  for (size_t i = 0; i < 1000; ++i) values[i] = static_cast<float>(i) * 0x1p-34f + 65504.0f * static_cast<float>(i % 3);
+  std::vector<Half> narrowed(values.size());
+  NarrowToHalves(values.data() + 1, static_cast<int64_t>(values.size() - 1), narrowed.data() + 1);
+  for (size_t i = 1; i < values.size(); ++i) ASSERT_EQ(narrowed[i].bits, FloatToHalfBits(values[i])) << i;
 }
 
 TEST(Half, ComputeTypes) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/channels_last.h"
+#include "core/half_convert.h"
 #include "core/upcast.h"
 #include "math/cubic.h"
 #include "ops/grid_sample/sample.h"
@@ -143,7 +144,7 @@ class GridSampleKernel : public KernelBase {
     const int64_t plane = height * width, out_plane = out_h * out_w;
     Check(plane < (int64_t{1} << 31), "input 'input' has planes of ", height, " x ", width,
           " elements, more than this op supports (2^31)");
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<A, float>) {
       if (PlanarGathersApply(x_axis, y_axis)) {
         ComputePlanar(io, input, grid, output);
         return;
@@ -207,9 +208,10 @@ class GridSampleKernel : public KernelBase {
   // exact there.
   static constexpr int64_t kVectorSide = int64_t{1} << 24;
 
-  // Float bilinear sampling with zeros padding (the common case) reads each plane through
-  // gathers where the level has them: a plane stays in cache for the random reads, and no
-  // channels-last copy is made, which costs about as much as the sampling itself.
+  // Bilinear sampling with zeros padding (the common case) in float, and in float16 through
+  // float, reads each plane through gathers where the level has them: a plane stays in cache
+  // for the random reads, and no channels-last copy is made, which costs about as much as
+  // the sampling itself.
   bool PlanarGathersApply(const Axis<A>& x_axis, const Axis<A>& y_axis) const {
     return static_cast<Interpolation>(mode_) == Interpolation::kBilinear && x_axis.padding == Padding::kZeros &&
            x_axis.size < kVectorSide && y_axis.size < kVectorSide && ORTOPS_ISA_CALL(HasGathers);
@@ -217,9 +219,12 @@ class GridSampleKernel : public KernelBase {
 
   // The taps of all of an image's points are located once (dispatched, in vectors), then
   // every channel's plane is sampled through them, in chunks of points so that tasks stay
-  // small enough to balance.
-  void ComputePlanar(const KernelIO& io, const ConstTensor<float>& input, const ConstTensor<float>& grid,
-                     float* output) const {
+  // small enough to balance. Float16 input and grid are converted to float once, up front,
+  // and each chunk's samples rounded on store.
+  void ComputePlanar(const KernelIO& io, const ConstTensor<T>& input, const ConstTensor<T>& grid, T* output) const {
+    Scratch<float> converted_input, converted_grid;
+    const float* values = Upcast(io, input, converted_input);
+    const float* coordinates = Upcast(io, grid, converted_grid);
     const int64_t batch = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
     const int64_t plane = height * width, out_plane = grid.dim(1) * grid.dim(2);
     const int64_t size = PlanarTapsSize(out_plane);
@@ -231,7 +236,7 @@ class GridSampleKernel : public KernelBase {
     static_assert(kChunk % kPlanarLanes == 0);
     const int64_t chunks = (out_plane + kChunk - 1) / kChunk, vectors = size / kPlanarLanes;
     for (int64_t n = 0; n < batch; ++n) {
-      const float* points = grid.data + n * out_plane * 2;
+      const float* points = coordinates + n * out_plane * 2;
       io.ParallelForRanges(static_cast<size_t>(vectors), 64, [&](size_t begin, size_t end) {
         const int64_t first = static_cast<int64_t>(begin) * kPlanarLanes;
         const int64_t last = std::min(out_plane, static_cast<int64_t>(end) * kPlanarLanes);
@@ -241,9 +246,15 @@ class GridSampleKernel : public KernelBase {
       const PlanarTaps taps{corner.data(), east.data(), south.data(), flags.data()};
       io.ParallelFor(static_cast<size_t>(channels * chunks), [&](size_t task) {
         const int64_t c = static_cast<int64_t>(task) / chunks, first = static_cast<int64_t>(task) % chunks * kChunk;
-        const int64_t image = n * channels + c;
-        ORTOPS_ISA_CALL(SamplePlane, input.data + image * plane, width, taps, first,
-                        std::min(kChunk, out_plane - first), output + image * out_plane + first);
+        const int64_t image = n * channels + c, count = std::min(kChunk, out_plane - first);
+        T* out = output + image * out_plane + first;
+        if constexpr (std::is_same_v<T, float>) {
+          ORTOPS_ISA_CALL(SamplePlane, values + image * plane, width, taps, first, count, out);
+        } else {
+          ScratchVector<float> samples = io.Vector<float>(static_cast<size_t>(count));
+          ORTOPS_ISA_CALL(SamplePlane, values + image * plane, width, taps, first, count, samples.data());
+          NarrowToHalves(samples.data(), count, out);
+        }
       });
     }
   }

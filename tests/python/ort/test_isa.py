@@ -16,6 +16,7 @@ edge cases of grid sampling's gather path instead.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -110,7 +111,8 @@ def test_grid_sampling_through_gathers_gives_the_channels_last_bits(tmp_path: Pa
     that have them (a 64-bit gather for the two taps of a row, a 32-bit one for a tap alone
     at the map's edge) and the channels-last copy at the lowest level: the same bits, for
     points on, beyond and just inside every edge, maps one pixel wide or high, infinite
-    values beside the edges, NaN and infinite points, and more points than one chunk."""
+    values beside the edges, NaN and infinite points, and more points than one chunk; in
+    float32 and in float16 (converted to float32 on the way)."""
     base_statuses, base = _dump(LEVELS[0], tmp_path / f"{LEVELS[0]}.npz", "grid_sample")
     assert all(status.endswith(" ok") for status in base_statuses), base_statuses
     for level in LEVELS[1:]:
@@ -151,18 +153,18 @@ def _dump_grid_sample_cases(path: Path) -> None:
     statuses: list[str] = []
     arrays: dict[str, np.ndarray] = {}
     for index, (features, grid) in enumerate(_grid_sample_cases()):
-        for align in (0, 1):
+        for dtype, align in itertools.product((np.float32, np.float16), (0, 1)):
             (got,) = run(
                 "grid_sampler",
                 "mmcv",
-                {"input": features, "grid": grid},
+                {"input": features.astype(dtype), "grid": grid.astype(dtype)},
                 ["output"],
                 interpolation_mode=0,
                 padding_mode=0,
                 align_corners=align,
             )
-            statuses.append(f"{index} align {align} ok")
-            arrays[f"{index}_{align}"] = got
+            statuses.append(f"{index} {np.dtype(dtype).name} align {align} ok")
+            arrays[f"{index}_{np.dtype(dtype).name}_{align}"] = got
     path.with_suffix(".json").write_text(json.dumps(statuses))
     np.savez(path, **arrays)
 
