@@ -12,6 +12,7 @@
 
 #include "core/channels_last.h"
 #include "core/error.h"
+#include "core/half_convert.h"
 #include "core/kernel_io.h"
 #include "math/bilinear.h"
 #include "ops/roi_align/pool_channels_last.h"
@@ -298,9 +299,7 @@ void PoolRoi(const PoolSource<T, A>& source, int64_t image, const BilinearTap<A>
                                  .out = pooled,
                                  .scratch = scratch.sums.data()};
     ORTOPS_ISA_CALL(PoolChannelsLast, roi);
-    if constexpr (!std::is_same_v<T, A>) {
-      for (int64_t i = 0; i < channels * bins; ++i) out[i] = static_cast<T>(pooled[i]);
-    }
+    if constexpr (!std::is_same_v<T, A>) NarrowToHalves(pooled, channels * bins, out);
     return;
   }
   for (int64_t c = 0; c < channels; ++c) {
