@@ -131,7 +131,9 @@ def test_channels_last_path_gives_the_planar_paths_bits(dtype, mode, padding, ch
     """The dispatched channels-last loop sums PyTorch's products in PyTorch's order, a tap
     outside the map reading a pixel of zeros with weight 0 and a NaN point a pixel of NaN:
     bit-equal to the planar path at channel counts that are not multiples of any vector width,
-    with points on and beyond the edges, non-finite points and batch 2."""
+    with points on and beyond the edges, non-finite points and batch 2. (At levels with
+    gathers, float bilinear sampling with zeros padding reads planes on both sides instead;
+    test_isa.py compares that path with this one.)"""
     rng = np.random.default_rng(channels)
     features, grid = make_case(rng, dtype, n=2, c=channels, h=6, w=7, out=(8, 9))
     grid[1, 2, :5] = [[np.nan, 0], [0, np.inf], [-np.inf, 1], [1e30, -1e30], [1.01, -1.01]]
