@@ -43,6 +43,7 @@ void ToChannelsLast(const KernelIO& io, const T* image, int64_t channels, int64_
       channels_last::TransposeTile(image, channels, pixels, first, std::min(pixels, first + kTile), out);
     });
   } else {
+    static_assert(std::is_same_v<T, Half> && std::is_same_v<Out, float>, "only float16 is copied in another type");
     // Widened first (float16 to float: dispatched, core/half_convert.h), a tile of every plane
     // at a time, then transposed like float; a scratch tile per task, not per tile.
     constexpr size_t kTasks = 64;
@@ -51,13 +52,7 @@ void ToChannelsLast(const KernelIO& io, const T* image, int64_t channels, int64_
       for (size_t tile = begin; tile < end; ++tile) {
         const int64_t first = static_cast<int64_t>(tile) * kTile, count = std::min(pixels - first, kTile);
         for (int64_t c = 0; c < channels; ++c) {
-          const T* plane = image + c * pixels + first;
-          Out* row = widened.data() + c * count;
-          if constexpr (std::is_same_v<T, Half> && std::is_same_v<Out, float>) {
-            WidenHalves(plane, count, row);
-          } else {
-            for (int64_t p = 0; p < count; ++p) row[p] = static_cast<Out>(plane[p]);
-          }
+          WidenHalves(image + c * pixels + first, count, widened.data() + c * count);
         }
         channels_last::TransposeTile(widened.data(), channels, count, 0, count, out + first * channels);
       }

@@ -204,17 +204,20 @@ class GridSampleKernel : public KernelBase {
     return channels >= 4 && 2 * out_plane >= plane;
   }
 
-  // Sides below this let the dispatched loops locate points in float lanes: their floor is
-  // exact there.
-  static constexpr int64_t kVectorSide = int64_t{1} << 24;
+  // Bilinear sampling with zeros padding (the common case) on maps below 2^24 a side, where
+  // the dispatched loops locate a vector of points at a time (their floor is exact there).
+  bool LocatesInVectors(const Axis<A>& x_axis, const Axis<A>& y_axis) const {
+    constexpr int64_t kVectorSide = int64_t{1} << 24;
+    return static_cast<Interpolation>(mode_) == Interpolation::kBilinear && x_axis.padding == Padding::kZeros &&
+           x_axis.size < kVectorSide && y_axis.size < kVectorSide;
+  }
 
   // Bilinear sampling with zeros padding (the common case) in float, and in float16 through
   // float, reads each plane through gathers where the level has them: a plane stays in cache
   // for the random reads, and no channels-last copy is made, which costs about as much as
   // the sampling itself.
   bool PlanarGathersApply(const Axis<A>& x_axis, const Axis<A>& y_axis) const {
-    return static_cast<Interpolation>(mode_) == Interpolation::kBilinear && x_axis.padding == Padding::kZeros &&
-           x_axis.size < kVectorSide && y_axis.size < kVectorSide && ORTOPS_ISA_CALL(HasGathers);
+    return LocatesInVectors(x_axis, y_axis) && ORTOPS_ISA_CALL(HasGathers);
   }
 
   // The taps of all of an image's points are located once (dispatched, in vectors), then
@@ -251,7 +254,7 @@ class GridSampleKernel : public KernelBase {
         if constexpr (std::is_same_v<T, float>) {
           ORTOPS_ISA_CALL(SamplePlane, values + image * plane, width, taps, first, count, out);
         } else {
-          ScratchVector<float> samples = io.Vector<float>(static_cast<size_t>(count));
+          const Scratch<float> samples = io.Allocate<float>(static_cast<size_t>(count));
           ORTOPS_ISA_CALL(SamplePlane, values + image * plane, width, taps, first, count, samples.data());
           NarrowToHalves(samples.data(), count, out);
         }
@@ -274,11 +277,7 @@ class GridSampleKernel : public KernelBase {
     std::fill(image.data() + nan_pixel * channels, image.data() + (nan_pixel + 1) * channels,
               std::numeric_limits<A>::quiet_NaN());
     constexpr int64_t kPointTile = 64, kPointsPerTask = 1024;
-    // Bilinear sampling with zeros padding, the common case, locates a vector of points at a
-    // time in the dispatched loop.
-    const bool vector_location = static_cast<Interpolation>(mode_) == Interpolation::kBilinear &&
-                                 x_axis.padding == Padding::kZeros && x_axis.size < kVectorSide &&
-                                 y_axis.size < kVectorSide;
+    const bool vector_location = LocatesInVectors(x_axis, y_axis);
     for (int64_t n = 0; n < batch; ++n) {
       // (float16 is widened on the way, a tile at a time.)
       ToChannelsLast(io, input.data + n * channels * plane, channels, plane, image.data());
