@@ -1,19 +1,26 @@
 // Deformable convolution v1 and v2 (modulated), equal to torchvision.ops.deform_conv2d:
 // deformed im2col written one row per output position from a channels-last copy of the
-// image, then a GEMM through ONNX Runtime's own Gemm.
+// image, then a GEMM. In float (and float16) at AVX-512, each block of positions is sampled
+// and multiplied by the same task while its columns are in cache, against weights packed
+// once (core/packed_gemm.h); otherwise the columns of many positions go through ONNX
+// Runtime's own Gemm.
 #include "ops/deform_conv/deform_conv.h"
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "core/channels_last.h"
 #include "core/ort_gemm.h"
+#include "core/packed_gemm.h"
 #include "ops/deform_conv/columns.h"
 
 namespace ortops::deform_conv {
@@ -153,6 +160,53 @@ constexpr int64_t kChunkBytes = int64_t{32} << 20;
 constexpr int64_t kMinChunk = 64;  // positions; keeps the GEMM's N dimension useful
 constexpr int64_t kSlice = 128;    // positions per fill task
 
+// Positions per task of the packed GEMM: its columns (about 1 MiB) stay in the core's L2
+// cache from their sampling to their product, next to one panel of weights. Whole tiles.
+int64_t PackedBlock(int64_t depth) {
+  constexpr int64_t kBytes = int64_t{1} << 20;
+  return std::clamp(kBytes / (depth * int64_t{sizeof(float)}) / kGemmTileColumns * kGemmTileColumns, kGemmTileColumns,
+                    10 * kGemmTileColumns);
+}
+
+// Column blocks for the tasks of the packed GEMM: a slot per task that can run at once (one
+// per hardware thread, at most 64), each reused by the tasks that follow on it, so that its
+// memory is still in cache (fresh memory per task cost 7% at the benchmark's shape, in
+// write-backs of columns already used). A task that finds every slot taken, where a session
+// has more threads than the CPU, gets a block of its own.
+class BlockSlots {
+ public:
+  BlockSlots(const KernelIO& io, int64_t tasks, size_t block_size)
+      : io_(io),
+        block_size_(block_size),
+        count_(std::min<int64_t>(tasks, std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 64))),
+        blocks_(io.Allocate<float>(static_cast<size_t>(count_) * block_size)),
+        free_(count_ == 64 ? ~uint64_t{0} : (uint64_t{1} << count_) - 1) {}
+
+  // body(columns) with a free slot's block, or a block of its own.
+  template <typename Body>
+  void Run(Body&& body) const {
+    uint64_t free = free_.load(std::memory_order_relaxed);
+    while (free != 0) {
+      const int slot = std::countr_zero(free);
+      const uint64_t bit = uint64_t{1} << slot;
+      if (free_.compare_exchange_weak(free, free & ~bit, std::memory_order_acquire, std::memory_order_relaxed)) {
+        body(blocks_.data() + static_cast<size_t>(slot) * block_size_);
+        free_.fetch_or(bit, std::memory_order_release);
+        return;
+      }
+    }
+    const Scratch<float> own = io_.Allocate<float>(block_size_);
+    body(own.data());
+  }
+
+ private:
+  const KernelIO& io_;
+  size_t block_size_;
+  int64_t count_;
+  Scratch<float> blocks_;
+  mutable std::atomic<uint64_t> free_;
+};
+
 // Elements of T are read as A = ComputeType<T> (the image, weights and samples are float
 // for float16) and the GEMM runs in A; a float16 kernel rounds once, when it stores.
 template <typename T, Layout kLayout>
@@ -173,17 +227,8 @@ class DeformConvKernel : public KernelBase {
         dilation_(Pair(attrs, "dilation")),
         groups_(attrs.Int("groups")),
         deform_groups_(attrs.Int("deform_groups")),
-        gemm_(std::make_unique<OrtGemm>(attrs.info(), OnnxType<A>())) {
-    // Weights stored in the model are reordered for the GEMM once, here.
-    if (const std::optional<ConstTensor<T>> weight = attrs.ConstantInput<T>(kWeightIndex);
-        weight && weight->rank() == 4 && weight->size() > 0 && weight->dim(0) % groups_ == 0) {
-      packed_weight_shape_ = weight->shape;
-      packed_weights_.resize(static_cast<size_t>(weight->size()));
-      ReorderWeights(weight->data, weight->dim(0), weight->dim(1), weight->dim(2) * weight->dim(3),
-                     packed_weights_.data(), [](size_t n, auto&& body) {
-                       for (size_t i = 0; i < n; ++i) body(i);
-                     });
-    }
+        gemm_(std::make_unique<OrtGemm>(attrs.info(), OnnxType<A>())),
+        in_panels_(std::is_same_v<A, float> && HasPackedGemm()) {
     // The bound keeps every later product of an attribute and a tensor dim inside int64.
     constexpr int64_t kLimit = int64_t{1} << 31;
     Check(stride_[0] >= 1 && stride_[1] >= 1 && stride_[0] < kLimit && stride_[1] < kLimit,
@@ -194,6 +239,17 @@ class DeformConvKernel : public KernelBase {
           "attribute 'padding' must be non-negative (and below 2^31), got ", padding_[0], ",", padding_[1]);
     Check(groups_ >= 1 && deform_groups_ >= 1, "attributes 'groups' and 'deform_groups' must be at least 1, got ",
           groups_, " and ", deform_groups_);
+    // Weights stored in the model are reordered for the GEMM once, here.
+    if (const std::optional<ConstTensor<T>> weight = attrs.ConstantInput<T>(kWeightIndex);
+        weight && weight->rank() == 4 && weight->size() > 0 && weight->dim(0) % groups_ == 0) {
+      packed_weight_shape_ = weight->shape;
+      packed_weights_.resize(
+          static_cast<size_t>(WeightsSize(weight->dim(0), weight->dim(1) * weight->dim(2) * weight->dim(3))));
+      ReorderWeights(weight->data, weight->dim(0), weight->dim(1), weight->dim(2) * weight->dim(3),
+                     packed_weights_.data(), [](size_t n, auto&& body) {
+                       for (size_t i = 0; i < n; ++i) body(i);
+                     });
+    }
   }
 
   void Compute(const KernelIO& io) const {
@@ -223,33 +279,21 @@ class DeformConvKernel : public KernelBase {
     const Scratch<A> image_nhwc = io.Allocate<A>(static_cast<size_t>((pixels + 1) * g.channels));
     std::fill_n(image_nhwc.data() + pixels * g.channels, g.channels, A(0));
     const bool packed = weight.shape == packed_weight_shape_;
-    const Scratch<A> reordered = io.Allocate<A>(packed ? 0 : static_cast<size_t>(g.out_channels * rows));
+    const Scratch<A> reordered = io.Allocate<A>(packed ? 0 : static_cast<size_t>(WeightsSize(g.out_channels, rows)));
     if (!packed) {
       ReorderWeights(weight.data, g.out_channels, group_channels, taps, reordered.data(),
                      [&](size_t n, auto&& body) { io.ParallelFor(n, body); });
     }
     const A* weights = packed ? packed_weights_.data() : reordered.data();
-    // Positions are processed in chunks; scratch comes from the session's allocator, whose
-    // arena hands the same memory back run after run, once per Compute.
-    const int64_t per_position = (rows + group_out) * static_cast<int64_t>(sizeof(A));
-    const int64_t widest = std::max(kMinChunk, kChunkBytes / per_position / kSlice * kSlice);
-    const int64_t chunk_count = (positions + widest - 1) / widest;  // then equal chunks
-    const int64_t chunk =
-        std::min(positions, ((positions + chunk_count - 1) / chunk_count + kSlice - 1) / kSlice * kSlice);
-    const Scratch<A> columns = io.Allocate<A>(static_cast<size_t>(rows * chunk));
-    // When one chunk covers the image the GEMM writes straight into the output (unless the
-    // output holds float16, which is rounded from the product).
     constexpr bool kDirect = std::is_same_v<T, A>;
-    const Scratch<A> product =
-        io.Allocate<A>(chunk < positions || !kDirect ? static_cast<size_t>(group_out * chunk) : 0);
-
     // The column fill reads offsets and masks in A: float16 ones are widened first.
     const int64_t offset_size = 2 * deform_groups_ * taps * positions, mask_size = deform_groups_ * taps * positions;
     const Scratch<A> widened = io.Allocate<A>(kDirect ? 0 : static_cast<size_t>(offset_size + mask_size));
     ColumnSource<A> source{image_nhwc.data(), nullptr,     nullptr,      g.channels,   g.height,   g.width,
                            g.out_h,           g.out_w,     g.kernel_h,   g.kernel_w,   stride_[0], stride_[1],
                            padding_[0],       padding_[1], dilation_[0], dilation_[1], groups_,    deform_groups_};
-    for (int64_t n = 0; n < g.batch; ++n) {
+    // Image n's channels-last copy, offsets and masks, for the column fill.
+    const auto prepare_image = [&](int64_t n) {
       ToChannelsLast(io, input.data + n * g.channels * pixels, g.channels, pixels, image_nhwc.data());
       const T* offset_n = offset.data + n * offset_size;
       const T* mask_n = mask ? mask + n * mask_size : nullptr;
@@ -264,6 +308,47 @@ class DeformConvKernel : public KernelBase {
         source.offset = widened.data();
         source.mask = mask_n ? widened.data() + offset_size : nullptr;
       }
+    };
+
+    if constexpr (std::is_same_v<A, float>) {
+      if (in_panels_) {
+        // A task per block of positions: it fills the block's columns and multiplies them.
+        const int64_t block = PackedBlock(rows), blocks = (positions + block - 1) / block;
+        const BlockSlots slots(io, blocks, static_cast<size_t>(block * rows));
+        for (int64_t n = 0; n < g.batch; ++n) {
+          prepare_image(n);
+          for (int64_t group = 0; group < groups_; ++group) {
+            const float* panels = weights + group * PackedGemmSize(group_out, rows);
+            T* out = output + (n * g.out_channels + group * group_out) * positions;
+            io.ParallelFor(static_cast<size_t>(blocks), [&](size_t task) {
+              const int64_t begin = static_cast<int64_t>(task) * block, end = std::min(positions, begin + block);
+              slots.Run([&](float* columns) {
+                ORTOPS_ISA_CALL(FillColumns, source, group, begin, end, columns);
+                PackedGemm(PackedProduct<T>{panels, columns, group_out, rows, end - begin,
+                                            bias ? bias + group * group_out : nullptr, out + begin, positions});
+              });
+            });
+          }
+        }
+        return;
+      }
+    }
+
+    // Otherwise positions are processed in chunks, each filled in slices of kSlice positions,
+    // a task each, then multiplied by ONNX Runtime's Gemm. Scratch comes from the session's
+    // allocator, whose arena hands the same memory back run after run, once per Compute.
+    const int64_t per_position = (rows + group_out) * static_cast<int64_t>(sizeof(A));
+    const int64_t widest = std::max(kMinChunk, kChunkBytes / per_position / kSlice * kSlice);
+    const int64_t chunk_count = (positions + widest - 1) / widest;  // then equal chunks
+    const int64_t chunk =
+        std::min(positions, ((positions + chunk_count - 1) / chunk_count + kSlice - 1) / kSlice * kSlice);
+    const Scratch<A> columns = io.Allocate<A>(static_cast<size_t>(rows * chunk));
+    // When one chunk covers the image the GEMM writes straight into the output (unless the
+    // output holds float16, which is rounded from the product).
+    const Scratch<A> product =
+        io.Allocate<A>(chunk < positions || !kDirect ? static_cast<size_t>(group_out * chunk) : 0);
+    for (int64_t n = 0; n < g.batch; ++n) {
+      prepare_image(n);
       for (int64_t start = 0; start < positions; start += chunk) {
         const int64_t width = std::min(chunk, positions - start);
         const int64_t slices = (width + kSlice - 1) / kSlice;
@@ -292,16 +377,28 @@ class DeformConvKernel : public KernelBase {
  private:
   static constexpr size_t kWeightIndex = kLayout == Layout::kModulated ? 3 : 2;  // after the mask there
 
+  // Elements of the reordered weights: each group's panels for the packed GEMM, which pad
+  // the group's C_out / groups rows to whole panels, or the plain matrix.
+  int64_t WeightsSize(int64_t out_channels, int64_t depth) const {
+    return in_panels_ ? groups_ * PackedGemmSize(out_channels / groups_, depth) : out_channels * depth;
+  }
+
   // weight [C_out, C / groups, taps] -> [C_out, taps, C / groups] in A, the column matrix's
-  // (tap, channel) order; parallel_for(n, body) runs body(i) for i < n.
+  // (tap, channel) order, each group's rows packed in panels when in_panels_;
+  // parallel_for(n, body) runs body(i) for i < n.
   template <typename ParallelFor>
-  static void ReorderWeights(const T* weight, int64_t out_channels, int64_t group_channels, int64_t taps, A* out,
-                             ParallelFor&& parallel_for) {
+  void ReorderWeights(const T* weight, int64_t out_channels, int64_t group_channels, int64_t taps, A* out,
+                      ParallelFor&& parallel_for) const {
+    const int64_t depth = group_channels * taps, group_out = out_channels / groups_;
+    if (in_panels_) std::fill_n(out, WeightsSize(out_channels, depth), A(0));  // the rows that pad a panel
     parallel_for(static_cast<size_t>(out_channels), [&](size_t channel) {
       const auto o = static_cast<int64_t>(channel);
       for (int64_t c = 0; c < group_channels; ++c) {
         for (int64_t k = 0; k < taps; ++k) {
-          out[(o * taps + k) * group_channels + c] = static_cast<A>(weight[(o * group_channels + c) * taps + k]);
+          const int64_t at = in_panels_ ? (o / group_out) * PackedGemmSize(group_out, depth) +
+                                              PackedGemmIndex(o % group_out, k * group_channels + c, depth)
+                                        : o * depth + k * group_channels + c;
+          out[at] = static_cast<A>(weight[(o * group_channels + c) * taps + k]);
         }
       }
     });
@@ -388,6 +485,7 @@ class DeformConvKernel : public KernelBase {
   std::array<int64_t, 2> stride_, padding_, dilation_;
   int64_t groups_, deform_groups_;
   std::unique_ptr<OrtGemm> gemm_;
+  bool in_panels_;             // the GEMM is PackedGemm, and the weights are packed for it
   Shape packed_weight_shape_;  // empty unless the weights are a constant of the model
   std::vector<A> packed_weights_;
 };

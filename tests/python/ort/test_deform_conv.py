@@ -241,6 +241,36 @@ def test_weights_stored_in_the_model(domain: str, op: str) -> None:
         assert_close(got, expected, np.float32, accumulation_length(weight))
 
 
+@pytest.mark.parametrize("stored", [False, True], ids=["weights fed", "weights stored"])
+@pytest.mark.parametrize("c_out,groups", [(70, 2), (33, 1), (64, 1)])
+def test_output_channels_across_panels_and_positions_across_tiles(stored: bool, c_out: int, groups: int) -> None:
+    """The float GEMM runs 32 output channels (a panel) by 14 positions (a tile) at a time,
+    in blocks of whole tiles (core/packed_gemm.h, at AVX-512): a group's channels that end
+    inside a panel (35 = 32 + 3, 33) or fill it exactly, positions that end inside a tile
+    (13 x 11 = 143) and a batch of 2, with the weights fed or stored in the model (packed
+    once, when the kernel is created). float32 against the reference; float16, computed in
+    float32 and rounded once, must be the float32 kernel's result on the same values rounded."""
+    x, offset, mask, weight, bias, attrs = make_case(
+        np.random.default_rng(17), 2, 2 * 12, 13, 11, c_out, (3, 3), (1, 1), (1, 1), (1, 1), groups, 2
+    )
+    halves = [v.astype(np.float16) for v in (x, offset, mask, weight, bias)]
+    x, offset, mask, weight, bias = (v.astype(np.float32) for v in halves)  # values both dtypes hold
+    results = {}
+    for dtype in (np.float32, np.float16):
+        feeds = {k: v.astype(dtype) for k, v in ortops_feeds(x, offset, weight, bias, mask).items()}
+        model = make_model(
+            "DeformConv2d", "ortops", [(k, v.dtype, v.ndim) for k, v in feeds.items()], ["output"], **attrs
+        )
+        if stored:
+            model.graph.initializer.append(numpy_helper.from_array(feeds["weight"], "weight"))
+            model.graph.input.remove(next(i for i in model.graph.input if i.name == "weight"))
+            del feeds["weight"]
+        (results[dtype],) = session(model).run(None, feeds)
+    expected = reference(x, offset, weight, bias, mask, attrs, loop=False)
+    assert_close(results[np.float32], expected, np.float32, accumulation_length(weight))
+    np.testing.assert_array_equal(results[np.float16], results[np.float32].astype(np.float16))
+
+
 def test_zero_offsets_and_no_mask_are_a_plain_convolution() -> None:
     x, offset, _, weight, bias, attrs = make_case(
         np.random.default_rng(3), 2, 3, 6, 6, 2, (3, 3), (1, 1), (1, 1), (1, 1), 1, 1, dtype=np.float64
@@ -253,7 +283,8 @@ def test_zero_offsets_and_no_mask_are_a_plain_convolution() -> None:
 
 
 # The kernel fills the sampled columns in chunks of positions of at most 32 MiB of scratch
-# (the columns and the product: rows + C_out / groups values per position).
+# (the columns, plus the product where ONNX Runtime's Gemm computes it: rows + C_out / groups
+# values per position, or rows alone).
 CHUNK_BYTES = 32 << 20
 
 
@@ -279,7 +310,7 @@ def test_large_image_in_several_chunks(threads, dtype, channels, size, groups) -
         dtype=dtype,
         spread=4.0,
     )
-    per_position = (channels // groups * 9 + 6 // groups) * np.dtype(dtype).itemsize
+    per_position = channels // groups * 9 * np.dtype(dtype).itemsize  # the fewer bytes: the wider chunks
     assert size * size > CHUNK_BYTES // per_position  # (the chunks are then of equal width)
     (got,) = run(
         "DeformConv2d", "ortops", ortops_feeds(x, offset, weight, bias, mask), ["output"], threads=threads, **attrs

@@ -78,6 +78,15 @@ def test_the_session_log_names_the_level(level: str | None) -> None:
     assert f"ortops: CPU kernels use {level or TOP} (this CPU has {TOP};" in result.stderr
 
 
+def _bits(array: np.ndarray) -> bytes:
+    """The array's bytes, with every NaN made the same: which NaN an operation on two NaNs
+    returns, and the sign of the NaN of 0 x inf, depend on the order of its operands, which
+    the compiler may swap in a commutative operation at one level and not at another."""
+    if array.dtype.kind == "f":
+        array = np.where(np.isnan(array), np.array(np.nan, array.dtype), array)
+    return array.tobytes()
+
+
 def _dump(level: str, path: Path, cases: str = "fuzz") -> tuple[list[str], dict[str, np.ndarray]]:
     result = _run([str(HERE), "--dump", str(path), "--cases", cases], level)
     assert result.returncode == 0, f"level {level}:\n{result.stderr[-4000:]}"
@@ -100,9 +109,42 @@ def test_every_level_gives_the_lowest_levels_bits(tmp_path: Path) -> None:
             for key in base
             if outputs[key].dtype != base[key].dtype
             or outputs[key].shape != base[key].shape
-            or outputs[key].tobytes() != base[key].tobytes()
+            or _bits(outputs[key]) != _bits(base[key])
         ]
+        own_gemm = [key for key in differing if _has_own_gemm(level, key, base[key])]
+        for key in own_gemm:
+            _assert_close_products(outputs[key], base[key], f"{level} against {LEVELS[0]} in {key}")
+        differing = [key for key in differing if key not in own_gemm]
         assert not differing, f"{level} differs from {LEVELS[0]} in outputs {differing[:10]} (case index, op, output)"
+
+
+# The levels whose float deformable convolutions multiply with ortops' own GEMM
+# (core/packed_gemm.h: chains of fused multiply-adds) rather than ONNX Runtime's: their
+# products may differ from the lowest level's in the last bits, and are compared within the
+# tolerance stated here instead.
+OWN_GEMM_LEVELS = ("avx512",)
+OWN_GEMM_TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 2e-3}
+
+
+def _has_own_gemm(level: str, key: str, output: np.ndarray) -> bool:
+    return level in OWN_GEMM_LEVELS and "DeformConv2d_" in key and output.dtype in OWN_GEMM_TOLERANCE
+
+
+def _assert_close_products(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
+    """Within the dtype's tolerance, relative to the output's largest finite magnitude (a
+    product's rounding error scales with its terms, not with its value); NaN and infinities
+    in the same places, but for one known difference: where a sum overflows, ONNX Runtime's
+    Gemm has returned NaN (a fuzz case with masks of 1e38 and infinities) where the own GEMM
+    returns the infinity that torchvision returns, in float32 and in float64."""
+    tolerance = OWN_GEMM_TOLERANCE[expected.dtype]
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
+    overflowed = np.isnan(expected) & np.isinf(actual)
+    expected = np.where(overflowed, actual, expected)
+    finite = np.isfinite(expected)
+    scale = max(1.0, float(np.abs(expected[finite].astype(np.float64)).max(initial=0.0)))
+    np.testing.assert_allclose(
+        actual.astype(np.float64), expected.astype(np.float64), rtol=tolerance, atol=tolerance * scale, err_msg=what
+    )
 
 
 @pytest.mark.skipif(len(LEVELS) < 2, reason="this CPU has one level")
@@ -118,7 +160,7 @@ def test_grid_sampling_through_gathers_gives_the_channels_last_bits(tmp_path: Pa
     for level in LEVELS[1:]:
         statuses, outputs = _dump(level, tmp_path / f"{level}.npz", "grid_sample")
         assert statuses == base_statuses
-        differing = [key for key in base if outputs[key].tobytes() != base[key].tobytes()]
+        differing = [key for key in base if _bits(outputs[key]) != _bits(base[key])]
         assert not differing, f"{level} differs from {LEVELS[0]} in {differing}"
 
 
