@@ -6,6 +6,8 @@
 // Runtime's own Gemm.
 #include "ops/deform_conv/deform_conv.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -14,7 +16,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -179,9 +180,17 @@ class BlockSlots {
   BlockSlots(const KernelIO& io, int64_t tasks, size_t block_size)
       : io_(io),
         block_size_(block_size),
-        count_(std::min<int64_t>(tasks, std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, 64))),
+        count_(std::min<int64_t>(tasks, HardwareThreads())),
         blocks_(io.Allocate<float>(static_cast<size_t>(count_) * block_size)),
         free_(count_ == 64 ? ~uint64_t{0} : (uint64_t{1} << count_) - 1) {}
+
+  // Counted once (glibc reads it from /sys), with sysconf: std::thread would link
+  // libstdc++'s thread support, which needs glibc 2.34's pthread_create and breaks the
+  // wheel's manylinux tag.
+  static int64_t HardwareThreads() {
+    static const int64_t threads = std::clamp<int64_t>(sysconf(_SC_NPROCESSORS_ONLN), 1, 64);
+    return threads;
+  }
 
   // body(columns) with a free slot's block, or a block of its own.
   template <typename Body>
