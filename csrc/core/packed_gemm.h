@@ -2,9 +2,8 @@
 // and whose right operand is a block of rows that the caller has just written and that
 // still sits in the core's cache (deformable convolution's sampled columns): the product
 // of a block is computed by the thread that wrote it, without a copy into a GEMM's own
-// layout. Compiled per instruction-set level (packed_gemm_simd.cc); the levels with
-// AVX-512 has it (packed_gemm_simd.cc says why only that one); other levels use ONNX
-// Runtime's Gemm.
+// layout. Compiled per instruction-set level (packed_gemm_simd.cc), where only AVX-512 has
+// it (that file says why); at other levels callers use ONNX Runtime's Gemm.
 #pragma once
 
 #include <cstdint>
@@ -44,22 +43,15 @@ struct PackedProduct {
   int64_t out_stride;
 };
 
-namespace packed_gemm {
-ORTOPS_ISA_DECLARE(bool Available(); void Run(const PackedProduct<float>& product);
-                   void Run(const PackedProduct<Half>& product))
-inline bool AvailableAtLevel() { return ORTOPS_ISA_CALL(Available); }
-template <typename T>
-void RunAtLevel(const PackedProduct<T>& product) {
-  ORTOPS_ISA_CALL(Run, product);
-}
-}  // namespace packed_gemm
+ORTOPS_ISA_DECLARE(bool PackedGemmAvailable(); void RunPackedGemm(const PackedProduct<float>& product);
+                   void RunPackedGemm(const PackedProduct<Half>& product))
 
 // Whether the active level has PackedGemm.
-inline bool HasPackedGemm() { return packed_gemm::AvailableAtLevel(); }
+inline bool HasPackedGemm() { return ORTOPS_ISA_CALL(PackedGemmAvailable); }
 
 template <typename T>
 void PackedGemm(const PackedProduct<T>& product) {
-  packed_gemm::RunAtLevel(product);
+  ORTOPS_ISA_CALL(RunPackedGemm, product);
 }
 
 }  // namespace ortops

@@ -5,7 +5,7 @@
 // weights are loaded once and each column's element is broadcast against them. AVX-512
 // holds 14 columns x 2 vectors of 16 (28 accumulators of its 32 registers); at 4096
 // columns of depth 2304 it runs at about 88% of the core's measured FMA peak, where ONNX
-// Runtime's Gemm, which repacks both operands per call, reaches about 80%. A tile is then
+// Runtime's Gemm, which repacks both operands per call, reaches about 77%. A tile is then
 // written transposed, with the bias, into the output's rows.
 //
 // Only AVX-512 dispatches here. At AVX2, a 6 x 16 tile was slower than ONNX Runtime's Gemm
@@ -24,7 +24,7 @@
 
 #include "core/packed_gemm.h"
 
-namespace ortops::packed_gemm::ORTOPS_ISA_NS {
+namespace ortops::ORTOPS_ISA_NS {
 namespace {
 
 constexpr int kTile = kGemmTileColumns;
@@ -92,7 +92,7 @@ void Multiply(const PackedProduct<T>& p) {
 
 }  // namespace
 
-bool Available() {
+bool PackedGemmAvailable() {
 #if defined(__AVX512F__)
   return true;
 #else
@@ -100,7 +100,7 @@ bool Available() {
 #endif
 }
 
-void Run(const PackedProduct<float>& product) { Multiply(product); }
-void Run(const PackedProduct<Half>& product) { Multiply(product); }
+void RunPackedGemm(const PackedProduct<float>& product) { Multiply(product); }
+void RunPackedGemm(const PackedProduct<Half>& product) { Multiply(product); }
 
-}  // namespace ortops::packed_gemm::ORTOPS_ISA_NS
+}  // namespace ortops::ORTOPS_ISA_NS

@@ -180,9 +180,8 @@ class BlockSlots {
   BlockSlots(const KernelIO& io, int64_t tasks, size_t block_size)
       : io_(io),
         block_size_(block_size),
-        count_(std::min<int64_t>(tasks, HardwareThreads())),
-        blocks_(io.Allocate<float>(static_cast<size_t>(count_) * block_size)),
-        free_(count_ == 64 ? ~uint64_t{0} : (uint64_t{1} << count_) - 1) {}
+        blocks_(io.Allocate<float>(static_cast<size_t>(Count(tasks)) * block_size)),
+        free_(Count(tasks) == 64 ? ~uint64_t{0} : (uint64_t{1} << Count(tasks)) - 1) {}
 
   // Counted once (glibc reads it from /sys), with sysconf: std::thread would link
   // libstdc++'s thread support, which needs glibc 2.34's pthread_create and breaks the
@@ -191,6 +190,7 @@ class BlockSlots {
     static const int64_t threads = std::clamp<int64_t>(sysconf(_SC_NPROCESSORS_ONLN), 1, 64);
     return threads;
   }
+  static int64_t Count(int64_t tasks) { return std::min(tasks, HardwareThreads()); }
 
   // body(columns) with a free slot's block, or a block of its own.
   template <typename Body>
@@ -212,7 +212,6 @@ class BlockSlots {
  private:
   const KernelIO& io_;
   size_t block_size_;
-  int64_t count_;
   Scratch<float> blocks_;
   mutable std::atomic<uint64_t> free_;
 };
