@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/channels_last.h"
+#include "core/half_convert.h"
 #include "core/ort_gemm.h"
 #include "core/packed_gemm.h"
 #include "ops/deform_conv/columns.h"
@@ -310,10 +311,9 @@ class DeformConvKernel : public KernelBase {
         source.offset = offset_n;
         source.mask = mask_n;
       } else {
-        std::transform(offset_n, offset_n + offset_size, widened.data(), [](T v) { return static_cast<A>(v); });
-        if (mask_n)
-          std::transform(mask_n, mask_n + mask_size, widened.data() + offset_size,
-                         [](T v) { return static_cast<A>(v); });
+        static_assert(std::is_same_v<T, Half>, "only float16 is read in another type");
+        WidenHalves(offset_n, offset_size, widened.data());
+        if (mask_n) WidenHalves(mask_n, mask_size, widened.data() + offset_size);
         source.offset = widened.data();
         source.mask = mask_n ? widened.data() + offset_size : nullptr;
       }
