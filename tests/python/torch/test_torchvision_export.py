@@ -352,12 +352,53 @@ class Flat(torch.nn.Module):
         return tuple(detections[k] for k in self.keys)
 
 
-def match(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], box_tol: float) -> list[tuple[int, int]]:
-    """Pairs (ours, theirs) of detections with the same label, scores within SCORE_TOL and boxes
-    within ``box_tol``; near ties in score may come in either order.
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of box ``a`` (``[4]``, x1 y1 x2 y2) with each of ``b`` (``[K, 4]``), in float64."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    wh = np.clip(np.minimum(a[2:], b[:, 2:]) - np.maximum(a[:2], b[:, :2]), 0, None)
+    inter = wh[:, 0] * wh[:, 1]
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]) - inter
+    return inter / np.maximum(union, np.finfo(np.float64).tiny)
 
-    Detections may stay unmatched only at the cut-off: when the list is full (DETECTIONS) and
-    their score is within SCORE_TOL of the lowest score kept.
+
+def unexplained(
+    side: dict[str, np.ndarray],
+    other: dict[str, np.ndarray],
+    lost: list[int],
+    other_lost: list[int],
+    nms_threshold: float,
+) -> list[int]:
+    """The detections ``lost`` of ``side`` (left without a partner in ``other``) that no float
+    rounding between the two runs explains.
+
+    ONNX Runtime's convolutions (MLAS) and eager torch's round differently, so boxes and scores
+    differ in their last bits, and NMS is discontinuous at its threshold: a pair of boxes whose
+    IoU lies within rounding of it is kept in one run and suppressed in the other (it is, for one
+    detection of the Mask R-CNN case on an AMD Zen 4 CPU). A lost detection is explained when
+    - it sits at the cut-off of a full list (its score within SCORE_TOL of the lowest kept), or
+    - a higher-scoring detection of its label in the other run has an IoU with it within 1e-3 of
+      the threshold (the flip itself), or
+    - a higher-scoring lost detection of its label in the other run overlaps it beyond the
+      threshold (what that one's flip suppressed in one run only).
+    """
+    cut = side["scores"].min() + SCORE_TOL if len(side["scores"]) == DETECTIONS else -np.inf
+    left = []
+    for j in lost:
+        same = (other["labels"] == side["labels"][j]) & (other["scores"] > side["scores"][j] - SCORE_TOL)
+        iou = box_iou(side["boxes"][j], other["boxes"])
+        flip = same & (np.abs(iou - nms_threshold) <= 1e-3)
+        cascade = same & (iou > nms_threshold) & np.isin(np.arange(len(iou)), other_lost)
+        if not (side["scores"][j] <= cut or flip.any() or cascade.any()):
+            left.append(j)
+    return left
+
+
+def match(
+    ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], box_tol: float, nms_threshold: float
+) -> list[tuple[int, int]]:
+    """Pairs (ours, theirs) of detections with the same label, scores within SCORE_TOL and boxes
+    within ``box_tol``; near ties in score may come in either order. Every detection left
+    unpaired must be explained by rounding (``unexplained``), and at least 90% pair up.
     """
     assert len(ours["scores"]) == len(theirs["scores"]), "different numbers of detections"
     assert np.all(np.diff(ours["scores"]) <= 0), "not sorted by decreasing score"
@@ -376,11 +417,17 @@ def match(ours: dict[str, np.ndarray], theirs: dict[str, np.ndarray], box_tol: f
             pairs.append((i, int(j)))
         else:
             unmatched.append(int(j))
-    if unmatched:
-        cut = theirs["scores"].min() + SCORE_TOL
-        assert len(theirs["scores"]) == DETECTIONS, f"unmatched detections {unmatched}"
-        assert np.all(theirs["scores"][unmatched] <= cut) and np.all(ours["scores"][free] <= cut), unmatched
+    ours_unmatched = [int(i) for i in np.flatnonzero(free)]
+    assert not unexplained(theirs, ours, unmatched, ours_unmatched, nms_threshold), ("theirs", unmatched)
+    assert not unexplained(ours, theirs, ours_unmatched, unmatched, nms_threshold), ("ours", ours_unmatched)
+    assert len(pairs) >= 0.9 * len(theirs["scores"]) > 0
     return pairs
+
+
+def nms_threshold(module: Flat) -> float:
+    """The IoU threshold of the model's last NMS, the one that picks its detections."""
+    model = module.model
+    return float(model.roi_heads.nms_thresh if hasattr(model, "roi_heads") else model.nms_thresh)
 
 
 MODELS = {
@@ -402,8 +449,7 @@ def test_detection_model_torchscript(name) -> None:
         ours = dict(zip(keys, run_onnx(model, (image,)), strict=True))
         with torch.no_grad(), coordinate_trick_nms():
             theirs = {k: v.numpy() for k, v in zip(keys, module(image), strict=True)}
-        pairs = match(ours, theirs, BOX_TOL * max(size))
-        assert len(pairs) >= 0.9 * len(theirs["scores"]) > 0
+        pairs = match(ours, theirs, BOX_TOL * max(size), nms_threshold(module))
         if "masks" in keys:  # pasted mask probabilities of each matched detection
             i, j = np.array(pairs).T
             assert ours["masks"].shape[1:] == (1, *size)
@@ -425,7 +471,7 @@ def test_detection_model_dynamo_fixed_size(name) -> None:
     ours = dict(zip(keys, run_onnx(model, (image,)), strict=True))
     with torch.no_grad(), coordinate_trick_nms():
         theirs = {k: v.numpy() for k, v in zip(keys, module(image), strict=True)}
-    assert len(match(ours, theirs, BOX_TOL * max(EXPORT_SIZE))) >= 0.9 * len(theirs["scores"]) > 0
+    match(ours, theirs, BOX_TOL * max(EXPORT_SIZE), nms_threshold(module))
 
 
 @pytest.mark.parametrize("n", [0, 1, 60])
