@@ -8,10 +8,12 @@
 #      each lower level (ORTOPS_ISA), the tests of the ops whose loops are compiled per level
 #      (tests/python/isa_levels.py --tests).
 #
-#   scripts/test_sanitizers.sh [--junit-dir DIR] [PYTEST ARGS...]
+#   scripts/test_sanitizers.sh [--junit-dir DIR] [--step build|ctest|python] [PYTEST ARGS...]
 #
 # PYTEST ARGS replace the default selection (tests/python/ort) and are then run at every
-# level; ORTOPS_ISA set by the caller runs that one level only. E.g.
+# level; ORTOPS_ISA set by the caller runs that one level only. --step runs one part alone:
+# the build, the C++ tests or the Python tests (the last two need the build in place), as
+# scripts/test.sh does to run them beside other suites. E.g.
 #   scripts/test_sanitizers.sh tests/python/ort/test_roi_align.py -x
 #   ORTOPS_ISA=avx2 ORTOPS_FUZZ_CASES=50000 scripts/test_sanitizers.sh tests/python/ort/test_fuzz.py
 # Needs what scripts/setup.sh puts in place (.deps/, .venv) and GCC's sanitizer runtimes
@@ -34,10 +36,15 @@ cd "$ROOT"
 source deps/versions.env
 BUILD="$ROOT/build/asan"
 JUNIT_DIR=""
-if [[ "${1:-}" == "--junit-dir" ]]; then
-  JUNIT_DIR="$2"
+STEP=all
+while [[ "${1:-}" == "--junit-dir" || "${1:-}" == "--step" ]]; do
+  case "$1" in
+    --junit-dir) JUNIT_DIR="$2" ;;
+    --step) STEP="$2" ;;
+  esac
   shift 2
-fi
+done
+[[ "$STEP" =~ ^(all|build|ctest|python)$ ]] || { echo "[sanitizers] --step takes build, ctest or python" >&2; exit 2; }
 PYTEST_ARGS=("$@")
 LOWER_LEVEL_ARGS=("$@")
 if [[ ${#PYTEST_ARGS[@]} -eq 0 ]]; then
@@ -55,12 +62,16 @@ if [[ -n "${ORTOPS_ORT_ROOT:-}" ]]; then
 fi
 [[ -x .venv/bin/python ]] || { log "no .venv (run scripts/setup.sh first)"; exit 2; }
 
-log "build ($BUILD, -fsanitize=${ORTOPS_SANITIZE:-address,undefined})"
-cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DORTOPS_SANITIZE=${ORTOPS_SANITIZE:-address,undefined}" \
-  "-DORTOPS_ORT_INCLUDE_DIR=$ort_include" "-DORTOPS_ORT_LIBRARY_DIR=$ort_lib" \
-  "-DORTOPS_MIN_ORT_API=$ORTOPS_MIN_ORT_API" >/dev/null
-cmake --build "$BUILD" >&2
+if [[ "$STEP" == all || "$STEP" == build ]]; then
+  log "build ($BUILD, -fsanitize=${ORTOPS_SANITIZE:-address,undefined})"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DORTOPS_SANITIZE=${ORTOPS_SANITIZE:-address,undefined}" \
+    "-DORTOPS_ORT_INCLUDE_DIR=$ort_include" "-DORTOPS_ORT_LIBRARY_DIR=$ort_lib" \
+    "-DORTOPS_MIN_ORT_API=$ORTOPS_MIN_ORT_API" >/dev/null
+  cmake --build "$BUILD" >&2
+  [[ "$STEP" == build ]] && exit 0
+fi
+[[ -f "$BUILD/CMakeCache.txt" && -f "$BUILD/libortops.so" ]] || { log "no build in $BUILD (run --step build first)"; exit 2; }
 
 # The runtimes of the compiler that built it (GCC's: -print-file-name finds them).
 cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
@@ -73,8 +84,11 @@ done
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 failed=0
 
-log "C++ tests"
-(cd "$BUILD" && ctest --output-on-failure -j2 ${JUNIT_DIR:+--output-junit "$JUNIT_DIR/ctest-asan.xml"}) || failed=1
+if [[ "$STEP" == all || "$STEP" == ctest ]]; then
+  log "C++ tests"
+  (cd "$BUILD" && ctest --output-on-failure -j2 ${JUNIT_DIR:+--output-junit "$JUNIT_DIR/ctest-asan.xml"}) || failed=1
+  [[ "$STEP" == ctest ]] && exit "$failed"
+fi
 
 # pytest_at LEVEL JUNIT_NAME ARGS...: the Python tests at one instruction-set level ("" for
 # the widest the CPU has).
@@ -93,7 +107,7 @@ pytest_at() {
 }
 
 if [[ -n "${ORTOPS_ISA:-}" ]]; then
-  pytest_at "$ORTOPS_ISA" pytest-asan "${PYTEST_ARGS[@]}" || failed=1
+  pytest_at "$ORTOPS_ISA" "pytest-asan-$ORTOPS_ISA" "${PYTEST_ARGS[@]}" || failed=1
 else
   pytest_at "" pytest-asan "${PYTEST_ARGS[@]}" || failed=1
   for level in $(.venv/bin/python tests/python/isa_levels.py | awk '{$NF=""; print}'); do

@@ -3,9 +3,11 @@
 Models are built with onnx.helper at IR version 8 and default opset 17, which every
 supported runtime (1.17 on) reads, so the same tests run in the oldest-runtime environment.
 
-``ORTOPS_TEST_CPU_ARENA=0`` (set by scripts/test_sanitizers.sh) turns ONNX Runtime's CPU
-memory arena off in every session the tests make through ``ortops.session_options()``, in
-this process and in the subprocesses that import this module, so that each tensor and each
+Every session the tests make through ``ortops.session_options()``, in this process and in
+the subprocesses that import this module, has its intra-op threads wait without spinning:
+scripts/test.sh runs test suites side by side, and a spinning pool would take a core from the
+other suite for nothing. ``ORTOPS_TEST_CPU_ARENA=0`` (set by scripts/test_sanitizers.sh) also
+turns ONNX Runtime's CPU memory arena off in those sessions, so that each tensor and each
 scratch buffer is its own ``malloc`` and AddressSanitizer sees a read past its end. Only the
 tests change: the library and ``ortops.session_options()`` for users are left alone.
 """
@@ -34,19 +36,23 @@ skip_under_asan = pytest.mark.skipif(
 )
 
 
-def _without_cpu_arena(make: Any) -> Any:
+def _for_tests(make: Any) -> Any:
+    without_arena = os.environ.get("ORTOPS_TEST_CPU_ARENA") == "0"
+
     @functools.wraps(make)
     def session_options(options: ort.SessionOptions | None = None) -> ort.SessionOptions:
         options = make(options)
-        options.enable_cpu_mem_arena = False
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        if without_arena:
+            options.enable_cpu_mem_arena = False
         return options
 
-    session_options.ortest_no_arena = True  # type: ignore[attr-defined]
+    session_options.ortest_wrapped = True  # type: ignore[attr-defined]
     return session_options
 
 
-if os.environ.get("ORTOPS_TEST_CPU_ARENA") == "0" and not hasattr(ortops.session_options, "ortest_no_arena"):
-    ortops.session_options = _without_cpu_arena(ortops.session_options)
+if not hasattr(ortops.session_options, "ortest_wrapped"):
+    ortops.session_options = _for_tests(ortops.session_options)
 
 IR_VERSION = 8
 DEFAULT_OPSET = 17

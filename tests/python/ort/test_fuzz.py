@@ -505,7 +505,7 @@ def case_outputs(case: dict[str, Any]) -> tuple[str, list[Any]]:
 
     import ortops
 
-    import ortest  # noqa: F401  (ORTOPS_TEST_CPU_ARENA=0 turns the CPU memory arena off)
+    import ortest  # noqa: F401  (sets sessions up for the tests: no spinning; no arena under the sanitizers)
 
     if case.get("selftest") == "crash":  # test_harness_reports_crashes_and_hangs
         os.kill(os.getpid(), signal.SIGSEGV)
