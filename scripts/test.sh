@@ -17,8 +17,14 @@ cd "$ROOT"
 # Debian's packages, installed here where this is a Debian machine and we are root (as on CI);
 # elsewhere, or with ORTOPS_TEST_APT=0, those suites say they were skipped.
 test_tools=(qemu-user g++-aarch64-linux-gnu googletest)
+missing_tools() {  # not a pipeline into grep: under pipefail dpkg-query's failure would win
+  local tool
+  for tool in "${test_tools[@]}"; do
+    [[ $(dpkg-query -W -f='${db:Status-Status}' "$tool" 2>/dev/null) == installed ]] || echo "$tool"
+  done
+}
 if [[ "${ORTOPS_TEST_APT:-1}" != 0 && $(id -u) == 0 ]] && command -v apt-get >/dev/null \
-  && dpkg-query -W -f='${db:Status-Status}\n' "${test_tools[@]}" 2>&1 | grep -qv '^installed$'; then
+  && [[ -n $(missing_tools) ]]; then
   echo "[test] apt-get install ${test_tools[*]} (for the qemu and ARM64 suites; ORTOPS_TEST_APT=0 skips this)"
   apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${test_tools[@]}" >/dev/null; }
   apt_install || { apt-get update -q >/dev/null && apt_install; } \
