@@ -30,32 +30,47 @@ void TransposeTile(const A* image, int64_t channels, int64_t pixels, int64_t fir
 
 }  // namespace channels_last
 
+// The channels-last copy is made in tiles of this many pixels.
+inline constexpr int64_t kChannelsLastTile = 64;
+
+// Tiles [begin, end) of ToChannelsLast's copy, on the calling thread. Float16 is widened
+// first (dispatched, core/half_convert.h), a tile of every plane at a time, through
+// `widened` (channels * kChannelsLastTile floats; unused for float and double), then
+// transposed like float.
+template <typename T, typename Out>
+void ToChannelsLastTiles(const T* image, int64_t channels, int64_t pixels, int64_t begin, int64_t end, Out* widened,
+                         Out* out) {
+  static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, double>, "copies are made in float or double");
+  const int64_t first = begin * kChannelsLastTile, last = std::min(pixels, end * kChannelsLastTile);
+  if constexpr (std::is_same_v<T, Out>) {
+    channels_last::TransposeTile(image, channels, pixels, first, last, out);
+  } else {
+    static_assert(std::is_same_v<T, Half> && std::is_same_v<Out, float>, "only float16 is copied in another type");
+    for (int64_t tile = first; tile < last; tile += kChannelsLastTile) {
+      const int64_t count = std::min(last - tile, kChannelsLastTile);
+      for (int64_t c = 0; c < channels; ++c) WidenHalves(image + c * pixels + tile, count, widened + c * count);
+      channels_last::TransposeTile(widened, channels, count, 0, count, out + tile * channels);
+    }
+  }
+}
+
 // image[c, pixel] -> out[pixel, c] for one image of `channels` planes of `pixels` elements,
 // in tiles of pixels on the session's thread pool; converted to Out (float16 to float).
 template <typename T, typename Out>
 void ToChannelsLast(const KernelIO& io, const T* image, int64_t channels, int64_t pixels, Out* out) {
-  static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, double>, "copies are made in float or double");
-  constexpr int64_t kTile = 64;
-  const auto tiles = static_cast<size_t>((pixels + kTile - 1) / kTile);
-  if constexpr (std::is_same_v<T, Out> && (std::is_same_v<T, float> || std::is_same_v<T, double>)) {
+  const auto tiles = static_cast<size_t>((pixels + kChannelsLastTile - 1) / kChannelsLastTile);
+  if constexpr (std::is_same_v<T, Out>) {
     io.ParallelFor(tiles, [&](size_t tile) {
-      const int64_t first = static_cast<int64_t>(tile) * kTile;
-      channels_last::TransposeTile(image, channels, pixels, first, std::min(pixels, first + kTile), out);
+      const auto t = static_cast<int64_t>(tile);
+      ToChannelsLastTiles(image, channels, pixels, t, t + 1, static_cast<Out*>(nullptr), out);
     });
   } else {
-    static_assert(std::is_same_v<T, Half> && std::is_same_v<Out, float>, "only float16 is copied in another type");
-    // Widened first (float16 to float: dispatched, core/half_convert.h), a tile of every plane
-    // at a time, then transposed like float; a scratch tile per task, not per tile.
+    // A scratch tile per task, not per tile.
     constexpr size_t kTasks = 64;
     io.ParallelForRanges(tiles, kTasks, [&](size_t begin, size_t end) {
-      ScratchVector<Out> widened = io.Vector<Out>(static_cast<size_t>(channels * kTile));
-      for (size_t tile = begin; tile < end; ++tile) {
-        const int64_t first = static_cast<int64_t>(tile) * kTile, count = std::min(pixels - first, kTile);
-        for (int64_t c = 0; c < channels; ++c) {
-          WidenHalves(image + c * pixels + first, count, widened.data() + c * count);
-        }
-        channels_last::TransposeTile(widened.data(), channels, count, 0, count, out + first * channels);
-      }
+      ScratchVector<Out> widened = io.Vector<Out>(static_cast<size_t>(channels * kChannelsLastTile));
+      ToChannelsLastTiles(image, channels, pixels, static_cast<int64_t>(begin), static_cast<int64_t>(end),
+                          widened.data(), out);
     });
   }
 }

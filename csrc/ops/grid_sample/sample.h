@@ -1,7 +1,7 @@
 // The loops grid sampling spends its time in, compiled per instruction-set level
-// (core/isa.h) in sample_simd.cc: bilinear sampling with zeros padding one plane at a time
-// through gathers, where the level has them, and bilinear and nearest sampling from a
-// channels-last copy of the input otherwise.
+// (core/isa.h) in sample_simd.cc: bilinear sampling with zeros padding from blocks of a few
+// channels, channels-last, and bilinear and nearest sampling from a channels-last copy of
+// the whole input otherwise.
 #pragma once
 
 #include <cstdint>
@@ -10,12 +10,12 @@
 
 namespace ortops::grid_sample {
 
-// Where the points of a planar pass read (bilinear, zeros padding), a structure of arrays
-// that every channel's pass streams through: per point the offset of its top-left pixel
+// Where the points of a bilinear pass with zeros padding read, a structure of arrays that
+// every block of channels streams through: per point the offset of its top-left pixel
 // (iy * width + ix, which may lie outside the map), east = x - floor(x) and
 // south = y - floor(y) as the kernel computes them, and flags. The arrays hold whole
-// vectors of points: PlanarTapsSize(count) elements.
-struct PlanarTaps {
+// vectors of points: TapArraysSize(count) elements.
+struct TapArrays {
   int32_t* corner;
   float* east;
   float* south;
@@ -24,26 +24,27 @@ struct PlanarTaps {
 // Flags: which of the four taps lie inside the map (PyTorch's order), and NaN points.
 inline constexpr int kTopLeft = 1, kTopRight = 2, kBottomLeft = 4, kBottomRight = 8, kNanPoint = 16;
 
-// The widest vector of points a level processes, to which PlanarTaps arrays are padded.
-inline constexpr int64_t kPlanarLanes = 16;
-inline int64_t PlanarTapsSize(int64_t count) { return (count + kPlanarLanes - 1) / kPlanarLanes * kPlanarLanes; }
-
-// Whether this level samples planes through gathers (AVX2 and AVX-512); without them the
-// channels-last copy is faster, and the kernel uses it.
-ORTOPS_ISA_DECLARE(bool HasGathers())
+// The widest vector of points a level locates, to which TapArrays are padded.
+inline constexpr int64_t kTapLanes = 16;
+inline int64_t TapArraysSize(int64_t count) { return (count + kTapLanes - 1) / kTapLanes * kTapLanes; }
 
 // The taps of `count` points (xy: their (x, y) grid coordinates) on a width x height map
 // (each below 2^24), PyTorch's arithmetic lane by lane; taps of the padding up to a whole
 // vector lie outside.
-ORTOPS_ISA_DECLARE(void LocatePlanar(const float* xy, int64_t count, int64_t width, int64_t height, bool align_corners,
-                                     const PlanarTaps& taps))
+ORTOPS_ISA_DECLARE(void LocateTaps(const float* xy, int64_t count, int64_t width, int64_t height, bool align_corners,
+                                   const TapArrays& taps))
 
-// out[i] for the points first + i, i in [0, count), of taps (first a multiple of
-// kPlanarLanes) from one plane of the given width: ((((0 + v0 w0) + v1 w1) + v2 w2) + v3 w3),
-// a tap outside reading 0, and NaN for a NaN point: PyTorch's sum, in its order. Weights
-// are rebuilt from east and south (sample_simd.cc says why their bits are the kernel's).
-ORTOPS_ISA_DECLARE(void SamplePlane(const float* plane, int64_t width, const PlanarTaps& taps, int64_t first,
-                                    int64_t count, float* out))
+// How many channels a block holds at this level.
+ORTOPS_ISA_DECLARE(int64_t BlockChannels())
+
+// out[c * out_stride + i] = ((((0 + v0 w0) + v1 w1) + v2 w2) + v3 w3) for channels
+// c < `channels` (at most BlockChannels()) and the points first + i, i in [0, count), of taps
+// (first a multiple of kTapLanes): PyTorch's sum in its order, over the taps inside the map,
+// and NaN for a NaN point. `block` holds those channels' planes of the given width,
+// channels-last, followed by BlockChannels() floats of padding. Weights are rebuilt from east
+// and south (sample_simd.cc says why their bits are the kernel's).
+ORTOPS_ISA_DECLARE(void SampleBlock(const float* block, int64_t channels, int64_t width, const TapArrays& taps,
+                                    int64_t first, int64_t count, float* out, int64_t out_stride))
 
 // Where one output point reads: four pixels of the [pixels, C] image and their weights, the
 // taps inside the map first in PyTorch's summation order, then (for those outside) a pixel

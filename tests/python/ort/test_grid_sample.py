@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import references
@@ -113,7 +115,7 @@ def test_bad_input_is_an_error(domain, op) -> None:
 
 def sample_in_small_grids(features: np.ndarray, grid: np.ndarray, points: int, **a) -> np.ndarray:
     """The grid's points `points` at a time (as [N, 1, points, 2] grids): fewer points than half
-    the map's pixels, so the planar path."""
+    the map's pixels, so the planar loop (no channels-last copy)."""
     n, c = features.shape[:2]
     flat = grid.reshape(n, 1, -1, 2)
     parts = [
@@ -126,14 +128,13 @@ def sample_in_small_grids(features: np.ndarray, grid: np.ndarray, points: int, *
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("mode", ["bilinear", "nearest"])
 @pytest.mark.parametrize("padding", list(PADDINGS))
-@pytest.mark.parametrize("channels", [4, 5, 17, 33, 70])
-def test_channels_last_path_gives_the_planar_paths_bits(dtype, mode, padding, channels) -> None:
-    """The dispatched channels-last loop sums PyTorch's products in PyTorch's order, a tap
-    outside the map reading a pixel of zeros with weight 0 and a NaN point a pixel of NaN:
-    bit-equal to the planar path at channel counts that are not multiples of any vector width,
-    with points on and beyond the edges, non-finite points and batch 2. (At levels with
-    gathers, float bilinear sampling with zeros padding reads planes on both sides instead;
-    test_isa.py compares that path with this one.)"""
+@pytest.mark.parametrize("channels", [1, 3, 4, 5, 17, 33, 70])
+def test_copied_paths_give_the_planar_loops_bits(dtype, mode, padding, channels) -> None:
+    """The dispatched loops that read a channels-last copy (of blocks of channels for float
+    bilinear sampling with zeros padding, of all channels otherwise) sum PyTorch's products
+    in PyTorch's order, skipping taps outside the map and giving NaN for a NaN point:
+    bit-equal to the planar loop at channel counts that are not multiples of any vector or
+    block width, with points on and beyond the edges, non-finite points and batch 2."""
     rng = np.random.default_rng(channels)
     features, grid = make_case(rng, dtype, n=2, c=channels, h=6, w=7, out=(8, 9))
     grid[1, 2, :5] = [[np.nan, 0], [0, np.inf], [-np.inf, 1], [1e30, -1e30], [1.01, -1.01]]
@@ -146,6 +147,21 @@ def test_channels_last_path_gives_the_planar_paths_bits(dtype, mode, padding, ch
         if finite:
             expected = references.grid_sample(features, grid, mode, padding, bool(align))
             np.testing.assert_allclose(together, expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("batch", [1, 4 * (os.cpu_count() or 1)])
+def test_blocks_shared_or_owned_give_the_planar_loops_bits(batch: int) -> None:
+    """Float bilinear sampling with zeros padding copies blocks of channels: every thread on
+    each block in turn when there are few (image, block) pairs, one pair per task from four
+    pairs per core on. Both against the planar loop, bit for bit, and the reference."""
+    features, grid = make_case(np.random.default_rng(batch), np.float32, n=batch, c=9, h=6, w=7, out=(8, 9))
+    a = attrs("bilinear", "zeros", 0)
+    for threads in (1, 2):
+        (together,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], threads=threads, **a)
+        np.testing.assert_array_equal(together, sample_in_small_grids(features, grid, 18, **a))
+    np.testing.assert_allclose(
+        together, references.grid_sample(features, grid, "bilinear", "zeros", False), **TOLERANCE[np.float32]
+    )
 
 
 @pytest.mark.parametrize("channels", [1, 3, 17, 33])

@@ -10,7 +10,7 @@ that every level returns the same bits as the lowest for valid random cases of e
 
 Run as a script, ``--dump FILE`` writes the outputs of those cases at the level ORTOPS_ISA
 names (what the bit-equality test compares); ``--cases grid_sample`` writes those of the
-edge cases of grid sampling's gather path instead.
+edge cases of grid sampling's blocked path instead.
 """
 
 from __future__ import annotations
@@ -148,13 +148,13 @@ def _assert_close_products(actual: np.ndarray, expected: np.ndarray, what: str) 
 
 
 @pytest.mark.skipif(len(LEVELS) < 2, reason="this CPU has one level")
-def test_grid_sampling_through_gathers_gives_the_channels_last_bits(tmp_path: Path) -> None:
-    """Float bilinear sampling with zeros padding reads planes through gathers at the levels
-    that have them (a 64-bit gather for the two taps of a row, a 32-bit one for a tap alone
-    at the map's edge) and the channels-last copy at the lowest level: the same bits, for
-    points on, beyond and just inside every edge, maps one pixel wide or high, infinite
-    values beside the edges, NaN and infinite points, and more points than one chunk; in
-    float32 and in float16 (converted to float32 on the way)."""
+def test_grid_sampling_in_blocks_gives_the_same_bits_at_every_level(tmp_path: Path) -> None:
+    """Float bilinear sampling with zeros padding reads blocks of 4 channels at the lowest
+    level and of 8 at the others, each point's four pixels as vectors (lanes past the
+    block's channels belonging to the next pixel): the same bits, for points on, beyond and
+    just inside every edge, maps one pixel wide or high, infinite values beside the edges,
+    NaN and infinite points, channel counts that are not multiples of either block, and more
+    points than one task; in float32 and in float16 (converted to float32 on the way)."""
     base_statuses, base = _dump(LEVELS[0], tmp_path / f"{LEVELS[0]}.npz", "grid_sample")
     assert all(status.endswith(" ok") for status in base_statuses), base_statuses
     for level in LEVELS[1:]:
@@ -173,7 +173,8 @@ def _grid_sample_cases() -> list[tuple[np.ndarray, np.ndarray]]:
         (1, 2, 1, 1, (3, 5)),
         (1, 2, 1, 9, (4, 7)),
         (1, 2, 9, 1, (7, 4)),
-        (1, 1, 130, 131, (131, 129)),  # 16899 points: more than one chunk of 2^14
+        (1, 1, 130, 131, (131, 129)),  # 16899 points: many tasks of 1024
+        (2, 13, 9, 10, (7, 8)),  # a whole block and a part of one at every level
     ]:
         features = rng.normal(size=(n, c, h, w)).astype(np.float32)
         features[:, :, 0, -1] = np.inf  # read only by taps inside the map
