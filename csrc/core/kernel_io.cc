@@ -1,5 +1,7 @@
 #include "core/kernel_io.h"
 
+#include <unistd.h>
+
 #include <charconv>
 #include <limits>
 
@@ -206,6 +208,11 @@ std::vector<float> Attributes::Floats(std::string_view name) const {
 }
 
 // "features" for a single input, "features[2]" for the third of a variadic last input.
+int64_t KernelIO::HardwareThreads() {
+  static const int64_t threads = std::max<int64_t>(sysconf(_SC_NPROCESSORS_ONLN), 1);
+  return threads;
+}
+
 std::string KernelIO::InputName(size_t index) const {
   if (input_specs_.empty()) return "?";
   const size_t last = input_specs_.size() - 1;

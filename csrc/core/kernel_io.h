@@ -220,6 +220,11 @@ class KernelIO {
   // For kernels that invoke ONNX Runtime ops of their own (OrtApi::InvokeOp).
   OrtKernelContext* context() const { return context_; }
 
+  // The CPU's hardware threads (at least 1), counted once: glibc reads them from /sys at
+  // every call. Not std::thread::hardware_concurrency, which links libstdc++'s thread support
+  // and with it glibc 2.34's pthread_create, breaking the wheel's manylinux tag.
+  static int64_t HardwareThreads();
+
   // Runs body(i) for i in [0, total) on the session's intra-op thread pool. body must be
   // cheap to call: give it a chunk of work (a roi, a row of channels), not one element.
   // An exception in body is rethrown here after every task has finished.

@@ -6,8 +6,6 @@
 // Runtime's own Gemm.
 #include "ops/deform_conv/deform_conv.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -184,14 +182,7 @@ class BlockSlots {
         blocks_(io.Allocate<float>(static_cast<size_t>(Count(tasks)) * block_size)),
         free_(Count(tasks) == 64 ? ~uint64_t{0} : (uint64_t{1} << Count(tasks)) - 1) {}
 
-  // Counted once (glibc reads it from /sys), with sysconf: std::thread would link
-  // libstdc++'s thread support, which needs glibc 2.34's pthread_create and breaks the
-  // wheel's manylinux tag.
-  static int64_t HardwareThreads() {
-    static const int64_t threads = std::clamp<int64_t>(sysconf(_SC_NPROCESSORS_ONLN), 1, 64);
-    return threads;
-  }
-  static int64_t Count(int64_t tasks) { return std::min(tasks, HardwareThreads()); }
+  static int64_t Count(int64_t tasks) { return std::min({tasks, KernelIO::HardwareThreads(), int64_t{64}}); }
 
   // body(columns) with a free slot's block, or a block of its own.
   template <typename Body>

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -282,9 +281,7 @@ class GridSampleKernel : public KernelBase {
   // (so that giving out whole pairs leaves no core idle for long); 64 channels of one image
   // are 8 pairs, which on 2 cores take 1.2 ms against 1.5 ms when both cores share each
   // block (Zen 5, 256 x 256 maps, 65536 points).
-  static bool OwnBlocksPay(int64_t pairs) {
-    return pairs >= 4 * static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
-  }
+  static bool OwnBlocksPay(int64_t pairs) { return pairs >= 4 * KernelIO::HardwareThreads(); }
 
   // Points in tasks of this many (a multiple of kTapLanes).
   static constexpr int64_t kTaskPoints = 1024;
