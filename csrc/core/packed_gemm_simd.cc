@@ -4,8 +4,9 @@
 // columns, each tile's sums held in registers for the whole depth: per k, the panel's 32
 // weights are loaded once and each column's element is broadcast against them. AVX-512
 // holds 14 columns x 2 vectors of 16 (28 accumulators of its 32 registers); at 4096
-// columns of depth 2304 it runs at about 88% of the core's measured FMA peak, where ONNX
-// Runtime's Gemm, which repacks both operands per call, reaches about 77%. A tile is then
+// columns of depth 2304 it runs at about 88% of the measured FMA peak of an Intel Xeon
+// (Emerald Rapids) core, where ONNX Runtime's Gemm, which repacks both operands per call,
+// reaches about 77%; on an AMD Zen 5 core, at the peak within measurement. A tile is then
 // written transposed, with the bias, into the output's rows.
 //
 // Only AVX-512 dispatches here. At AVX2, a 6 x 16 tile was slower than ONNX Runtime's Gemm
