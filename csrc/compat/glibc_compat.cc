@@ -14,7 +14,8 @@
 //     which only makes libstdc++ use atomic reference counts where it might have skipped them;
 //   - arc4random (reached only through std::random_device, which the library never creates)
 //     reads the kernel's random source with getrandom(2), as arc4random does.
-// tests/python/test_wheel.py checks the result: no GLIBC_ version above the wheel's tag.
+// tests/python/test_wheel.py and ctest's glibc_versions check the result: no GLIBC_ version
+// above the wheel's tag.
 #include <errno.h>
 #include <pthread.h>
 #include <sys/syscall.h>
