@@ -25,6 +25,7 @@ PER_LEVEL_TESTS = [
         "cummax",
         "float16",
         "compat_files",
+        "group_norm",
     )
 ]
 

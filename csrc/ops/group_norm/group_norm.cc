@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "ops/group_norm/normalize.h"
+
 namespace ortops::group_norm {
 namespace {
 
@@ -97,32 +99,11 @@ class NormKernel : public KernelBase {
     int64_t spatial = 1;
     for (size_t axis = 2; axis < x.rank(); ++axis) spatial *= x.dim(axis);
     const int64_t group_channels = channels / num_groups;
-    const int64_t group_size = group_channels * spatial;
     io.ParallelFor(static_cast<size_t>(batch * num_groups), [&](size_t task) {
       const int64_t n = static_cast<int64_t>(task) / num_groups, g = static_cast<int64_t>(task) % num_groups;
-      const int64_t first_channel = g * group_channels;
-      const T* in = x.data + (n * channels + first_channel) * spatial;
-      T* out = y + (n * channels + first_channel) * spatial;
-      double sum = 0;
-      for (int64_t i = 0; i < group_size; ++i) sum += static_cast<double>(in[i]);
-      const double mean = sum / static_cast<double>(group_size);
-      double squares = 0;
-      for (int64_t i = 0; i < group_size; ++i) {
-        const double d = static_cast<double>(in[i]) - mean;
-        squares += d * d;
-      }
-      const double inv_std = 1.0 / std::sqrt(squares / static_cast<double>(group_size) + epsilon_);
-      for (int64_t c = 0; c < group_channels; ++c) {
-        // (x - mean) in float64: the fused float form x * a + b that PyTorch uses cancels
-        // catastrophically when the mean is large against the spread.
-        const double gamma = static_cast<double>(scale[first_channel + c]);
-        const double beta = static_cast<double>(bias[first_channel + c]);
-        const double factor = inv_std * gamma;
-        const T* src = in + c * spatial;
-        T* dst = out + c * spatial;
-        for (int64_t i = 0; i < spatial; ++i)
-          dst[i] = static_cast<T>((static_cast<double>(src[i]) - mean) * factor + beta);
-      }
+      const int64_t first_channel = g * group_channels, first = (n * channels + first_channel) * spatial;
+      ORTOPS_ISA_CALL(NormalizeGroup, Group<T>{x.data + first, y + first, scale + first_channel, bias + first_channel,
+                                               group_channels, spatial, static_cast<double>(epsilon_)});
     });
   }
 

@@ -43,6 +43,17 @@ def test_matches_reference(dtype: type, shape: tuple[int, ...], groups: int) -> 
     np.testing.assert_allclose(got, reference_group_norm(x, groups, scale, bias, 1e-5), **TOLERANCE[dtype])
 
 
+# Group sizes below, at and around multiples of the kernel's 32 partial sums, and large ones
+# (the statistics are summed in 32 interleaved chains, then the chains' tails).
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("spatial", [31, 32, 33, 64, 95, 4097])
+def test_group_sizes_around_the_partial_sums(dtype: type, spatial: int) -> None:
+    x, scale, bias = case((2, 4, spatial), dtype, seed=spatial, offset=3.0)
+    for groups in (1, 4):
+        (got,) = run("GroupNorm", "ortops", {"X": x, "scale": scale, "bias": bias}, num_groups=groups, epsilon=1e-5)
+        np.testing.assert_allclose(got, reference_group_norm(x, groups, scale, bias, 1e-5), **TOLERANCE[dtype])
+
+
 def test_large_offset_keeps_precision() -> None:
     x, scale, bias = case((2, 4, 16, 16), np.float32, offset=1e4)
     (got,) = run("GroupNorm", "ortops", {"X": x, "scale": scale, "bias": bias}, num_groups=2, epsilon=1e-5)
