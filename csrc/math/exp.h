@@ -7,7 +7,10 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/isa.h"
+
 namespace ortops {
+inline namespace ORTOPS_ISA_NS {  // compiled per instruction-set level (core/isa.h)
 
 // e^x for x <= 0 in float: within 1 ulp of the exact value where that is a normal float
 // (x >= -87.33; checked for every float there; 1.01 ulp where the compiler fuses the
@@ -37,4 +40,5 @@ inline float ExpNonPositive(float x) {
   return std::bit_cast<float>(std::bit_cast<uint32_t>(exp_r * two_n) & keep);
 }
 
+}  // namespace ORTOPS_ISA_NS
 }  // namespace ortops

@@ -26,6 +26,7 @@ PER_LEVEL_TESTS = [
         "float16",
         "compat_files",
         "group_norm",
+        "mmdeploy_trt_nodes",
     )
 ]
 

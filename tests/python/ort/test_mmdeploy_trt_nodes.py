@@ -8,6 +8,7 @@ that is clearer). numpy only: this file also runs with onnxruntime 1.17.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -607,7 +608,17 @@ def check_attention(got, expected) -> None:
 
 @pytest.mark.parametrize(
     ("b", "nt", "ns", "e", "ev"),
-    [(2, 5, 7, 8, 8), (6, 3, 4, 16, 5), (1, 1, 1, 1, 1), (3, 40, 30, 64, 64), (40, 100, 100, 8, 8)],
+    [
+        (2, 5, 7, 8, 8),
+        (6, 3, 4, 16, 5),
+        (1, 1, 1, 1, 1),
+        (3, 40, 30, 64, 64),
+        (40, 100, 100, 8, 8),
+        # rows of keys around and past the widest level's 16 lanes, and ViT-B/16's 197
+        (2, 3, 15, 8, 8),
+        (2, 3, 17, 8, 8),
+        (2, 4, 197, 16, 16),
+    ],
 )
 def test_attention_without_mask(b, nt, ns, e, ev) -> None:
     q, k, v = attention_inputs(np.random.default_rng(17), b, nt, ns, e, ev)
@@ -634,6 +645,23 @@ def test_attention_with_a_mask_per_item_over_several_slabs() -> None:
     mask = (rng.normal(size=(30, 100, 100)) * 2).astype(np.float32)
     got = run("ScaledDotProductAttentionTRT", {"query": q, "key": k, "value": v, "attn_mask": mask})
     check_attention(got, attention_reference(q, k, v, mask))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_attention_many_small_items_in_a_task_each(threads: int) -> None:
+    """At least four items per core: each item's products and softmax run as one task."""
+    rng = np.random.default_rng(24)
+    items = 4 * (os.cpu_count() or 1) + 3
+    q, k, v = attention_inputs(rng, items, 9, 21, 8, 5)
+    mask = (rng.normal(size=(items, 1, 21)) * 2).astype(np.float32)
+    feeds = {"query": q, "key": k, "value": v, "attn_mask": mask}
+    model = make_model(
+        "ScaledDotProductAttentionTRT",
+        "mmdeploy",
+        [(n, a.dtype, a.ndim) for n, a in feeds.items()],
+        OUTPUTS["ScaledDotProductAttentionTRT"],
+    )
+    check_attention(session(model, threads).run(None, feeds), attention_reference(q, k, v, mask))
 
 
 def test_attention_fully_masked_rows_and_nan_give_nan() -> None:
