@@ -152,6 +152,17 @@ def test_bicubic_by_size_as_the_rewrite_turns_it_into_scale_factors(align_corner
     close(got, expected, torch.float32)
 
 
+@pytest.mark.parametrize(("shape", "scale"), [((3, 5, 70, 90), (2.0, 1.5)), ((2, 3, 151, 201), (0.45, 0.7))])
+def test_bicubic_large_images_split_across_tasks(shape, scale):
+    """Large enough for several tasks, each starting and ending inside a plane: the rows a task has
+    interpolated along x belong to one plane and must not be read for the next one, nor assumed
+    by a task that starts halfway down a plane. Downscaling reads rows that are not consecutive."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(5))
+    stored = [float(np.float32(s)) for s in scale]
+    expected = F.interpolate(x, scale_factor=stored, mode="bicubic", align_corners=False)
+    close(bicubic_node(x, list(scale), False), expected, torch.float32)
+
+
 # --------------------------------------------------------------------------- TRTInstanceNormalization
 
 
