@@ -46,7 +46,7 @@ TEST(Isa, PackedGemmSumsAsOneChainOfFusedMultiplyAdds) {
   std::normal_distribution<float> normal;
   constexpr float kSentinel = -1234.0f;  // exact in float16 too
   for (const Shape shape : {Shape{1, 1, 1}, Shape{32, 9, 14}, Shape{33, 300, 15}, Shape{70, 7, 29}, Shape{5, 2304, 3},
-                            Shape{64, 64, 112}, Shape{31, 1, 13}}) {
+                            Shape{64, 64, 112}, Shape{31, 1, 13}, Shape{33, 129, 151}, Shape{16, 128, 6}}) {
     SCOPED_TRACE(::testing::Message() << "m " << shape.m << " depth " << shape.depth << " n " << shape.n);
     std::vector<float> weights(static_cast<size_t>(shape.m * shape.depth));
     std::vector<float> columns(static_cast<size_t>(shape.n * shape.depth));

@@ -161,12 +161,13 @@ constexpr int64_t kChunkBytes = int64_t{32} << 20;
 constexpr int64_t kMinChunk = 64;  // positions; keeps the GEMM's N dimension useful
 constexpr int64_t kSlice = 128;    // positions per fill task
 
-// Positions per task of the packed GEMM: its columns (about 1 MiB) stay in the core's L2
-// cache from their sampling to their product, next to one panel of weights. Whole tiles.
+// Positions per task of the packed GEMM: its columns (at most 1 MiB and 10 tiles) stay in
+// the core's L2 cache from their sampling to their product, next to one panel of weights.
+// Whole tiles.
 int64_t PackedBlock(int64_t depth) {
   constexpr int64_t kBytes = int64_t{1} << 20;
-  return std::clamp(kBytes / (depth * int64_t{sizeof(float)}) / kGemmTileColumns * kGemmTileColumns, kGemmTileColumns,
-                    10 * kGemmTileColumns);
+  const int64_t tile = GemmTileColumns();
+  return std::clamp(kBytes / (depth * int64_t{sizeof(float)}) / tile * tile, tile, 10 * tile);
 }
 
 // Column blocks for the tasks of the packed GEMM: a slot per task that can run at once (one
