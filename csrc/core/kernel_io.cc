@@ -207,12 +207,12 @@ std::vector<float> Attributes::Floats(std::string_view name) const {
   return ParseList<float>(spec.default_value);
 }
 
-// "features" for a single input, "features[2]" for the third of a variadic last input.
 int64_t KernelIO::HardwareThreads() {
   static const int64_t threads = std::max<int64_t>(sysconf(_SC_NPROCESSORS_ONLN), 1);
   return threads;
 }
 
+// "features" for a single input, "features[2]" for the third of a variadic last input.
 std::string KernelIO::InputName(size_t index) const {
   if (input_specs_.empty()) return "?";
   const size_t last = input_specs_.size() - 1;

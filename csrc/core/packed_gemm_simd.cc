@@ -35,11 +35,8 @@ namespace ortops::ORTOPS_ISA_NS {
 namespace {
 
 // Columns per tile; tiles per group, the columns that each depth chunk runs over; depth chunk.
-#if defined(__AVX512F__)
-constexpr int kTile = 14;
-constexpr int kGroupTiles = 1;
-constexpr int64_t kDepthChunk = std::numeric_limits<int64_t>::max();
-#elif defined(__AVX2__) && defined(__FMA__)
+// AVX-512 (and the scalar loop, never run) takes the whole depth one tile at a time.
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
 constexpr int kTile = 6;
 constexpr int kGroupTiles = 24;
 constexpr int64_t kDepthChunk = 128;
