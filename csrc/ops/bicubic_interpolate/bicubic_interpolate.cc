@@ -119,24 +119,19 @@ class BicubicKernel : public KernelBase {
     const int64_t tasks = std::clamp<int64_t>(out_size / kValuesPerTask, 1, total_rows);
     io.ParallelForRanges(static_cast<size_t>(total_rows), static_cast<size_t>(tasks), [&](size_t begin, size_t end) {
       const Scratch<A> along_x = io.Allocate<A>(static_cast<size_t>(kSlots * out_w));
-      int64_t slot_row[kSlots], slot_plane = -1;
+      int64_t held[kSlots] = {-1, -1, -1, -1};  // the input row (plane * H + row) in each slot
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const int64_t plane = r / out_h, y = r % out_h;
-        if (plane != slot_plane) {
-          std::fill_n(slot_row, kSlots, int64_t{-1});
-          slot_plane = plane;
-        }
-        const T* image = input.data + plane * height * width;
         const AxisTaps<A>& ty = rows[static_cast<size_t>(y)];
         const A* line[kSlots];
         for (int i = 0; i < kSlots; ++i) {
-          const int64_t source = ty.index[i];
-          A* slot = along_x.data() + (source % kSlots) * out_w;
-          if (slot_row[source % kSlots] != source) {
-            InterpolateRow(image + source * width, columns.data(), out_w, slot);
-            slot_row[source % kSlots] = source;
+          const int64_t slot = ty.index[i] % kSlots, input_row = plane * height + ty.index[i];
+          A* along = along_x.data() + slot * out_w;
+          if (held[slot] != input_row) {
+            InterpolateRow(input.data + input_row * width, columns.data(), out_w, along);
+            held[slot] = input_row;
           }
-          line[i] = slot;
+          line[i] = along;
         }
         const A w0 = ty.weight[0], w1 = ty.weight[1], w2 = ty.weight[2], w3 = ty.weight[3];
         const A* __restrict l0 = line[0];
