@@ -27,65 +27,75 @@
 namespace ortops {
 namespace {
 
-constexpr ExecutionProvider kCpu = ExecutionProvider::kCpu;
 constexpr bool kCompat = true;
+
+// The provider column: kCpuOnly, or OnCuda(factory of the node's device kernels). The
+// factory is named only where this file is compiled into a build with device code
+// (ORTOPS_DEVICE_PATHS: the CUDA build and the emulated device); the CPU-only build knows
+// which nodes have one (the manifest lists their providers) without linking any.
+constexpr DevicePath kCpuOnly{};
+#if ORTOPS_DEVICE_PATHS
+#define OnCuda(factory) (DevicePath{true, &factory})
+#else
+#define OnCuda(factory) (DevicePath{true, nullptr})
+#endif
 
 // clang-format off
 constexpr OpDef kOpTable[] = {
   // domain         name                         since  provider  schema                           factory                       quirks
-  {kOrtopsDomain,   "NMS",                       1,     kCpu,     &nms::kSchema,                   &nms::Make},
-  {kMmcvDomain,     "NonMaxSuppression",         1,     kCpu,     &nms::kSchema,                   &nms::Make,                   kCompat},
-  {kOrtopsDomain,   "SoftNMS",                   1,     kCpu,     &soft_nms::kSchema,              &soft_nms::Make},
-  {kMmcvDomain,     "SoftNonMaxSuppression",     1,     kCpu,     &soft_nms::kSchema,              &soft_nms::Make,              kCompat},
-  {kOrtopsDomain,   "NMSMatch",                  1,     kCpu,     &nms_match::kSchema,             &nms_match::Make},
-  {kMmdeployDomain, "NMSMatch",                  1,     kCpu,     &nms_match::kSchema,             &nms_match::Make,             kCompat},
-  {kOrtopsDomain,   "NMSRotated",                1,     kCpu,     &nms_rotated::kSchema,           &nms_rotated::Make},
-  {kMmdeployDomain, "NMSRotated",                1,     kCpu,     &nms_rotated::kSchema,           &nms_rotated::Make,           kCompat},
-  {kOrtopsDomain,   "RoIAlign",                  1,     kCpu,     &roi_align::kSchema,             &roi_align::Make},
-  {kMmcvDomain,     "MMCVRoiAlign",              1,     kCpu,     &roi_align::kSchema,             &roi_align::Make,             kCompat},
-  {kOrtopsDomain,   "RoIAlignRotated",           1,     kCpu,     &roi_align_rotated::kSchema,     &roi_align_rotated::Make},
-  {kMmcvDomain,     "MMCVRoIAlignRotated",       1,     kCpu,     &roi_align_rotated::kSchema,     &roi_align_rotated::Make,     kCompat},
-  {kMmdeployDomain, "MMCVRoIAlignRotated",       1,     kCpu,     &roi_align_rotated::kSchema,     &roi_align_rotated::Make,     kCompat},
-  {kOrtopsDomain,   "RotatedFeatureAlign",       1,     kCpu,     &rotated_feature_align::kSchema, &rotated_feature_align::Make},
-  {kMmcvDomain,     "MMCVRotatedFeatureAlign",   1,     kCpu,     &rotated_feature_align::kSchema, &rotated_feature_align::Make, kCompat},
-  {kOrtopsDomain,   "GridSample",                1,     kCpu,     &grid_sample::kSchema,           &grid_sample::Make},
-  {kMmcvDomain,     "grid_sampler",              1,     kCpu,     &grid_sample::kSchema,           &grid_sample::Make,           kCompat},
-  {kMmdeployDomain, "grid_sampler",              1,     kCpu,     &grid_sample::kSchema,           &grid_sample::Make,           kCompat},
-  {kOrtopsDomain,   "CornerPool",                1,     kCpu,     &corner_pool::kSchema,           &corner_pool::Make},
-  {kMmcvDomain,     "MMCVCornerPool",            1,     kCpu,     &corner_pool::kSchema,           &corner_pool::Make,           kCompat},
-  {kOrtopsDomain,   "CumMax",                    1,     kCpu,     &cummax::kSchema,                &cummax::MakeMax},
-  {kMmcvDomain,     "cummax",                    1,     kCpu,     &cummax::kSchema,                &cummax::MakeMax,             kCompat},
-  {kOrtopsDomain,   "CumMin",                    1,     kCpu,     &cummax::kSchema,                &cummax::MakeMin},
-  {kMmcvDomain,     "cummin",                    1,     kCpu,     &cummax::kSchema,                &cummax::MakeMin,             kCompat},
-  {kOrtopsDomain,   "DeformConv2d",              1,     kCpu,     &deform_conv::kSchema,           &deform_conv::Make},
-  {kMmcvDomain,     "MMCVModulatedDeformConv2d", 1,     kCpu,     &deform_conv::kModulatedSchema,  &deform_conv::MakeModulated,  kCompat},
-  {kMmdeployDomain, "MMCVModulatedDeformConv2d", 1,     kCpu,     &deform_conv::kModulatedSchema,  &deform_conv::MakeModulated,  kCompat},
-  {kMmcvDomain,     "MMCVDeformConv2d",          1,     kCpu,     &deform_conv::kV1Schema,         &deform_conv::MakeV1,         kCompat},
-  {kOrtopsDomain,   "GroupNorm",                 1,     kCpu,     &group_norm::kSchema,            &group_norm::Make},
-  {kOrtopsDomain,   "MatrixInverse",             1,     kCpu,     &matrix_inverse::kSchema,        &matrix_inverse::Make},
+  {kOrtopsDomain,   "NMS",                       1,     kCpuOnly,   &nms::kSchema,                   &nms::Make},
+  {kMmcvDomain,     "NonMaxSuppression",         1,     kCpuOnly,   &nms::kSchema,                   &nms::Make,                   kCompat},
+  {kOrtopsDomain,   "SoftNMS",                   1,     kCpuOnly,   &soft_nms::kSchema,              &soft_nms::Make},
+  {kMmcvDomain,     "SoftNonMaxSuppression",     1,     kCpuOnly,   &soft_nms::kSchema,              &soft_nms::Make,              kCompat},
+  {kOrtopsDomain,   "NMSMatch",                  1,     kCpuOnly,   &nms_match::kSchema,             &nms_match::Make},
+  {kMmdeployDomain, "NMSMatch",                  1,     kCpuOnly,   &nms_match::kSchema,             &nms_match::Make,             kCompat},
+  {kOrtopsDomain,   "NMSRotated",                1,     kCpuOnly,   &nms_rotated::kSchema,           &nms_rotated::Make},
+  {kMmdeployDomain, "NMSRotated",                1,     kCpuOnly,   &nms_rotated::kSchema,           &nms_rotated::Make,           kCompat},
+  {kOrtopsDomain,   "RoIAlign",                  1,     OnCuda(roi_align::MakeDevice),   &roi_align::kSchema,             &roi_align::Make},
+  {kMmcvDomain,     "MMCVRoiAlign",              1,     OnCuda(roi_align::MakeDevice),   &roi_align::kSchema,             &roi_align::Make,             kCompat},
+  {kOrtopsDomain,   "RoIAlignRotated",           1,     kCpuOnly,   &roi_align_rotated::kSchema,     &roi_align_rotated::Make},
+  {kMmcvDomain,     "MMCVRoIAlignRotated",       1,     kCpuOnly,   &roi_align_rotated::kSchema,     &roi_align_rotated::Make,     kCompat},
+  {kMmdeployDomain, "MMCVRoIAlignRotated",       1,     kCpuOnly,   &roi_align_rotated::kSchema,     &roi_align_rotated::Make,     kCompat},
+  {kOrtopsDomain,   "RotatedFeatureAlign",       1,     kCpuOnly,   &rotated_feature_align::kSchema, &rotated_feature_align::Make},
+  {kMmcvDomain,     "MMCVRotatedFeatureAlign",   1,     kCpuOnly,   &rotated_feature_align::kSchema, &rotated_feature_align::Make, kCompat},
+  {kOrtopsDomain,   "GridSample",                1,     kCpuOnly,   &grid_sample::kSchema,           &grid_sample::Make},
+  {kMmcvDomain,     "grid_sampler",              1,     kCpuOnly,   &grid_sample::kSchema,           &grid_sample::Make,           kCompat},
+  {kMmdeployDomain, "grid_sampler",              1,     kCpuOnly,   &grid_sample::kSchema,           &grid_sample::Make,           kCompat},
+  {kOrtopsDomain,   "CornerPool",                1,     kCpuOnly,   &corner_pool::kSchema,           &corner_pool::Make},
+  {kMmcvDomain,     "MMCVCornerPool",            1,     kCpuOnly,   &corner_pool::kSchema,           &corner_pool::Make,           kCompat},
+  {kOrtopsDomain,   "CumMax",                    1,     kCpuOnly,   &cummax::kSchema,                &cummax::MakeMax},
+  {kMmcvDomain,     "cummax",                    1,     kCpuOnly,   &cummax::kSchema,                &cummax::MakeMax,             kCompat},
+  {kOrtopsDomain,   "CumMin",                    1,     kCpuOnly,   &cummax::kSchema,                &cummax::MakeMin},
+  {kMmcvDomain,     "cummin",                    1,     kCpuOnly,   &cummax::kSchema,                &cummax::MakeMin,             kCompat},
+  {kOrtopsDomain,   "DeformConv2d",              1,     kCpuOnly,   &deform_conv::kSchema,           &deform_conv::Make},
+  {kMmcvDomain,     "MMCVModulatedDeformConv2d", 1,     kCpuOnly,   &deform_conv::kModulatedSchema,  &deform_conv::MakeModulated,  kCompat},
+  {kMmdeployDomain, "MMCVModulatedDeformConv2d", 1,     kCpuOnly,   &deform_conv::kModulatedSchema,  &deform_conv::MakeModulated,  kCompat},
+  {kMmcvDomain,     "MMCVDeformConv2d",          1,     kCpuOnly,   &deform_conv::kV1Schema,         &deform_conv::MakeV1,         kCompat},
+  {kOrtopsDomain,   "GroupNorm",                 1,     kCpuOnly,   &group_norm::kSchema,            &group_norm::Make},
+  {kOrtopsDomain,   "MatrixInverse",             1,     kCpuOnly,   &matrix_inverse::kSchema,        &matrix_inverse::Make},
   // mmdeploy's nodes that only its TensorRT plugins ran.
-  {kMmdeployDomain, "MMCVDeformConv2d",              1,   kCpu,     &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},
-  {kMmdeployDomain, "GatherTopk",                    1,   kCpu,     &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
-  {kMmdeployDomain, "GridPriorsTRT",                 1,   kCpu,     &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
-  {kMmdeployDomain, "TRTBicubicInterpolate",         1,   kCpu,     &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
-  {kMmdeployDomain, "TRTInstanceNormalization",      1,   kCpu,     &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},
-  {kMmdeployDomain, "ScaledDotProductAttentionTRT",  1,   kCpu,     &scaled_dot_product_attention::kSchema,    &scaled_dot_product_attention::Make,     kCompat},
+  {kMmdeployDomain, "MMCVDeformConv2d",              1,   kCpuOnly,   &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},
+  {kMmdeployDomain, "GatherTopk",                    1,   kCpuOnly,   &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
+  {kMmdeployDomain, "GridPriorsTRT",                 1,   kCpuOnly,   &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
+  {kMmdeployDomain, "TRTBicubicInterpolate",         1,   kCpuOnly,   &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
+  {kMmdeployDomain, "TRTInstanceNormalization",      1,   kCpuOnly,   &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},
+  {kMmdeployDomain, "ScaledDotProductAttentionTRT",  1,   kCpuOnly,   &scaled_dot_product_attention::kSchema,    &scaled_dot_product_attention::Make,     kCompat},
   // Multi-scale deformable attention: one kernel, a schema per row (mmdeploy's has im2col_step).
-  {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, kCpu, &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
-  {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, kCpu, &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
+  {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, kCpuOnly, &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
+  {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, kCpuOnly, &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
   // Multi-class batched NMS with fixed-size outputs (math/multiclass_nms.h).
-  {kOrtopsDomain,   "BatchedNMS",                1,     kCpu,     &batched_nms::kSchema,           &batched_nms::Make},
-  {kMmdeployDomain, "TRTBatchedNMS",             1,     kCpu,     &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
-  {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     kCpu,     &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
+  {kOrtopsDomain,   "BatchedNMS",                1,     kCpuOnly,   &batched_nms::kSchema,           &batched_nms::Make},
+  {kMmdeployDomain, "TRTBatchedNMS",             1,     kCpuOnly,   &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
+  {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     kCpuOnly,   &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
   // FPN RoI extractors: mmdet's SingleRoIExtractor and mmdeploy's TensorRT plugins for it.
-  {kOrtopsDomain,   "MultiLevelRoIAlign",            1, kCpu, &multi_level_roi_align::kSchema,                &multi_level_roi_align::Make},
-  {kMmdeployDomain, "MMCVMultiLevelRoiAlign",        1, kCpu, &multi_level_roi_align::kMmdeploySchema,        &multi_level_roi_align::MakeMmdeploy,        kCompat},
-  {kMmdeployDomain, "MMCVMultiLevelRotatedRoiAlign", 1, kCpu, &multi_level_roi_align::kMmdeployRotatedSchema, &multi_level_roi_align::MakeMmdeployRotated, kCompat},
+  {kOrtopsDomain,   "MultiLevelRoIAlign",            1, kCpuOnly, &multi_level_roi_align::kSchema,                &multi_level_roi_align::Make},
+  {kMmdeployDomain, "MMCVMultiLevelRoiAlign",        1, kCpuOnly, &multi_level_roi_align::kMmdeploySchema,        &multi_level_roi_align::MakeMmdeploy,        kCompat},
+  {kMmdeployDomain, "MMCVMultiLevelRotatedRoiAlign", 1, kCpuOnly, &multi_level_roi_align::kMmdeployRotatedSchema, &multi_level_roi_align::MakeMmdeployRotated, kCompat},
   // TensorRT's plugin nodes, as TensorRT's exporters write them.
-  {kTrtDomain,      "EfficientNMS_TRT",              1,   kCpu,     &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
-  {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   kCpu,     &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},
-  {kTrtDomain,      "BatchedNMS_TRT",                1,   kCpu,     &trt_batched_nms::kStaticSchema,           &trt_batched_nms::MakeStatic,            kCompat},
-  {kTrtDomain,      "ROIAlign_TRT",                  1,   kCpu,     &trt_roi_align::kSchema,                   &trt_roi_align::Make,                    kCompat},
+  {kTrtDomain,      "EfficientNMS_TRT",              1,   kCpuOnly,   &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
+  {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   kCpuOnly,   &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},
+  {kTrtDomain,      "BatchedNMS_TRT",                1,   kCpuOnly,   &trt_batched_nms::kStaticSchema,           &trt_batched_nms::MakeStatic,            kCompat},
+  {kTrtDomain,      "ROIAlign_TRT",                  1,   kCpuOnly,   &trt_roi_align::kSchema,                   &trt_roi_align::Make,                    kCompat},
 };
 // clang-format on
 

@@ -15,6 +15,22 @@
 namespace ortops {
 namespace {
 
+// The kernels a row of the op table registers. The CPU build: its CPU kernels. The CUDA
+// build: those, and its device kernels for CUDAExecutionProvider. The emulated device
+// (libortops_device_on_cpu.so, a test build): its device kernels, run on the host for the
+// CPU execution provider, in place of the CPU kernels; the CPU kernels of a row without one.
+std::vector<OpPtr> KernelsOf(const OpDef& def) {
+#if ORTOPS_DEVICE_ON_CPU
+  return def.device.make ? def.device.make(def) : def.make(def);
+#else
+  std::vector<OpPtr> ops = def.make(def);
+  if (def.device.make) {
+    for (OpPtr& op : def.device.make(def)) ops.push_back(std::move(op));
+  }
+  return ops;
+#endif
+}
+
 class Registry {
  public:
   ~Registry() {
@@ -29,7 +45,7 @@ class Registry {
       domains_.push_back(domain);
       for (const OpDef& def : OpTable()) {
         if (def.domain != name) continue;
-        for (OpPtr& op : def.make(def)) {
+        for (OpPtr& op : KernelsOf(def)) {
           if (OrtStatus* status = Api().CustomOpDomain_Add(domain, op.get())) return status;
           ops_.push_back(std::move(op));
         }

@@ -50,7 +50,8 @@ def _section(group: list[ortops.OpInfo], torch_ops: dict[str, ortops.torch.Expor
     lines = [f"## {main.kernel}", ""]
     names = ", ".join(f"`{op.domain}::{op.name}`" for op in group)
     lines += [
-        f"Registered as {names}; since opset version {main.since_version} of each domain; {main.execution_provider}.",
+        f"Registered as {names}; since opset version {main.since_version} of each domain; "
+        f"runs on {' and '.join(main.execution_providers)}.",
         "",
     ]
     lines += [main.doc, ""]

@@ -52,14 +52,31 @@ make_venv() {
   cp "$requirements" "$stamp"
 }
 
+# The CUDA toolchain's folders in .venv-cuda (deps/python-cuda.txt): CUDA_HOME, with bin/nvcc,
+# include/ and include/cccl (CCCL's headers).
+cuda_home() {
+  local nvcc
+  nvcc=$(ls "$ROOT"/.venv-cuda/lib/python3*/site-packages/nvidia/cu13/bin/nvcc 2>/dev/null | head -n 1)
+  [[ -n "$nvcc" ]] || { log "no nvcc in .venv-cuda"; return 1; }
+  dirname "$(dirname "$nvcc")"
+}
+
 build_library() {
   local ort_include="$DEPS/onnxruntime/include"
   [[ -n "${ORTOPS_ORT_ROOT:-}" ]] && ort_include="$ORTOPS_ORT_ROOT/include"
-  cmake -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  local cuda
+  cuda=$(cuda_home)
+  # With .venv-cuda's CMake (C++20 for nvcc): ORTOPS_CCCL_INCLUDE_DIR adds the emulated device
+  # (build/libortops_device_on_cpu.so), ORTOPS_CUDA the CUDA build, which is compiled only on
+  # request (scripts/build_cuda.sh), for one GPU architecture here.
+  "$ROOT/.venv-cuda/bin/cmake" -S "$ROOT" -B "$ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     "-DORTOPS_ORT_INCLUDE_DIR=$ort_include" \
     "-DORTOPS_ORT_LIBRARY_DIR=${ORTOPS_ORT_ROOT:+$ORTOPS_ORT_ROOT/lib}" \
-    "-DORTOPS_MIN_ORT_API=$ORTOPS_MIN_ORT_API" >/dev/null
-  cmake --build "$ROOT/build" >&2
+    "-DORTOPS_MIN_ORT_API=$ORTOPS_MIN_ORT_API" \
+    "-DORTOPS_CCCL_INCLUDE_DIR=$cuda/include/cccl" \
+    -DORTOPS_CUDA=ON "-DCMAKE_CUDA_COMPILER=$cuda/bin/nvcc" "-DCMAKE_CUDA_ARCHITECTURES=$ORTOPS_CUDA_TEST_ARCHITECTURE" \
+    >/dev/null
+  "$ROOT/.venv-cuda/bin/cmake" --build "$ROOT/build" >&2
 }
 
 install_package() {
@@ -77,6 +94,7 @@ fi
 make_venv "$ROOT/.venv" "$ROOT/deps/python-main.txt"
 make_venv "$ROOT/.venv-ort-min" "$ROOT/deps/python-ort-min.txt"
 make_venv "$ROOT/.venv-wheel" "$ROOT/deps/python-wheel.txt"  # scripts/build_wheel.sh, tests/python/test_wheel.py
+make_venv "$ROOT/.venv-cuda" "$ROOT/deps/python-cuda.txt"    # the device paths: the emulated device, the CUDA build
 if [[ "${1:-}" != "--deps-only" ]]; then
   build_library
   install_package "$ROOT/.venv"

@@ -4,7 +4,7 @@
 //   using Element = T;                          // its element type (float, double)
 //   static constexpr const OpSchema& kSchema;   // inputs, outputs, attributes, docs
 //   K(const Attributes&, const OpDef&);         // parses and validates attributes
-//   void Compute(const KernelIO&) const;        // validates inputs, computes
+//   void Compute(const KernelIO&) const;        // validates inputs, computes (IO: see KernelBase)
 // and may throw ortops::Error from either. CustomOp<K> reports K's schema to the runtime,
 // sets every version-gated field for the oldest supported runtime, and turns every
 // exception into an OrtStatus whose message starts with "domain.OpName: ".
@@ -25,8 +25,6 @@
 
 namespace ortops {
 
-enum class ExecutionProvider { kCpu };
-
 struct OpDef;
 // OrtCustomOp is a C struct without a virtual destructor, so each op carries the deleter of
 // its own CustomOp<K> type.
@@ -37,14 +35,22 @@ struct OpDeleter {
 using OpPtr = std::unique_ptr<OrtCustomOp, OpDeleter>;
 using OpFactory = std::vector<OpPtr> (*)(const OpDef&);
 
+// The op table's provider column. Every node runs on the CPU; a node with a device path
+// also runs on CUDA. `make` is its device kernels' factory in the builds that carry device
+// code (the CUDA build, and the emulated device that CI tests), null in the CPU-only build.
+struct DevicePath {
+  bool exists = false;
+  OpFactory make = nullptr;
+};
+
 // One row of the op table (op_table.cc).
 struct OpDef {
   std::string_view domain;
   std::string_view name;
   int since_version;
-  ExecutionProvider provider;
+  DevicePath device;
   const OpSchema* schema;
-  OpFactory make;  // one OrtCustomOp per element type the op has a kernel for
+  OpFactory make;  // its CPU kernels: one OrtCustomOp per element type
   // Kernels registered under more than one domain read this to keep a domain's quirks
   // (the compat domains reproduce the originals; ortops may fix them).
   bool compat = false;
@@ -65,18 +71,18 @@ class CustomOp : public OrtCustomOp {
     // none of the newer ones from an op that reports this version.
     version = kMinOrtApiVersion;
     GetName = [](const OrtCustomOp* op) { return Self(op).name_.c_str(); };
-    GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return nullptr; };
-    GetInputTypeCount = [](const OrtCustomOp*) { return kSchema.inputs.size(); };
+    GetExecutionProviderType = [](const OrtCustomOp*) { return Kernel::kExecutionProvider; };
+    GetInputTypeCount = [](const OrtCustomOp*) { return Kernel::kSchema.inputs.size(); };
     GetInputType = [](const OrtCustomOp*, size_t i) {
-      return Resolve<typename Kernel::Element>(kSchema.inputs[i].type);
+      return Resolve<typename Kernel::Element>(Kernel::kSchema.inputs[i].type);
     };
-    GetOutputTypeCount = [](const OrtCustomOp*) { return kSchema.outputs.size(); };
+    GetOutputTypeCount = [](const OrtCustomOp*) { return Kernel::kSchema.outputs.size(); };
     GetOutputType = [](const OrtCustomOp*, size_t i) {
-      return Resolve<typename Kernel::Element>(kSchema.outputs[i].type);
+      return Resolve<typename Kernel::Element>(Kernel::kSchema.outputs[i].type);
     };
-    GetInputCharacteristic = [](const OrtCustomOp*, size_t i) { return Characteristic(kSchema.inputs[i]); };
-    GetOutputCharacteristic = [](const OrtCustomOp*, size_t i) { return Characteristic(kSchema.outputs[i]); };
-    GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
+    GetInputCharacteristic = [](const OrtCustomOp*, size_t i) { return Characteristic(Kernel::kSchema.inputs[i]); };
+    GetOutputCharacteristic = [](const OrtCustomOp*, size_t i) { return Characteristic(Kernel::kSchema.outputs[i]); };
+    GetInputMemoryType = [](const OrtCustomOp*, size_t i) { return Kernel::InputMemoryType(i); };
     GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
     GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
     GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
@@ -87,7 +93,7 @@ class CustomOp : public OrtCustomOp {
       const CustomOp& self = Self(op);
       try {
         LogIsaOnce(info);
-        const Attributes attributes(info, kSchema.attributes);
+        const Attributes attributes(info, Kernel::kSchema.attributes);
         attributes.CheckTypes();
         *kernel = new Kernel(attributes, self.def_);
         return nullptr;
@@ -98,7 +104,7 @@ class CustomOp : public OrtCustomOp {
     KernelComputeV2 = [](void* kernel, OrtKernelContext* context) -> OrtStatus* {
       const auto* self = static_cast<const Kernel*>(kernel);
       try {
-        self->Compute(KernelIO(context, kSchema.inputs));
+        self->Compute(typename Kernel::IO(context, Kernel::kSchema.inputs));
         return nullptr;
       } catch (...) {
         return StatusFromCurrentException(self->def());
@@ -108,8 +114,6 @@ class CustomOp : public OrtCustomOp {
   }
 
  private:
-  static constexpr const OpSchema& kSchema = Kernel::kSchema;
-
   static const CustomOp& Self(const OrtCustomOp* op) { return *static_cast<const CustomOp*>(op); }
   // A variadic input takes one or more values (GetVariadicInputMinArity), all of its element
   // type (GetVariadicInputHomogeneity).
@@ -132,9 +136,15 @@ std::vector<OpPtr> MakeOps(const OpDef& def) {
   return ops;
 }
 
-// Kernels keep the OpDef they were made from, for error messages and domain quirks.
+// Kernels keep the OpDef they were made from, for error messages and domain quirks. A CPU
+// kernel computes through a KernelIO; device kernels (csrc/device/device_kernel.h) replace IO,
+// the execution provider and where their inputs live.
 class KernelBase {
  public:
+  using IO = KernelIO;
+  static constexpr const char* kExecutionProvider = nullptr;  // the CPU's
+  static OrtMemType InputMemoryType(size_t) { return OrtMemTypeDefault; }
+
   explicit KernelBase(const OpDef& def) : def_(def) {}
   const OpDef& def() const { return def_; }
 

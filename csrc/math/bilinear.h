@@ -1,12 +1,14 @@
 // Bilinear sampling of one H x W plane, by two rules: the RoIAlign rule (Caffe2/Detectron,
 // as in mmcv and torchvision) and the zero-padding rule of deformable convolution and
 // multi-scale deformable attention. The arithmetic is kept operation for operation, so
-// float results agree with the originals' to the last bit.
+// float results agree with the originals' to the last bit. The device path samples with the
+// same functions (ORTOPS_HD).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "core/isa.h"
 
 namespace ortops {
@@ -21,7 +23,7 @@ struct BilinearTap {
 
   // `plane` holds T, or float16 when T is its compute type (float): read as T.
   template <typename Element>
-  T Read(const Element* plane) const {
+  ORTOPS_HD T Read(const Element* plane) const {
     return weight[0] * plane[offset[0]] + weight[1] * plane[offset[1]] + weight[2] * plane[offset[2]] +
            weight[3] * plane[offset[3]];
   }
@@ -30,7 +32,7 @@ struct BilinearTap {
   // mode computes per sample in ONNX Runtime and TensorRT's ROIAlign_TRT. A NaN product is
   // skipped unless all are NaN (CUDA's fmaxf, as the plugin's max).
   template <typename Element>
-  T ReadMaxOfCorners(const Element* plane) const {
+  ORTOPS_HD T ReadMaxOfCorners(const Element* plane) const {
     using std::fmax;
     return fmax(fmax(fmax(weight[0] * plane[offset[0]], weight[1] * plane[offset[1]]), weight[2] * plane[offset[2]]),
                 weight[3] * plane[offset[3]]);
@@ -42,7 +44,7 @@ struct BilinearTap {
 // A NaN coordinate also reads 0 (written as a negated test, so NaN never reaches the
 // integer conversion below).
 template <typename T>
-BilinearTap<T> RoiAlignTap(T y, T x, int64_t height, int64_t width) {
+ORTOPS_HD BilinearTap<T> RoiAlignTap(T y, T x, int64_t height, int64_t width) {
   BilinearTap<T> tap;
   if (height <= 0 || width <= 0) return tap;
   if (!(y >= T(-1) && y <= static_cast<T>(height) && x >= T(-1) && x <= static_cast<T>(width))) return tap;
@@ -89,7 +91,7 @@ struct ZeroPaddedSample {
 };
 
 template <typename T>
-ZeroPaddedSample<T> ZeroPaddedBilinear(T y, T x, int64_t height, int64_t width) {
+ORTOPS_HD ZeroPaddedSample<T> ZeroPaddedBilinear(T y, T x, int64_t height, int64_t width) {
   ZeroPaddedSample<T> s;
   // One branch rather than four (& not &&): most points are inside.
   if (!((y > T(-1)) & (y < static_cast<T>(height)) & (x > T(-1)) & (x < static_cast<T>(width)))) return s;

@@ -84,7 +84,8 @@ int main() {
     std::cout << "      \"domain\": " << Quote(def.domain) << ",\n";
     std::cout << "      \"name\": " << Quote(def.name) << ",\n";
     std::cout << "      \"since_version\": " << def.since_version << ",\n";
-    std::cout << "      \"execution_provider\": \"CPUExecutionProvider\",\n";
+    std::cout << "      \"execution_providers\": [\"CPUExecutionProvider\""
+              << (def.device.exists ? ", \"CUDAExecutionProvider\"" : "") << "],\n";
     std::cout << "      \"compat\": " << (def.compat ? "true" : "false") << ",\n";
     std::cout << "      \"kernel\": " << Quote(KernelName(def)) << ",\n";
     std::cout << "      \"doc\": " << Quote(def.schema->doc) << ",\n";

@@ -113,7 +113,8 @@ class OpInfo:
     domain: str
     name: str
     since_version: int
-    execution_provider: str
+    # Where the node runs: CPUExecutionProvider, and CUDAExecutionProvider where it has a device path.
+    execution_providers: tuple[str, ...]
     compat: bool
     kernel: str  # rows with the same kernel are one op under several names
     doc: str
@@ -151,7 +152,7 @@ def ops() -> tuple[OpInfo, ...]:
             domain=op["domain"],
             name=op["name"],
             since_version=op["since_version"],
-            execution_provider=op["execution_provider"],
+            execution_providers=tuple(op["execution_providers"]),
             compat=op["compat"],
             kernel=op["kernel"],
             doc=op["doc"],

@@ -103,11 +103,7 @@ def _load(path: str) -> onnx.ModelProto:
 def _providers_by_op() -> dict[tuple[str, str], list[str]]:
     from ortops import ops
 
-    table: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for op in ops():
-        if op.execution_provider not in table[op.domain, op.name]:
-            table[op.domain, op.name].append(op.execution_provider)
-    return table
+    return {(op.domain, op.name): list(op.execution_providers) for op in ops()}
 
 
 def inspect_report(path: str) -> dict[str, Any]:
@@ -468,7 +464,7 @@ def _cmd_ops(args: argparse.Namespace) -> int:
                         "domain": op.domain,
                         "name": op.name,
                         "since_version": op.since_version,
-                        "execution_provider": op.execution_provider,
+                        "execution_providers": list(op.execution_providers),
                         "compat": op.compat,
                     }
                     for op in table
@@ -480,7 +476,7 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     width = max(len(op.qualified_name) for op in table)
     for op in table:
         compat = "  (compatibility name)" if op.compat else ""
-        print(f"{op.qualified_name:<{width}}  since {op.since_version}  {op.execution_provider}{compat}")
+        print(f"{op.qualified_name:<{width}}  since {op.since_version}  {', '.join(op.execution_providers)}{compat}")
     return OK
 
 

@@ -63,14 +63,8 @@ class RoiAlignKernel : public KernelBase {
   using A = ComputeType<T>;
   static constexpr const OpSchema& kSchema = roi_align::kSchema;
 
-  RoiAlignKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), pooling_(attrs) {
-    const std::string mode = attrs.String("mode");
-    Check(mode == "avg" || mode == "max", "attribute 'mode' must be \"avg\" or \"max\", got \"", mode, "\"");
-    // mmcv's kernel started its running max at -10000; ortops' own op starts at -infinity.
-    mode_ = {.max = mode == "max",
-             .max_start = def.compat ? A(-10000) : -std::numeric_limits<A>::infinity(),
-             .empty_bin = def.compat ? A(-10000) : A(0)};
-  }
+  RoiAlignKernel(const Attributes& attrs, const OpDef& def)
+      : KernelBase(def), pooling_(attrs), mode_(ReadMode<A>(attrs, def)) {}
 
   void Compute(const KernelIO& io) const {
     const ConstTensor<T> input = io.Input<T>(0, 4);

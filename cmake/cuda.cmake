@@ -1,0 +1,31 @@
+# The CUDA build (ORTOPS_CUDA=ON; built by scripts/build_cuda.sh): cuda/libortops.so, with
+# every node's CPU kernels and, for the nodes the op table marks OnCuda, their device
+# kernels (csrc/ops/*/*.cu, compiled by nvcc) registered for CUDAExecutionProvider. Not built
+# by default (target ortops_cuda). The CUDA runtime is linked statically, so the library
+# needs no CUDA library of its own and loads, running its CPU kernels, where there is no GPU
+# or driver. CMAKE_CUDA_ARCHITECTURES picks the GPUs (scripts/build_cuda.sh says which).
+#
+# C++20 for nvcc needs CMake 3.26 or newer (deps/python-cuda.txt pins one beside nvcc).
+cmake_minimum_required(VERSION 3.26)
+enable_language(CUDA)
+set(CMAKE_CUDA_STANDARD 20)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+set(CMAKE_CUDA_EXTENSIONS OFF)
+set(CMAKE_CUDA_VISIBILITY_PRESET hidden)
+set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
+
+add_library(ortops_cuda SHARED EXCLUDE_FROM_ALL
+  csrc/register.cc csrc/op_table.cc csrc/device/runtime_cuda.cu ${ORTOPS_DEVICE_SOURCES})
+target_link_libraries(ortops_cuda PRIVATE ortops_ops)
+target_include_directories(ortops_cuda PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/include")
+if(ORTOPS_CCCL_INCLUDE_DIR)  # else the toolkit's own copy of CCCL
+  target_include_directories(ortops_cuda SYSTEM BEFORE PRIVATE "${ORTOPS_CCCL_INCLUDE_DIR}")
+endif()
+target_compile_definitions(ortops_cuda PRIVATE ORTOPS_DEVICE_PATHS=1)
+target_compile_options(ortops_cuda PRIVATE
+  $<$<COMPILE_LANGUAGE:CXX>:${ORTOPS_WARNINGS}>
+  # constexpr functions (float16 conversions, std::min) are callable on the device; no
+  # multiply-add is contracted, so device arithmetic rounds as the CPU kernels' does.
+  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --fmad=false -Werror=all-warnings -Xcompiler=-ffp-contract=off>)
+ortops_link_as_custom_op_library(ortops_cuda)
+set_target_properties(ortops_cuda PROPERTIES OUTPUT_NAME ortops LIBRARY_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/cuda")

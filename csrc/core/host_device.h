@@ -1,0 +1,11 @@
+// Code that the device path calls as well as the CPU kernels: the shared math of csrc/math,
+// float16 conversions, geometry. Under nvcc such functions are compiled for the host and for
+// the GPU; in every other compilation (the CPU kernels, and the device path compiled for the
+// host in CI: csrc/device/README.md) the marker is empty.
+#pragma once
+
+#if defined(__CUDACC__)
+#define ORTOPS_HD __host__ __device__
+#else
+#define ORTOPS_HD
+#endif

@@ -1,0 +1,162 @@
+// What a device kernel sees of ONNX Runtime: its inputs and outputs (in device memory), the
+// stream to run on, scratch memory, and the few algorithms every op is written with.
+//
+// One source, two backends (csrc/device/README.md). Compiled by nvcc, the algorithms run on
+// the GPU, on ONNX Runtime's compute stream, with temporaries from the session's CUDA
+// allocator; compiled by the host compiler with THRUST_DEVICE_SYSTEM_CPP (the emulated
+// device of libortops_device_on_cpu.so, which CI runs through the whole test suite), the same
+// calls run on the host, with the session's CPU allocator. Only runtime_cuda.cu and
+// runtime_host.cc differ between the two: everything an op writes is shared.
+//
+// Host code of a device kernel never dereferences a tensor's data or a Buffer: on the GPU
+// they are device addresses. Values the host needs (an output size, a failed check) come
+// back through CopyToHost or FirstWhere, which wait for the stream.
+#pragma once
+
+#include <thrust/execution_policy.h>
+#include <thrust/find.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "core/host_device.h"
+#include "core/kernel_io.h"
+
+#if defined(__CUDACC__)
+#include <cuda_runtime_api.h>
+#include <thrust/system/cuda/execution_policy.h>
+#else
+#include <thrust/system/cpp/execution_policy.h>
+#endif
+
+namespace ortops::device {
+
+// The execution provider a device kernel registers for: CUDA's when compiled by nvcc; the
+// CPU's (nullptr) for the emulated device, which the test suite loads in a CPU session.
+#if defined(__CUDACC__)
+inline constexpr const char* kExecutionProvider = "CUDAExecutionProvider";
+#else
+inline constexpr const char* kExecutionProvider = nullptr;
+#endif
+
+// Temporary storage of Thrust's algorithms (sort, scan, find) from the session's allocator
+// for the device, so that no algorithm allocates on its own.
+class ThrustAllocator {
+ public:
+  using value_type = char;
+  explicit ThrustAllocator(OrtAllocator* allocator) : allocator_(allocator) {}
+  char* allocate(std::ptrdiff_t bytes);
+  void deallocate(char* data, size_t bytes) noexcept;
+
+ private:
+  OrtAllocator* allocator_;
+};
+
+#if defined(__CUDACC__)
+using Stream = cudaStream_t;
+// Asynchronous on the stream: an algorithm returns as soon as its work is queued, unless
+// its result goes to the host (find_if, reduce).
+using Policy = decltype(thrust::cuda::par_nosync(std::declval<ThrustAllocator&>()).on(Stream{}));
+#else
+using Stream = void*;
+using Policy = decltype(thrust::cpp::par(std::declval<ThrustAllocator&>()));
+#endif
+
+class DeviceIO {
+ public:
+  DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs);
+  ~DeviceIO();
+  DeviceIO(const DeviceIO&) = delete;
+  DeviceIO& operator=(const DeviceIO&) = delete;
+
+  // As KernelIO's, with the same checks and messages; the data live in device memory.
+  template <typename T>
+  ConstTensor<T> Input(size_t index, int rank = -1) const {
+    return io_.Input<T>(index, rank);
+  }
+  template <typename T>
+  T* Output(size_t index, const Shape& shape) const {
+    return io_.Output<T>(index, shape);
+  }
+  bool Has(size_t index) const { return io_.Has(index); }
+  size_t InputCount() const { return io_.InputCount(); }
+  size_t OutputCount() const { return io_.OutputCount(); }
+
+  // Thrust's algorithms run with this policy: on the kernel's stream, temporaries from the
+  // session's allocator.
+  Policy policy() const;
+
+  // `count` uninitialised elements of device memory from the session's allocator. Freed when
+  // the Scratch goes out of scope; work queued on the stream that still uses it stays safe,
+  // because the allocator hands the memory out again only to work queued after it.
+  template <typename T>
+  Scratch<T> Allocate(size_t count) const {
+    return Scratch<T>(count == 0 ? nullptr : allocator_, count);
+  }
+
+  // Runs body(i) for every i in [0, count): one GPU thread each, or a loop on the host.
+  template <typename Body>
+  void ForEach(int64_t count, const Body& body) const {
+    if (count <= 0) return;
+    thrust::for_each_n(policy(), thrust::counting_iterator<int64_t>(0), count, body);
+  }
+
+  // The smallest i in [0, count) with predicate(i), or -1: the device's half of a check
+  // whose message the host then writes (see CheckEach). Waits for the stream.
+  template <typename Predicate>
+  int64_t FirstWhere(int64_t count, const Predicate& predicate) const {
+    if (count <= 0) return -1;
+    const thrust::counting_iterator<int64_t> first(0);
+    const int64_t found = thrust::find_if(policy(), first, first + count, predicate) - first;
+    return found < count ? found : -1;
+  }
+
+  // Copies `count` elements from device memory to the host. Waits for the stream: for what
+  // the host must know before it goes on (the size of a data-dependent output).
+  template <typename T>
+  void CopyToHost(T* host, const T* device, size_t count) const {
+    CopyBytesToHost(host, device, count * sizeof(T));
+  }
+  // Copies `count` elements from the host to device memory, queued on the stream; `host` may
+  // be reused as soon as this returns.
+  template <typename T>
+  void CopyToDevice(T* device, const T* host, size_t count) const {
+    CopyBytesToDevice(device, host, count * sizeof(T));
+  }
+  // Fills `count` bytes of device memory with `byte`, queued on the stream.
+  void Fill(void* device, int byte, size_t bytes) const;
+
+  Stream stream() const { return stream_; }
+
+ private:
+  void CopyBytesToHost(void* host, const void* device, size_t bytes) const;
+  void CopyBytesToDevice(void* device, const void* host, size_t bytes) const;
+
+  KernelIO io_;
+  Stream stream_{};
+  OrtAllocator* allocator_ = nullptr;
+  mutable ThrustAllocator thrust_allocator_{nullptr};
+};
+
+// Validates data on the device with the CPU kernel's own check, so that both give the same
+// error: `fails(i)` (run on the device) tells whether item i would fail, and for the first
+// that does, `check(i, host_copy)` runs on the host, on a copy of that item's `width`
+// elements starting at `data + i * width`, and throws the CPU kernel's message.
+template <typename T, typename Fails, typename HostCheck>
+void CheckEach(const DeviceIO& io, const T* data, int64_t count, int64_t width, const Fails& fails,
+               const HostCheck& check) {
+  const int64_t bad = io.FirstWhere(count, fails);
+  if (bad < 0) return;
+  std::vector<T> item(static_cast<size_t>(width));
+  io.CopyToHost(item.data(), data + bad * width, item.size());
+  check(bad, item.data());
+  Fail("internal error: item ", bad, " failed its check on the device but not on the host");
+}
+
+}  // namespace ortops::device

@@ -1,0 +1,94 @@
+// The device path's runtime on a GPU: ONNX Runtime's compute stream, its CUDA allocator, and
+// the copies. This file and a kernel's launch are the only code that needs a GPU to run;
+// runtime_host.cc is its twin for the emulated device that CI tests. Nothing here
+// synchronises the device: only CopyToHost waits, and only for the kernel's own stream.
+#include <cuda_runtime_api.h>
+
+#include <new>
+
+#include "device/device_io.h"
+
+namespace ortops::device {
+namespace {
+
+void CheckCuda(cudaError_t error, const char* what) {
+  if (error != cudaSuccess)
+    Fail("CUDA error in ", what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
+}
+
+// The CUDA device that holds the kernel's inputs (ONNX Runtime runs a node's inputs and
+// outputs on one device), or the calling thread's current one for a node without inputs.
+int DeviceOf(OrtKernelContext* context) {
+  size_t count = 0;
+  ThrowOnError(Api().KernelContext_GetInputCount(context, &count));
+  for (size_t i = 0; i < count; ++i) {
+    const OrtValue* value = nullptr;
+    ThrowOnError(Api().KernelContext_GetInput(context, i, &value));
+    if (value == nullptr) continue;
+    const OrtMemoryInfo* info = nullptr;
+    ThrowOnError(Api().GetTensorMemoryInfo(value, &info));
+    OrtMemoryInfoDeviceType type{};
+    Api().MemoryInfoGetDeviceType(info, &type);
+    if (type != OrtMemoryInfoDeviceType_GPU) continue;  // an input the kernel reads on the host
+    int id = 0;
+    ThrowOnError(Api().MemoryInfoGetId(info, &id));
+    return id;
+  }
+  int id = 0;
+  CheckCuda(cudaGetDevice(&id), "cudaGetDevice");
+  return id;
+}
+
+OrtAllocator* SessionAllocator(OrtKernelContext* context) {
+  OrtMemoryInfo* info = nullptr;
+  ThrowOnError(Api().CreateMemoryInfo("Cuda", OrtArenaAllocator, DeviceOf(context), OrtMemTypeDefault, &info));
+  OrtAllocator* allocator = nullptr;
+  OrtStatus* status = Api().KernelContext_GetAllocator(context, info, &allocator);
+  Api().ReleaseMemoryInfo(info);
+  ThrowOnError(status);
+  return allocator;
+}
+
+cudaStream_t ComputeStream(OrtKernelContext* context) {
+  void* stream = nullptr;
+  ThrowOnError(Api().KernelContext_GetGPUComputeStream(context, &stream));
+  return static_cast<cudaStream_t>(stream);
+}
+
+}  // namespace
+
+char* ThrustAllocator::allocate(std::ptrdiff_t bytes) {
+  void* data = allocator_->Alloc(allocator_, static_cast<size_t>(bytes));
+  if (data == nullptr) throw std::bad_alloc();
+  return static_cast<char*>(data);
+}
+
+void ThrustAllocator::deallocate(char* data, size_t) noexcept { allocator_->Free(allocator_, data); }
+
+DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
+    : io_(context, inputs),
+      stream_(ComputeStream(context)),
+      allocator_(SessionAllocator(context)),
+      thrust_allocator_(allocator_) {}
+
+DeviceIO::~DeviceIO() { Api().ReleaseAllocator(allocator_); }
+
+Policy DeviceIO::policy() const { return thrust::cuda::par_nosync(thrust_allocator_).on(stream_); }
+
+void DeviceIO::CopyBytesToHost(void* host, const void* device, size_t bytes) const {
+  if (bytes == 0) return;
+  CheckCuda(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+  CheckCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void DeviceIO::CopyBytesToDevice(void* device, const void* host, size_t bytes) const {
+  if (bytes == 0) return;
+  CheckCuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+}
+
+void DeviceIO::Fill(void* device, int byte, size_t bytes) const {
+  if (bytes == 0) return;
+  CheckCuda(cudaMemsetAsync(device, byte, bytes, stream_), "cudaMemsetAsync");
+}
+
+}  // namespace ortops::device

@@ -1,0 +1,52 @@
+// The emulated device: the device path's runtime on the host, for libortops_device_on_cpu.so.
+// Device memory is the session's CPU memory, the stream is the calling thread (every
+// algorithm has finished when it returns), and copies are memcpy. The GPU's twin of this
+// file is runtime_cuda.cu.
+#include <cstring>
+#include <new>
+
+#include "device/device_io.h"
+
+namespace ortops::device {
+namespace {
+
+OrtAllocator* SessionAllocator(OrtKernelContext* context) {
+  OrtMemoryInfo* cpu = nullptr;
+  ThrowOnError(Api().CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &cpu));
+  OrtAllocator* allocator = nullptr;
+  OrtStatus* status = Api().KernelContext_GetAllocator(context, cpu, &allocator);
+  Api().ReleaseMemoryInfo(cpu);
+  ThrowOnError(status);
+  return allocator;
+}
+
+}  // namespace
+
+char* ThrustAllocator::allocate(std::ptrdiff_t bytes) {
+  void* data = allocator_->Alloc(allocator_, static_cast<size_t>(bytes));
+  if (data == nullptr) throw std::bad_alloc();
+  return static_cast<char*>(data);
+}
+
+void ThrustAllocator::deallocate(char* data, size_t) noexcept { allocator_->Free(allocator_, data); }
+
+DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
+    : io_(context, inputs), allocator_(SessionAllocator(context)), thrust_allocator_(allocator_) {}
+
+DeviceIO::~DeviceIO() { Api().ReleaseAllocator(allocator_); }
+
+Policy DeviceIO::policy() const { return thrust::cpp::par(thrust_allocator_); }
+
+void DeviceIO::CopyBytesToHost(void* host, const void* device, size_t bytes) const {
+  if (bytes != 0) std::memcpy(host, device, bytes);
+}
+
+void DeviceIO::CopyBytesToDevice(void* device, const void* host, size_t bytes) const {
+  if (bytes != 0) std::memcpy(device, host, bytes);
+}
+
+void DeviceIO::Fill(void* device, int byte, size_t bytes) const {
+  if (bytes != 0) std::memset(device, byte, bytes);
+}
+
+}  // namespace ortops::device
