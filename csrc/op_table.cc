@@ -43,8 +43,8 @@ constexpr DevicePath kCpuOnly{};
 // clang-format off
 constexpr OpDef kOpTable[] = {
   // domain         name                         since  provider  schema                           factory                       quirks
-  {kOrtopsDomain,   "NMS",                       1,     kCpuOnly,   &nms::kSchema,                   &nms::Make},
-  {kMmcvDomain,     "NonMaxSuppression",         1,     kCpuOnly,   &nms::kSchema,                   &nms::Make,                   kCompat},
+  {kOrtopsDomain,   "NMS",                       1,     OnCuda(nms::MakeDevice),   &nms::kSchema,                   &nms::Make},
+  {kMmcvDomain,     "NonMaxSuppression",         1,     OnCuda(nms::MakeDevice),   &nms::kSchema,                   &nms::Make,                   kCompat},
   {kOrtopsDomain,   "SoftNMS",                   1,     kCpuOnly,   &soft_nms::kSchema,              &soft_nms::Make},
   {kMmcvDomain,     "SoftNonMaxSuppression",     1,     kCpuOnly,   &soft_nms::kSchema,              &soft_nms::Make,              kCompat},
   {kOrtopsDomain,   "NMSMatch",                  1,     kCpuOnly,   &nms_match::kSchema,             &nms_match::Make},

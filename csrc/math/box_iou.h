@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/host_device.h"
 #include "core/isa.h"
 
 // The functions are in the instruction-set level's inline namespace (core/isa.h): the NMS
@@ -15,14 +16,14 @@ inline namespace ORTOPS_ISA_NS {
 
 // Box (x1, y1, x2, y2). `offset` is mmcv's legacy +1 pixel convention (0 or 1).
 template <typename T>
-inline T BoxArea(const T* box, T offset) {
+ORTOPS_HD inline T BoxArea(const T* box, T offset) {
   return (box[2] - box[0] + offset) * (box[3] - box[1] + offset);
 }
 
 // Whether a and b overlap with positive width and height, in BoxIoU's arithmetic: when
 // not, BoxIoU's intersection is exactly 0.
 template <typename T>
-inline bool BoxesIntersect(const T* a, const T* b, T offset) {
+ORTOPS_HD inline bool BoxesIntersect(const T* a, const T* b, T offset) {
   return std::min(a[2], b[2]) - std::max(a[0], b[0]) + offset > 0 &&
          std::min(a[3], b[3]) - std::max(a[1], b[1]) + offset > 0;
 }
@@ -32,7 +33,8 @@ inline bool BoxesIntersect(const T* a, const T* b, T offset) {
 // Taking coordinates one by one lets a loop over boxes stored one array per coordinate
 // vectorise it (the operand order of each min and max is kept, so NaN and -0 pick alike).
 template <typename T>
-inline T BoxIoU(T a_x1, T a_y1, T a_x2, T a_y2, T area_a, T b_x1, T b_y1, T b_x2, T b_y2, T area_b, T offset) {
+ORTOPS_HD inline T BoxIoU(T a_x1, T a_y1, T a_x2, T a_y2, T area_a, T b_x1, T b_y1, T b_x2, T b_y2, T area_b,
+                          T offset) {
   const T left = std::max(a_x1, b_x1);
   const T top = std::max(a_y1, b_y1);
   const T right = std::min(a_x2, b_x2);
@@ -44,7 +46,7 @@ inline T BoxIoU(T a_x1, T a_y1, T a_x2, T a_y2, T area_a, T b_x1, T b_y1, T b_x2
 }
 
 template <typename T>
-inline T BoxIoU(const T* a, T area_a, const T* b, T area_b, T offset) {
+ORTOPS_HD inline T BoxIoU(const T* a, T area_a, const T* b, T area_b, T offset) {
   return BoxIoU(a[0], a[1], a[2], a[3], area_a, b[0], b[1], b[2], b[3], area_b, offset);
 }
 
@@ -59,7 +61,7 @@ inline namespace ORTOPS_ISA_NS {
 // rounded to float (the original's return type), which is what its float threshold is
 // compared with: an IoU equal to the threshold, less the 1e-10, still reaches it.
 template <typename T>
-inline float MatchIoU(const T* a, const T* b) {
+ORTOPS_HD inline float MatchIoU(const T* a, const T* b) {
   const T width = std::max(T(0), std::min(a[2], b[2]) - std::max(a[0], b[0]));
   const T height = std::max(T(0), std::min(a[3], b[3]) - std::max(a[1], b[1]));
   const T area_a = (a[2] - a[0]) * (a[3] - a[1]);
@@ -79,7 +81,7 @@ inline namespace ORTOPS_ISA_NS {
 // positive width and height, and an inverted box (x2 < x1 or y2 < y1) has area 0. `kept` and
 // `candidate` in the original's operand order. A NaN coordinate gives 0 or NaN.
 template <typename T>
-inline T DetectionOutputIoU(const T* kept, const T* candidate) {
+ORTOPS_HD inline T DetectionOutputIoU(const T* kept, const T* candidate) {
   const T width = std::min(kept[2], candidate[2]) - std::max(kept[0], candidate[0]);
   const T height = std::min(kept[3], candidate[3]) - std::max(kept[1], candidate[1]);
   if (!(width > 0 && height > 0)) return T(0);
@@ -104,7 +106,7 @@ namespace trt_efficient_nms {
 
 // Puts each axis's pair in increasing order, by the plugin's arithmetic swap
 // (lo = lo - hi; hi = lo + hi; lo = hi - lo), which in float is not always an exact swap.
-inline void ReorderCorners(float* box) {
+ORTOPS_HD inline void ReorderCorners(float* box) {
   auto order = [](float& lo, float& hi) {
     if (lo > hi) {
       lo = lo - hi;
@@ -117,7 +119,7 @@ inline void ReorderCorners(float* box) {
 }
 
 // 0 for a box without positive extent on both axes.
-inline float CornerArea(const float* box) {
+ORTOPS_HD inline float CornerArea(const float* box) {
   const float extent_0 = box[2] - box[0];
   const float extent_1 = box[3] - box[1];
   if (extent_0 <= 0.0f) return 0.0f;
@@ -127,7 +129,7 @@ inline float CornerArea(const float* box) {
 
 // IoU of two reordered boxes given their CornerArea: 0 when the intersection or the union
 // is not positive. The plugin passes the lower-ranked box first; with NaN the order matters.
-inline float IoU(const float* a, float area_a, const float* b, float area_b) {
+ORTOPS_HD inline float IoU(const float* a, float area_a, const float* b, float area_b) {
   const float intersection[4] = {a[0] > b[0] ? a[0] : b[0], a[1] > b[1] ? a[1] : b[1], a[2] < b[2] ? a[2] : b[2],
                                  a[3] < b[3] ? a[3] : b[3]};
   const float intersection_area = CornerArea(intersection);
@@ -155,7 +157,7 @@ struct SortedBox {
 // `pixel_sizes`: not normalized, so a box's width and height each count one more pixel.
 // (The original adds this 1 to the sizes whenever the boxes are not normalized; to the
 // intersection only with Caffe semantics as well.)
-inline SortedBox SortBox(const float* box, bool pixel_sizes) {
+ORTOPS_HD inline SortedBox SortBox(const float* box, bool pixel_sizes) {
   SortedBox s;
   s.corner[0] = std::fmin(box[0], box[2]);
   s.corner[1] = std::fmin(box[1], box[3]);
@@ -174,7 +176,7 @@ inline SortedBox SortBox(const float* box, bool pixel_sizes) {
 // `intersection_plus_one`: Caffe semantics on unnormalized boxes, where the intersection's
 // width and height get +1 (even for disjoint boxes, whose intersection is the empty box
 // [0, 0, 0, 0]: their IoU is then 1 / (size_a + size_b - 1), not 0).
-inline float IoU(const SortedBox& a, const SortedBox& b, bool intersection_plus_one) {
+ORTOPS_HD inline float IoU(const SortedBox& a, const SortedBox& b, bool intersection_plus_one) {
   float intersection[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (!(b.corner[0] > a.corner[2] || b.corner[2] < a.corner[0] || b.corner[1] > a.corner[3] ||
         b.corner[3] < a.corner[1])) {

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "core/isa.h"
 
 namespace ortops {
@@ -18,7 +19,7 @@ inline namespace ORTOPS_ISA_NS {  // compiled per instruction-set level (core/is
 // std::exp gives a subnormal); -infinity gives 0. Not for NaN or x > 0. Cody and Waite's
 // reduction x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for e^r (Cephes' expf
 // coefficients), and 2^n written into the exponent bits.
-inline float ExpNonPositive(float x) {
+ORTOPS_HD inline float ExpNonPositive(float x) {
   constexpr float kLowest = -87.33f;  // e^kLowest is just above the smallest normal float
   // x >= kLowest as an all-ones mask, compared as magnitudes in the integer domain (x <= 0).
   const uint32_t bits = std::bit_cast<uint32_t>(x);

@@ -18,6 +18,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/host_device.h"
+
 namespace ortops {
 
 struct Point2 {
@@ -26,10 +28,12 @@ struct Point2 {
 
 // Twice the signed area of the triangle (o, a, b): positive when o -> a -> b turns
 // counter-clockwise in a y-up frame (clockwise on screen, y down).
-inline double Cross(Point2 o, Point2 a, Point2 b) { return (a.x - o.x) * (b.y - o.y) - (a.y - o.y) * (b.x - o.x); }
+ORTOPS_HD inline double Cross(Point2 o, Point2 a, Point2 b) {
+  return (a.x - o.x) * (b.y - o.y) - (a.y - o.y) * (b.x - o.x);
+}
 
 // Signed shoelace area of the polygon p[0..n).
-inline double SignedPolygonArea(const Point2* p, int n) {
+ORTOPS_HD inline double SignedPolygonArea(const Point2* p, int n) {
   double twice = 0;
   for (int i = 0; i < n; ++i) {
     const Point2 a = p[i], b = p[(i + 1) % n];
@@ -40,7 +44,7 @@ inline double SignedPolygonArea(const Point2* p, int n) {
 
 // Offsets of the four corners from the centre, in order around the rectangle:
 // R(theta) applied to (-w/2, -h/2), (w/2, -h/2), (w/2, h/2), (-w/2, h/2).
-inline void RotatedCornerOffsets(double w, double h, double theta, Point2 out[4]) {
+ORTOPS_HD inline void RotatedCornerOffsets(double w, double h, double theta, Point2 out[4]) {
   const double c = std::cos(theta), s = std::sin(theta);
   const double dx[4] = {-w / 2, w / 2, w / 2, -w / 2}, dy[4] = {-h / 2, -h / 2, h / 2, h / 2};
   for (int i = 0; i < 4; ++i) out[i] = {c * dx[i] - s * dy[i], s * dx[i] + c * dy[i]};
@@ -57,7 +61,7 @@ struct RotatedRect {
 
 // `box` points at (cx, cy, w, h, theta) of any arithmetic type.
 template <typename T>
-inline RotatedRect MakeRotatedRect(const T* box) {
+ORTOPS_HD inline RotatedRect MakeRotatedRect(const T* box) {
   RotatedRect rect;
   rect.center = {static_cast<double>(box[0]), static_cast<double>(box[1])};
   const double w = static_cast<double>(box[2]), h = static_cast<double>(box[3]);
@@ -81,7 +85,7 @@ inline RotatedRect MakeRotatedRect(const T* box) {
 // edges: each clip only evaluates which side of a line a point lies on and interpolates
 // between a point on each side, so no line-line solve can blow up. The result is clamped to
 // [0, min(area_a, area_b)].
-inline double RotatedIntersectionArea(const RotatedRect& a, const RotatedRect& b) {
+ORTOPS_HD inline double RotatedIntersectionArea(const RotatedRect& a, const RotatedRect& b) {
   if (a.empty() || b.empty()) return 0;
   const double dx = b.center.x - a.center.x, dy = b.center.y - a.center.y;
   // Cheap reject: axis-aligned bounding boxes that do not overlap (touching gives area 0).
@@ -120,7 +124,7 @@ inline double RotatedIntersectionArea(const RotatedRect& a, const RotatedRect& b
 
 // Intersection over union in [0, 1]; 0 when either box is empty, never NaN (areas that
 // overflow double, from float64 sizes near 1e154 and up, also give 0).
-inline double RotatedIoU(const RotatedRect& a, const RotatedRect& b) {
+ORTOPS_HD inline double RotatedIoU(const RotatedRect& a, const RotatedRect& b) {
   const double inter = RotatedIntersectionArea(a, b);
   if (!(inter > 0)) return 0;
   const double iou = inter / (a.area + b.area - inter);

@@ -12,17 +12,29 @@ namespace ortops::nms {
 inline constexpr IoSpec kBoxesInput{"boxes", ElemType::kTypeParam, "`[N, 4]` boxes as (x1, y1, x2, y2)"};
 inline constexpr IoSpec kScoresInput{"scores", ElemType::kTypeParam, "`[N]` one score per box"};
 
-// Checks shapes and NaN of inputs 0 (boxes) and 1 (scores); returns them.
-template <typename T>
-std::pair<ConstTensor<T>, ConstTensor<T>> BoxesAndScores(const KernelIO& io) {
-  ConstTensor<T> boxes = io.Input<T>(0, 2);
-  ConstTensor<T> scores = io.Input<T>(1, 1);
+inline constexpr const char* kBoxesNaN = "input 'boxes' contains NaN";
+inline constexpr const char* kScoresNaN = "input 'scores' contains NaN";
+
+// Checks the shapes of inputs 0 (boxes) and 1 (scores) of a KernelIO or a device::DeviceIO;
+// returns them.
+template <typename T, typename IO>
+std::pair<ConstTensor<T>, ConstTensor<T>> BoxesAndScoresInputs(const IO& io) {
+  ConstTensor<T> boxes = io.template Input<T>(0, 2);
+  ConstTensor<T> scores = io.template Input<T>(1, 1);
   Check(boxes.dim(1) == 4, "input 'boxes' must have shape [N, 4], got ", ShapeText{boxes.shape});
   Check(scores.dim(0) == boxes.dim(0), "input 'scores' must have shape [N] with N = ", boxes.dim(0),
         " (the number of boxes), got ", ShapeText{scores.shape});
-  for (int64_t i = 0; i < boxes.size(); ++i) Check(!std::isnan(boxes.data[i]), "input 'boxes' contains NaN");
-  for (int64_t i = 0; i < scores.size(); ++i) Check(!std::isnan(scores.data[i]), "input 'scores' contains NaN");
   return {std::move(boxes), std::move(scores)};
+}
+
+// BoxesAndScoresInputs, and no NaN in either (host memory).
+template <typename T>
+std::pair<ConstTensor<T>, ConstTensor<T>> BoxesAndScores(const KernelIO& io) {
+  auto inputs = BoxesAndScoresInputs<T>(io);
+  const auto& [boxes, scores] = inputs;
+  for (int64_t i = 0; i < boxes.size(); ++i) Check(!std::isnan(boxes.data[i]), kBoxesNaN);
+  for (int64_t i = 0; i < scores.size(); ++i) Check(!std::isnan(scores.data[i]), kScoresNaN);
+  return inputs;
 }
 
 }  // namespace ortops::nms

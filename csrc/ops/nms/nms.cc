@@ -153,11 +153,7 @@ class NmsKernel : public KernelBase {
   using Element = T;
   static constexpr const OpSchema& kSchema = nms::kSchema;
 
-  NmsKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def), iou_threshold_(attrs.Float("iou_threshold")), offset_(attrs.Int("offset")) {
-    Check(offset_ == 0 || offset_ == 1, "attribute 'offset' must be 0 or 1, got ", offset_);
-    Check(!std::isnan(iou_threshold_), "attribute 'iou_threshold' is NaN");
-  }
+  NmsKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
 
   void Compute(const KernelIO& io) const {
     const auto [boxes, scores] = BoxesAndScores<T>(io);
@@ -167,8 +163,8 @@ class NmsKernel : public KernelBase {
 
     const ScratchVector<int64_t> order = ScoreOrder(io, scores.data, count);
 
-    const T offset = static_cast<T>(offset_);
-    const T threshold = static_cast<T>(iou_threshold_);
+    const T offset = static_cast<T>(attributes_.offset);
+    const T threshold = static_cast<T>(attributes_.iou_threshold);
     auto candidate_of = [&](int64_t i) {
       const T* box = boxes.data + 4 * i;
       return nms::Candidate<T>{box[0], box[1], box[2], box[3], BoxArea(box, offset), offset, threshold};
@@ -204,8 +200,7 @@ class NmsKernel : public KernelBase {
   }
 
  private:
-  float iou_threshold_;
-  int64_t offset_;
+  NmsAttributes attributes_;
 };
 
 }  // namespace
