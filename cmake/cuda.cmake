@@ -29,3 +29,17 @@ target_compile_options(ortops_cuda PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --fmad=false -Werror=all-warnings -Xcompiler=-ffp-contract=off>)
 ortops_link_as_custom_op_library(ortops_cuda)
 set_target_properties(ortops_cuda PROPERTIES OUTPUT_NAME ortops LIBRARY_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/cuda")
+if(ORTOPS_GLIBC_COMPAT)
+  # The static CUDA runtime's glibc functions too (csrc/compat/glibc_compat_cuda.cc).
+  # (One LIBRARIES list per target: CMake would drop a second --push-state group's options.)
+  ortops_bind_old_glibc(ortops_cuda csrc/compat/glibc_compat.cc ${ORTOPS_GLIBC_WRAPPED})
+  ortops_bind_old_glibc(ortops_cuda csrc/compat/glibc_compat_cuda.cc
+    dlopen dlmopen dlclose dlerror dlsym dlvsym
+    pthread_create pthread_detach pthread_join pthread_kill pthread_condattr_setpshared pthread_mutex_trylock
+    pthread_mutexattr_init pthread_mutexattr_destroy pthread_mutexattr_setpshared pthread_mutexattr_settype
+    pthread_rwlock_init pthread_rwlock_destroy pthread_rwlock_tryrdlock pthread_rwlock_trywrlock
+    pthread_rwlock_timedrdlock pthread_rwlock_timedwrlock pthread_rwlockattr_init pthread_rwlockattr_destroy
+    pthread_rwlockattr_setpshared pthread_spin_init pthread_spin_destroy pthread_spin_lock pthread_spin_trylock
+    pthread_spin_unlock sem_init sem_destroy sem_post sem_wait sem_trywait sem_timedwait shm_open shm_unlink fstat64
+    LIBRARIES libpthread.so.0 libdl.so.2 librt.so.1)
+endif()
