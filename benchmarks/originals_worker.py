@@ -4,7 +4,8 @@ pinned in deps/python-original.txt. bench.py starts it in .venv-original and tal
 stdin/stdout, one JSON object per line:
 
     {"model": PATH, "threads": N, "inputs": NPZ, "outputs": NPZ}  runs once, saves the outputs
-    {"model": PATH, "threads": N, "inputs": NPZ, "repeats": R}    -> {"seconds": median time}
+    {"model": PATH, "threads": N, "inputs": NPZ, "repeats": R, "min_time": S}
+                                                    -> {"seconds": median time}
 
 Every reply is one line: {"ok": true, ...} or {"error": message}. Sessions and inputs are made
 once per (model, threads) and file. Timing is timing.median_seconds, as in bench.py."""
@@ -64,7 +65,8 @@ class Worker:
         if "outputs" in request:
             np.savez(request["outputs"], *session.run(None, feeds))
             return {"ok": True}
-        return {"ok": True, "seconds": median_seconds(lambda: session.run(None, feeds), int(request["repeats"]))}
+        seconds = median_seconds(lambda: session.run(None, feeds), int(request["repeats"]), float(request["min_time"]))
+        return {"ok": True, "seconds": seconds}
 
 
 def main() -> None:
