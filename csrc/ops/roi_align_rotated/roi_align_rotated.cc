@@ -74,12 +74,9 @@ class RoiAlignRotatedKernel : public KernelBase {
     if (roi_count == 0 || channels == 0) return;
     // The taps of a rotated roi scatter over the map as an axis-aligned roi's do: read them from
     // a channels-last copy (all channels of a pixel at once) where there are enough of them.
-    const bool channels_last =
-        height * width > 0 &&
-        roi_pooling::ChannelsLastPays(roi_count, bins, pooling_.sampling_ratio, channels, input.shape);
-    const Scratch<A> nhwc = channels_last ? roi_pooling::ToChannelsLast<A>(io, input) : Scratch<A>();
-    const roi_pooling::PoolSource<T, A> source{input.data, channels_last ? nhwc.data() : nullptr, channels, height,
-                                               width};
+    Scratch<A> copy;
+    const roi_pooling::PoolSource<T, A> source = roi_pooling::MakePoolSource(io, input, roi_count, pooling_, copy);
+    const bool channels_last = source.channels_last != nullptr;
     const roi_pooling::PoolMode<A> average{.max = false, .max_start = A(0), .empty_bin = A(0)};
     const A scale = static_cast<A>(pooling_.spatial_scale);
     // mmcv raised the sides of a legacy (not aligned) roi to 1.
