@@ -1257,6 +1257,19 @@ def multi_level_roi_align_cases() -> list[Case]:
 # thread count.
 
 
+def against_original(
+    name: str, model: onnx.ModelProto, feeds: dict[str, np.ndarray], agree: Callable[[Any, Any], None]
+) -> Case:
+    """The same model through ortops and through the original, target 3 at every thread count."""
+    return Case(
+        name=name,
+        ortops=session_runner(model, feeds, True),
+        anchors={ORIGINAL: original_runner(model, feeds)},
+        agree=agree,
+        targets={ORIGINAL: 3.0},
+    )
+
+
 def rotated_rois(count: int, image_hw: tuple[int, int], scales: tuple[float, float], seed: int = 0) -> np.ndarray:
     """[count, 6] rotated rois (batch_index, cx, cy, w, h, theta) on one image: scale sqrt(w h)
     log-uniform in `scales`, aspect ratios 1:4 to 4:1, angles over half a turn (mmrotate's le90)."""
@@ -1342,13 +1355,7 @@ def nms_match_original_case() -> Case:
         "score_threshold": np.array([0.05], np.float32),
     }
     model = one_node_model("NMSMatch", "mmdeploy", feeds, ["matches"], ("iou_threshold", "score_threshold"))
-    return Case(
-        name="mmdeploy NMSMatch 3206 clustered boxes x 3 classes, IoU 0.5",
-        ortops=session_runner(model, feeds, True),
-        anchors={ORIGINAL: original_runner(model, feeds)},
-        agree=equal,
-        targets={ORIGINAL: 3.0},
-    )
+    return against_original("mmdeploy NMSMatch 3206 clustered boxes x 3 classes, IoU 0.5", model, feeds, equal)
 
 
 def nms_rotated_original_case() -> Case:
@@ -1361,13 +1368,8 @@ def nms_rotated_original_case() -> Case:
     scores = rng.beta(0.3, 6.0, (1, 15, 2000)).astype(np.float32)
     feeds = {"boxes": boxes, "scores": scores}
     model = one_node_model("NMSRotated", "mmdeploy", feeds, ["selected"], iou_threshold=0.1, score_threshold=0.05)
-    return Case(
-        name="mmdeploy NMSRotated 2000 rotated boxes x 15 classes, IoU 0.1, score 0.05",
-        ortops=session_runner(model, feeds, True),
-        anchors={ORIGINAL: original_runner(model, feeds)},
-        agree=equal,
-        targets={ORIGINAL: 3.0},
-    )
+    name = "mmdeploy NMSRotated 2000 rotated boxes x 15 classes, IoU 0.1, score 0.05"
+    return against_original(name, model, feeds, equal)
 
 
 def grid_sampler_original_case() -> Case:
@@ -1438,13 +1440,8 @@ def modulated_deform_conv_original_case() -> Case:
     }
     attrs = dict(stride=[1, 1], padding=[1, 1], dilation=[1, 1], groups=1, deform_groups=1)
     model = one_node_model("MMCVModulatedDeformConv2d", "mmdeploy", feeds, ["output"], ("weight", "bias"), **attrs)
-    return Case(
-        name="mmdeploy MMCVModulatedDeformConv2d, DCNv2 c4 1x256x20x20 -> 256, 3x3, pad 1",
-        ortops=session_runner(model, feeds, True),
-        anchors={ORIGINAL: original_runner(model, feeds)},
-        agree=close(1e-3, 1e-3),
-        targets={ORIGINAL: 3.0},
-    )
+    name = "mmdeploy MMCVModulatedDeformConv2d, DCNv2 c4 1x256x20x20 -> 256, 3x3, pad 1"
+    return against_original(name, model, feeds, close(1e-3, 1e-3))
 
 
 def rpn_proposals(per_level: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
