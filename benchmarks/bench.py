@@ -151,10 +151,16 @@ def originals_python() -> Path:
     if stamp.is_file() and stamp.read_bytes() == requirements and python.is_file():
         return python
     print(f"[bench] making {ORIGINALS_ENVIRONMENT} from {ORIGINALS_REQUIREMENTS}", file=sys.stderr)
-    if not python.is_file():
-        subprocess.run([sys.executable, "-m", "venv", str(ORIGINALS_ENVIRONMENT)], check=True)
-    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
-    subprocess.run([*pip, "-r", str(ORIGINALS_REQUIREMENTS)], check=True)
+    try:
+        if not python.is_file():
+            subprocess.run([sys.executable, "-m", "venv", str(ORIGINALS_ENVIRONMENT)], check=True)
+        pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
+        subprocess.run([*pip, "-r", str(ORIGINALS_REQUIREMENTS)], check=True)
+    except subprocess.CalledProcessError as error:
+        raise RuntimeError(
+            f"could not make {ORIGINALS_ENVIRONMENT} (its packages come from PyPI); "
+            "--no-originals runs the benchmark without the original's anchors"
+        ) from error
     stamp.write_bytes(requirements)
     return python
 
