@@ -224,9 +224,14 @@ class OriginalRun:
         with np.load(outputs) as stored:
             return [stored[f"arr_{i}"] for i in range(len(stored.files))]
 
-    def seconds(self, repeats: int, min_time: float) -> float:
+    def seconds(self, repeats: int, min_time: float, warm_up: bool) -> float:
         reply = ORIGINALS.request(
-            model=self.model, inputs=self.inputs, threads=self.threads, repeats=repeats, min_time=min_time
+            model=self.model,
+            inputs=self.inputs,
+            threads=self.threads,
+            repeats=repeats,
+            min_time=min_time,
+            warm_up=warm_up,
         )
         return float(reply["seconds"])
 
@@ -247,11 +252,11 @@ def original_runner(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> Cal
     return make
 
 
-def measure(run: Callable[[], Any], repeats: int, min_time: float) -> float:
+def measure(run: Callable[[], Any], repeats: int, min_time: float, warm_up: bool) -> float:
     """Median seconds of a run function, timed where it runs."""
     if isinstance(run, OriginalRun):
-        return run.seconds(repeats, min_time)
-    return median_seconds(run, repeats, min_time)
+        return run.seconds(repeats, min_time, warm_up)
+    return median_seconds(run, repeats, min_time, warm_up)
 
 
 def interleaved_seconds(runs: dict[str, Callable[[], Any]], repeats: int, rounds: int) -> dict[str, float]:
@@ -261,9 +266,9 @@ def interleaved_seconds(runs: dict[str, Callable[[], Any]], repeats: int, rounds
     all of one run's measurement, and load only ever adds time."""
     per_round, min_time = max(3, -(-repeats // rounds)), 0.2 / rounds
     best = dict.fromkeys(runs, float("inf"))
-    for _ in range(max(1, rounds)):
+    for round_ in range(max(1, rounds)):
         for name, run in runs.items():
-            best[name] = min(best[name], measure(run, per_round, min_time))
+            best[name] = min(best[name], measure(run, per_round, min_time, warm_up=round_ == 0))
     return best
 
 

@@ -4,7 +4,7 @@ pinned in deps/python-original.txt. bench.py starts it in .venv-original and tal
 stdin/stdout, one JSON object per line:
 
     {"model": PATH, "threads": N, "inputs": NPZ, "outputs": NPZ}  runs once, saves the outputs
-    {"model": PATH, "threads": N, "inputs": NPZ, "repeats": R, "min_time": S}
+    {"model": PATH, "threads": N, "inputs": NPZ, "repeats": R, "min_time": S, "warm_up": W}
                                                     -> {"seconds": median time}
 
 Every reply is one line: {"ok": true, ...} or {"error": message}. Sessions and inputs are made
@@ -65,7 +65,8 @@ class Worker:
         if "outputs" in request:
             np.savez(request["outputs"], *session.run(None, feeds))
             return {"ok": True}
-        seconds = median_seconds(lambda: session.run(None, feeds), int(request["repeats"]), float(request["min_time"]))
+        repeats, min_time, warm_up = int(request["repeats"]), float(request["min_time"]), bool(request["warm_up"])
+        seconds = median_seconds(lambda: session.run(None, feeds), repeats, min_time, warm_up)
         return {"ok": True, "seconds": seconds}
 
 
