@@ -345,13 +345,8 @@ class MultiLevelKernel : public KernelBase {
     sources.reserve(static_cast<size_t>(levels));
     bool any_channels_last = false;
     for (int64_t l = 0; l < levels; ++l) {
-      const ConstTensor<T>& map = features[l];
-      const bool channels_last =
-          map.dim(2) * map.dim(3) > 0 && per_level[l] > 0 &&
-          roi_pooling::ChannelsLastPays(per_level[l], bins, pooling_.sampling_ratio, channels, map.shape);
-      if (channels_last) copies[l] = roi_pooling::ToChannelsLast<A>(io, map);
-      any_channels_last |= channels_last;
-      sources.push_back({map.data, channels_last ? copies[l].data() : nullptr, channels, map.dim(2), map.dim(3)});
+      sources.push_back(roi_pooling::MakePoolSource(io, features[l], per_level[l], pooling_, copies[l]));
+      any_channels_last |= sources.back().channels_last != nullptr;
     }
     const A min_side = Node::template MinSide<A>(pooling_.aligned != 0);
     const auto factor = static_cast<A>(roi_scale_factor_);

@@ -78,12 +78,9 @@ class RoiAlignKernel : public KernelBase {
     const int64_t bins = pooling_.bins();
     T* output = io.Output<T>(0, {roi_count, channels, pooling_.output_height, pooling_.output_width});
     if (roi_count == 0 || channels == 0) return;
-    const bool channels_last =
-        height * width > 0 &&
-        roi_pooling::ChannelsLastPays(roi_count, bins, pooling_.sampling_ratio, channels, input.shape);
-    const Scratch<A> nhwc = channels_last ? roi_pooling::ToChannelsLast<A>(io, input) : Scratch<A>();
-    const roi_pooling::PoolSource<T, A> source{input.data, channels_last ? nhwc.data() : nullptr, channels, height,
-                                               width};
+    Scratch<A> copy;
+    const roi_pooling::PoolSource<T, A> source = roi_pooling::MakePoolSource(io, input, roi_count, pooling_, copy);
+    const bool channels_last = source.channels_last != nullptr;
     const A scale = static_cast<A>(pooling_.spatial_scale);
     // mmcv raised the sides of a legacy (not aligned) roi to 1.
     const A min_side = pooling_.aligned ? roi_pooling::kNoMinSide<A> : A(1);

@@ -99,6 +99,18 @@ struct PoolSource {
   int64_t plane() const { return height * width; }
 };
 
+// `input` as a kernel pooling `rois` rois from it reads it: through a channels-last copy,
+// made into `copy`, where ChannelsLastPays, else in place.
+template <typename T, typename A>
+PoolSource<T, A> MakePoolSource(const KernelIO& io, const ConstTensor<T>& input, int64_t rois,
+                                const PoolingAttributes& pooling, Scratch<A>& copy) {
+  const int64_t channels = input.dim(1), height = input.dim(2), width = input.dim(3);
+  const bool channels_last =
+      height * width > 0 && ChannelsLastPays(rois, pooling.bins(), pooling.sampling_ratio, channels, input.shape);
+  if (channels_last) copy = ToChannelsLast<A>(io, input);
+  return {input.data, channels_last ? copy.data() : nullptr, channels, height, width};
+}
+
 // Scratch of one thread for PoolRoi, made once per ParallelFor task: the taps as the
 // dispatched loop takes them, its sums of a group of bins, and (float16 output) the pooled
 // roi before it is rounded. Empty unless the source has a channels-last copy.

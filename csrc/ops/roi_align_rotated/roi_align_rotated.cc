@@ -72,20 +72,26 @@ class RoiAlignRotatedKernel : public KernelBase {
     const int64_t roi_count = rois.dim(0), bins = pooling_.bins();
     T* output = io.Output<T>(0, {roi_count, channels, pooling_.output_height, pooling_.output_width});
     if (roi_count == 0 || channels == 0) return;
-    const roi_pooling::PoolSource<T, A> source{input.data, nullptr, channels, height, width};
+    // The taps of a rotated roi scatter over the map as an axis-aligned roi's do: read them from
+    // a channels-last copy (all channels of a pixel at once) where there are enough of them.
+    Scratch<A> copy;
+    const roi_pooling::PoolSource<T, A> source = roi_pooling::MakePoolSource(io, input, roi_count, pooling_, copy);
+    const bool channels_last = source.channels_last != nullptr;
     const roi_pooling::PoolMode<A> average{.max = false, .max_start = A(0), .empty_bin = A(0)};
     const A scale = static_cast<A>(pooling_.spatial_scale);
     // mmcv raised the sides of a legacy (not aligned) roi to 1.
     const A min_side = pooling_.aligned ? roi_pooling::kNoMinSide<A> : A(1);
-    io.ParallelFor(static_cast<size_t>(roi_count), [&](size_t task) {
-      const auto r = static_cast<int64_t>(task);
-      const A* roi = rois.data + 6 * r;
-      const auto g = roi_pooling::RotatedRoiGeometry(roi + 1, scale, min_side, clockwise_ != 0, pooling_);
-      ScratchVector<BilinearTap<A>> taps = io.Vector<BilinearTap<A>>(static_cast<size_t>(bins * g.grid_h * g.grid_w));
-      roi_pooling::RotatedRoiTaps(g, pooling_, height, width, taps.data());
-      roi_pooling::PoolScratch<T, A> scratch(io, false, channels, bins);
-      roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w, average,
-                           output + r * channels * bins, scratch);
+    io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
+      ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
+      roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
+      for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
+        const A* roi = rois.data + 6 * r;
+        const auto g = roi_pooling::RotatedRoiGeometry(roi + 1, scale, min_side, clockwise_ != 0, pooling_);
+        taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
+        roi_pooling::RotatedRoiTaps(g, pooling_, height, width, taps.data());
+        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w, average,
+                             output + r * channels * bins, scratch);
+      }
     });
   }
 

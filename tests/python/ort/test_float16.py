@@ -355,9 +355,12 @@ ROI_ALIGN_ROTATED = [
 @pytest.mark.parametrize("aligned", [0, 1])
 @pytest.mark.parametrize("sampling", [0, 2])
 @pytest.mark.parametrize("clockwise", [0, 1])
-def test_roi_align_rotated_is_the_float32_result_rounded(domain, op, aligned, sampling, clockwise) -> None:
+@pytest.mark.parametrize("channels,rois", [(5, 9), (16, 40)])  # read in place; from a channels-last copy
+def test_roi_align_rotated_is_the_float32_result_rounded(
+    domain, op, aligned, sampling, clockwise, channels, rois
+) -> None:
     rng = np.random.default_rng(aligned * 4 + sampling + clockwise)
-    inputs = roi_inputs(rng, 2, 5, 10, 12, 9, 0.5, rotated=True)
+    inputs = roi_inputs(rng, 2, channels, 10, 12, rois, 0.5, rotated=True)
     inputs["input"][1, 2, 2:4, 5:8] = np.nan
     attributes = roi_attributes(sampling, aligned, 0.5, clockwise=clockwise)
     (half,), (single,) = run_both(op, domain, inputs, ["output"], **attributes)

@@ -89,6 +89,32 @@ def test_thread_counts_agree(threads: int) -> None:
     )
 
 
+def pool_each_roi_alone(op: str, domain: str, features: np.ndarray, rois: np.ndarray, **a) -> np.ndarray:
+    """The rois one run each: too few reads for a channels-last copy to pay, so the planar path."""
+    return np.concatenate(
+        [run(op, domain, {"input": features, "rois": rois[r : r + 1]}, ["output"], **a)[0] for r in range(len(rois))]
+    )
+
+
+@pytest.mark.parametrize("domain,op", DOMAINS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("channels", [8, 9, 17, 33, 70])
+def test_channels_last_path_gives_the_planar_paths_bits(domain, op, dtype, channels) -> None:
+    """Enough rois and channels that the kernel pools from a channels-last copy: the dispatched
+    loop (vectors of channels, then the channels left over) adds and divides in the planar
+    loop's order, so the outputs are bit-equal, at channel counts that are not multiples of any
+    vector width, on rois across and beyond the edges, empty ones and batch 2."""
+    rng = np.random.default_rng(channels)
+    features, rois = make_case(rng, 2, channels, 8, 9, 40, dtype, 0.5)
+    rois[:4, 1:] = [[0, 0, 6, 6, 0.5], [20, 24, 8, 8, 1.0], [5, 5, 0, 0, 0], [-3, 17, 9, 2, -2.0]]
+    for aligned, clockwise, sampling in ((1, 1, 2), (0, 0, 0), (1, 0, 0), (0, 1, 2)):
+        a = attrs(0.5, sampling, aligned, clockwise)
+        (together,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **a)
+        np.testing.assert_array_equal(together, pool_each_roi_alone(op, domain, features, rois, **a))
+        expected = references.roi_align_rotated(features, rois, 3, 2, 0.5, sampling, bool(aligned), bool(clockwise))
+        np.testing.assert_allclose(together, expected, **TOLERANCE[dtype])
+
+
 def test_empty_rois() -> None:
     (got,) = run(
         "RoIAlignRotated",
