@@ -64,6 +64,12 @@ EOS
     done
   fi
   [[ -n "$have_sanitizers" ]] && echo "asan-build: scripts/test_sanitizers.sh --step build"
+  # The CUDA build (nvcc: long, so early), compiled for one GPU architecture (deps/versions.env);
+  # without a GPU it is checked for what it links and that it loads and runs its CPU kernels,
+  # in the newest and the oldest supported runtime.
+  echo "cuda-build: .venv-cuda/bin/cmake --build build --target ortops_cuda" \
+    "&& $PY $PYTEST tests/python/cuda --junitxml $REPORTS/pytest-cuda-build.xml" \
+    "&& .venv-ort-min/bin/python $PYTEST tests/python/cuda --junitxml $REPORTS/pytest-cuda-build-ort-min.xml"
   # ARM64 before the main Python tests, which also build examples/cpp against its cross build.
   [[ -n "$have_arm64" ]] && echo "arm64: scripts/test_arm64.sh --junit $REPORTS/ctest-arm64.xml"
   if [[ -n "$have_sanitizers" ]]; then
@@ -73,15 +79,23 @@ EOS
     # against that build follow below.
     echo "asan-python after asan-build: scripts/test_sanitizers.sh --junit-dir $REPORTS --step python"
   fi
-  echo "python-main${have_arm64:+ after arm64}: $PY $PYTEST tests/python --ignore=tests/python/ort --junitxml $REPORTS/pytest-main.xml"
+  echo "python-main${have_arm64:+ after arm64}: $PY $PYTEST tests/python --ignore=tests/python/ort --ignore=tests/python/cuda --junitxml $REPORTS/pytest-main.xml"
   echo "python-main-ort: $PY $PYTEST tests/python/ort --junitxml $REPORTS/pytest-main-ort.xml"
   if [[ -n "$have_sanitizers" ]]; then
     for level in $lower_levels; do
       echo "asan-python-$level after asan-build: ORTOPS_ISA=$level scripts/test_sanitizers.sh --junit-dir $REPORTS --step python $per_level_tests"
     done
     echo "asan-ctest after asan-build: scripts/test_sanitizers.sh --junit-dir $REPORTS --step ctest"
+    # The device path under the sanitizers: the fuzz test's random and adversarial cases of
+    # every node, and the existing files.
+    echo "asan-device-on-cpu after asan-build: ORTOPS_SANITIZED_LIBRARY=libortops_device_on_cpu.so" \
+      "scripts/test_sanitizers.sh --junit-dir $REPORTS --step python tests/python/ort/test_fuzz.py tests/python/ort/test_compat_files.py"
   fi
   echo "python-ort-min: .venv-ort-min/bin/python $PYTEST tests/python/ort --junitxml $REPORTS/pytest-ort-min.xml"
+  # The device path of every node (csrc/device/README.md), compiled for the host, through the
+  # ONNX Runtime-level suite and the torchvision export tests, in place of the CPU kernels.
+  echo "device-on-cpu: ORTOPS_LIBRARY=$ROOT/build/libortops_device_on_cpu.so $PY $PYTEST tests/python/ort" \
+    "tests/python/torch/test_torchvision_export.py --junitxml $REPORTS/pytest-device-on-cpu.xml"
   # The library runs its hot loops at the widest instruction-set level the CPU has (the main
   # suite, where test_isa.py also checks that every level returns the same bits for random
   # cases of every op); ORTOPS_ISA forces each lower one for the tests of the ops whose loops

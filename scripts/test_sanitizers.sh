@@ -16,9 +16,11 @@
 # scripts/test.sh does to run them beside other suites. E.g.
 #   scripts/test_sanitizers.sh tests/python/ort/test_roi_align.py -x
 #   ORTOPS_ISA=avx2 ORTOPS_FUZZ_CASES=50000 scripts/test_sanitizers.sh tests/python/ort/test_fuzz.py
-# Needs what scripts/setup.sh puts in place (.deps/, .venv) and GCC's sanitizer runtimes
-# (libasan, libubsan: Debian's g++ has them). Overrides: ORTOPS_SANITIZE (default
-# address,undefined), ORTOPS_ORT_ROOT (as for setup.sh).
+# Needs what scripts/setup.sh puts in place (.deps/, .venv, .venv-cuda) and GCC's sanitizer
+# runtimes (libasan, libubsan: Debian's g++ has them). Overrides: ORTOPS_SANITIZE (default
+# address,undefined), ORTOPS_ORT_ROOT (as for setup.sh), ORTOPS_SANITIZED_LIBRARY (default
+# libortops.so; libortops_device_on_cpu.so tests the device path, built here too when
+# .venv-cuda has CCCL's headers).
 #
 # How the Python half sees memory errors: Python itself is not instrumented, so libasan is
 # preloaded (with libstdc++, whose exceptions ASan intercepts), leak detection is off (Python
@@ -64,14 +66,22 @@ fi
 
 if [[ "$STEP" == all || "$STEP" == build ]]; then
   log "build ($BUILD, -fsanitize=${ORTOPS_SANITIZE:-address,undefined})"
+  cccl=$(ls -d "$ROOT"/.venv-cuda/lib/python3*/site-packages/nvidia/cu13/include/cccl 2>/dev/null | head -n 1 || true)
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DORTOPS_SANITIZE=${ORTOPS_SANITIZE:-address,undefined}" \
     "-DORTOPS_ORT_INCLUDE_DIR=$ort_include" "-DORTOPS_ORT_LIBRARY_DIR=$ort_lib" \
-    "-DORTOPS_MIN_ORT_API=$ORTOPS_MIN_ORT_API" >/dev/null
+    "-DORTOPS_MIN_ORT_API=$ORTOPS_MIN_ORT_API" "-DORTOPS_CCCL_INCLUDE_DIR=$cccl" >/dev/null
   cmake --build "$BUILD" >&2
   [[ "$STEP" == build ]] && exit 0
 fi
-[[ -f "$BUILD/CMakeCache.txt" && -f "$BUILD/libortops.so" ]] || { log "no build in $BUILD (run --step build first)"; exit 2; }
+LIBRARY=${ORTOPS_SANITIZED_LIBRARY:-libortops.so}
+[[ -f "$BUILD/CMakeCache.txt" && -f "$BUILD/$LIBRARY" ]] || { log "no $LIBRARY in $BUILD (run --step build first)"; exit 2; }
+# The JUnit files of another library than libortops.so carry its name.
+suffix=""
+if [[ "$LIBRARY" != libortops.so ]]; then
+  suffix="-${LIBRARY#libortops_}"
+  suffix="${suffix%.so}"
+fi
 
 # The runtimes of the compiler that built it (GCC's: -print-file-name finds them).
 cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
@@ -95,15 +105,15 @@ fi
 pytest_at() {
   local level=$1 junit=$2
   shift 2
-  log "Python tests at instruction-set level ${level:-(widest)}: $*"
+  log "Python tests of $LIBRARY at instruction-set level ${level:-(widest)}: $*"
   LD_PRELOAD="$libasan $libstdcxx" \
     ASAN_OPTIONS=detect_leaks=0 \
     ORTOPS_TEST_CPU_ARENA=0 \
     ORTOPS_ISA="$level" \
-    ORTOPS_LIBRARY="$BUILD/libortops.so" \
+    ORTOPS_LIBRARY="$BUILD/$LIBRARY" \
     PYTHONPATH="$ROOT/python" \
     .venv/bin/python -m pytest -q -p no:cacheprovider --capture=sys \
-    ${JUNIT_DIR:+--junitxml "$JUNIT_DIR/$junit.xml"} "$@"
+    ${JUNIT_DIR:+--junitxml "$JUNIT_DIR/$junit$suffix.xml"} "$@"
 }
 
 if [[ -n "${ORTOPS_ISA:-}" ]]; then

@@ -99,16 +99,25 @@ def mmcv_nms_model(**attributes: Any) -> onnx.ModelProto:
     return make_model("NonMaxSuppression", "mmcv", inputs, ["indices"], **attributes)
 
 
+# The execution providers of the sessions below: the CPU's, or, on a GPU (scripts/test_gpu.sh
+# sets ORTOPS_TEST_PROVIDERS=CUDAExecutionProvider), CUDA's alone: a node that ONNX Runtime
+# would place on the CPU then fails the session's creation, so every test proves that its
+# nodes ran on the device.
+PROVIDERS = os.environ.get("ORTOPS_TEST_PROVIDERS", "CPUExecutionProvider").split(",")
+
+
 @functools.lru_cache(maxsize=256)
 def _session(model_bytes: bytes, threads: int) -> ort.InferenceSession:
     options = ortops.session_options()
     options.intra_op_num_threads = threads
     options.log_severity_level = 4  # errors are asserted on; do not also print them
-    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    if "CPUExecutionProvider" not in PROVIDERS:
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    return ort.InferenceSession(model_bytes, options, providers=PROVIDERS)
 
 
 def session(model: onnx.ModelProto, threads: int = 0) -> ort.InferenceSession:
-    """A cached CPU session with ortops registered (threads=0: ORT's default)."""
+    """A cached session with ortops registered (threads=0: ORT's default), on PROVIDERS."""
     return _session(model.SerializeToString(), threads)
 
 

@@ -1,0 +1,109 @@
+"""The CUDA build (build/cuda/libortops.so, cmake/cuda.cmake) on a machine without a GPU.
+
+CI compiles it on every run (scripts/test.sh's cuda-build suite) and cannot run its device
+kernels: those run in the emulated device (build/libortops_device_on_cpu.so) under the whole
+suite, and on a GPU in scripts/test_gpu.sh. What can be checked here is checked: the library
+needs no CUDA library and no newer glibc than the wheel's tag, exports only
+RegisterCustomOps, and loads into ONNX Runtime (the newest and, in .venv-ort-min, the oldest
+supported) where there is no driver, running its CPU kernels with the CPU library's results.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from ortest import make_model
+
+ROOT = Path(__file__).resolve().parents[3]
+LIBRARY = Path(os.environ.get("ORTOPS_CUDA_LIBRARY", ROOT / "build" / "cuda" / "libortops.so"))
+CPU_LIBRARY = ROOT / "build" / "libortops.so"
+# Every manylinux policy lets a wheel use these from the system (PEP 600).
+MANYLINUX_SYSTEM_LIBRARIES = {
+    "libc.so.6",
+    "libm.so.6",
+    "libdl.so.2",
+    "librt.so.1",
+    "libpthread.so.0",
+    "libgcc_s.so.1",
+    "ld-linux-x86-64.so.2",
+}
+
+pytestmark = pytest.mark.skipif(
+    not LIBRARY.is_file(), reason=f"no CUDA build at {LIBRARY}: scripts/test.sh's cuda-build suite compiles it"
+)
+
+
+def _readelf(*args: str) -> str:
+    return subprocess.run(["readelf", *args, str(LIBRARY)], check=True, capture_output=True, text=True).stdout
+
+
+def _wheel_glibc() -> tuple[int, int]:
+    text = (ROOT / "deps" / "versions.env").read_text()
+    match = re.search(r"^ORTOPS_WHEEL_PLATFORM=manylinux_(\d+)_(\d+)_x86_64$", text, re.MULTILINE)
+    assert match, "no ORTOPS_WHEEL_PLATFORM in deps/versions.env"
+    return int(match[1]), int(match[2])
+
+
+def test_needs_no_cuda_library_only_manylinux_system_ones() -> None:
+    needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", _readelf("-d")))
+    assert needed <= MANYLINUX_SYSTEM_LIBRARIES, sorted(needed - MANYLINUX_SYSTEM_LIBRARIES)
+
+
+def test_exports_only_register_custom_ops() -> None:
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(LIBRARY)], check=True, capture_output=True, text=True)
+    assert [line.split()[-1] for line in nm.stdout.splitlines()] == ["RegisterCustomOps"]
+
+
+def test_needs_no_glibc_newer_than_the_wheel_tag() -> None:
+    versions = {tuple(map(int, v.split("."))) for v in re.findall(r"@GLIBC_([0-9.]+)", _readelf("--dyn-syms", "-W"))}
+    too_new = sorted(v for v in versions if v > _wheel_glibc())
+    assert not too_new, f"symbols at GLIBC {too_new} (tag allows {_wheel_glibc()})"
+
+
+def _run(library: Path, model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(str(library))
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def _cases() -> list[tuple[str, bytes, dict[str, np.ndarray]]]:
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 50, (200, 2)).astype(np.float32)
+    boxes = np.concatenate([xy, xy + rng.uniform(1, 20, (200, 2)).astype(np.float32)], axis=1)
+    scores = rng.random(200).astype(np.float32)
+    features = rng.standard_normal((2, 3, 12, 16)).astype(np.float32)
+    rois = np.array([[0, 1, 1, 9, 7], [1, 2.5, 0, 15, 11]], np.float32)
+    grid = rng.uniform(-1.1, 1.1, (2, 5, 6, 2)).astype(np.float32)
+    nms = make_model("NMS", "ortops", [("boxes", np.float32, 2), ("scores", np.float32, 1)], ["kept"])
+    roi_align = make_model(
+        "RoIAlign",
+        "ortops",
+        [("input", np.float32, 4), ("rois", np.float32, 2)],
+        ["Y"],
+        output_height=3,
+        output_width=2,
+    )
+    grid_sample = make_model("GridSample", "ortops", [("input", np.float32, 4), ("grid", np.float32, 4)], ["Y"])
+    return [
+        ("NMS", nms.SerializeToString(), {"boxes": boxes, "scores": scores}),
+        ("RoIAlign", roi_align.SerializeToString(), {"input": features, "rois": rois}),
+        ("GridSample", grid_sample.SerializeToString(), {"input": features, "grid": grid}),
+    ]
+
+
+@pytest.mark.skipif(not CPU_LIBRARY.is_file(), reason=f"no CPU library at {CPU_LIBRARY} to compare with")
+@pytest.mark.parametrize("case", _cases(), ids=lambda case: case[0])
+def test_runs_its_cpu_kernels_without_a_driver_as_the_cpu_library(
+    case: tuple[str, bytes, dict[str, np.ndarray]],
+) -> None:
+    _, model, feeds = case
+    for got, expected in zip(_run(LIBRARY, model, feeds), _run(CPU_LIBRARY, model, feeds)):
+        np.testing.assert_array_equal(got, expected)
