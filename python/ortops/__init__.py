@@ -24,11 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from ortops._check import ModelProblem, check_model
 from ortops._schemas import register_onnx_schemas
+from ortops._version import __version__
 
 if TYPE_CHECKING:
     import onnxruntime
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AttributeInfo",
@@ -39,6 +38,7 @@ __all__ = [
     "check_model",
     "domains",
     "get_library_path",
+    "library_version",
     "ops",
     "register_onnx_schemas",
     "session_options",
@@ -46,9 +46,6 @@ __all__ = [
 
 _LIBRARY_NAME = "libortops.so"
 _MANIFEST_NAME = "ortops_ops.json"
-
-#: The custom domains the library registers, each at opset version 1.
-DOMAINS: tuple[str, ...] = ("ortops", "mmcv", "mmdeploy", "TRT")
 
 
 def get_library_path() -> str:
@@ -142,10 +139,14 @@ def _io(entry: dict[str, Any]) -> InputInfo:
 
 
 @functools.cache
+def _manifest() -> dict[str, Any]:
+    """The library's manifest (``ortops_ops.json`` beside it): version, domains, op table."""
+    return json.loads(Path(get_library_path()).with_name(_MANIFEST_NAME).read_text())
+
+
+@functools.cache
 def ops() -> tuple[OpInfo, ...]:
     """Every op the library registers, in op-table order (read from the shipped manifest)."""
-    manifest = Path(get_library_path()).with_name(_MANIFEST_NAME)
-    data = json.loads(manifest.read_text())
     return tuple(
         OpInfo(
             domain=op["domain"],
@@ -163,10 +164,17 @@ def ops() -> tuple[OpInfo, ...]:
                 for a in op["attributes"]
             ),
         )
-        for op in data["ops"]
+        for op in _manifest()["ops"]
     )
 
 
 def domains() -> tuple[str, ...]:
-    """The custom domains the library registers."""
-    return DOMAINS
+    """The custom domains the library registers, each at opset version 1."""
+    return tuple(_manifest()["domains"])
+
+
+def library_version() -> str:
+    """The version of the library that :func:`get_library_path` names (its manifest says it):
+    ``__version__`` for the library shipped in the package, possibly another one for a library
+    that ``ORTOPS_LIBRARY`` points at."""
+    return str(_manifest()["version"])

@@ -284,15 +284,15 @@ class _Checker:
 
     def unknown_op_message(self, node: onnx.NodeProto, label: str) -> str:
         qualified = f"{node.domain}::{node.op_type}"
-        from ortops import DOMAINS
+        from ortops import domains
 
-        if node.domain in DOMAINS:
+        if node.domain in domains():
             same_name = sorted(f"{d}::{n}" for d, n in self.known if n.lower() == node.op_type.lower())
             hint = f" (did you mean {', '.join(same_name)}?)" if same_name else ""
             return f"Node {label} uses {qualified}, which ortops does not implement{hint}."
         return (
             f"Node {label} uses {qualified}: domain '{node.domain}' is neither ONNX Runtime's nor one that ortops "
-            f"registers ({', '.join(DOMAINS)}), so no kernel for it will be found."
+            f"registers ({', '.join(domains())}), so no kernel for it will be found."
         )
 
 

@@ -487,12 +487,33 @@ def _cmd_ops(args: argparse.Namespace) -> int:
 # --- entry point --------------------------------------------------------------------------
 
 
+def _version_text() -> str:
+    """``ortops X.Y.Z``, and the library's own version where it differs (ORTOPS_LIBRARY)."""
+    from ortops import __version__, get_library_path, library_version
+
+    try:
+        library = library_version()
+    except KeyError:  # a library built before its manifest carried the version
+        return f"ortops {__version__} (library {get_library_path()}: no version in its manifest)"
+    except (OSError, ValueError) as e:  # no library or manifest: say so, still print ours
+        return f"ortops {__version__} (library: {e})"
+    if library == __version__:
+        return f"ortops {__version__}"
+    return f"ortops {__version__} (library {get_library_path()}: {library})"
+
+
+class _PrintVersion(argparse.Action):
+    """--version: prints the version line unwrapped (argparse's own action wraps it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(_version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ortops`` argument parser."""
-    from ortops import __version__
-
     parser = argparse.ArgumentParser(prog="ortops", description="ortops: custom operators for ONNX Runtime.")
-    parser.add_argument("--version", action="version", version=f"ortops {__version__}")
+    parser.add_argument("--version", action=_PrintVersion, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

@@ -85,9 +85,18 @@ def test_wheel_is_tagged_py3_none_manylinux(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         info = archive.read(f"ortops-{ortops.__version__}.dist-info/WHEEL").decode()
         names = set(archive.namelist())
+        metadata_text = archive.read(f"ortops-{ortops.__version__}.dist-info/METADATA").decode()
+        licences = [
+            name for name in names if name.startswith(f"ortops-{ortops.__version__}.dist-info/") and "LICENSE" in name
+        ]
+        licence_text = archive.read(licences[0]).decode() if licences else ""
     assert f"Tag: py3-none-{platform}" in info.splitlines()
     assert "Root-Is-Purelib: false" in info.splitlines()
     assert {"ortops/libortops.so", "ortops/ortops_ops.json", "ortops/__init__.py"} <= names
+    # The one version (python/ortops/_version.py) and the licence text, not only its name.
+    assert f"Version: {ortops.__version__}" in metadata_text.splitlines()
+    assert "License: Apache-2.0" in metadata_text.splitlines()
+    assert "Apache License" in licence_text and "Version 2.0, January 2004" in licence_text, licences
 
 
 def test_wheel_tag_is_no_newer_than_the_installed_onnxruntime_wheel() -> None:
