@@ -16,8 +16,10 @@ Example::
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +49,14 @@ __all__ = [
 _LIBRARY_NAME = "libortops.so"
 _MANIFEST_NAME = "ortops_ops.json"
 
+# The wheel leaves ONNX Runtime to an extra (pyproject.toml says why), so it may be missing.
+_NO_ONNXRUNTIME = (
+    "ortops: no ONNX Runtime is installed; install one: "
+    'pip install "ortops[onnxruntime]" (CPU) or "ortops[onnxruntime-gpu]" (CUDA)'
+)
+if importlib.util.find_spec("onnxruntime") is None:
+    print(_NO_ONNXRUNTIME, file=sys.stderr)
+
 
 def get_library_path() -> str:
     """Returns the path of ``libortops.so`` for ``register_custom_ops_library``.
@@ -66,7 +76,12 @@ def session_options(options: onnxruntime.SessionOptions | None = None) -> onnxru
 
     ``ort.InferenceSession(path, ortops.session_options())`` is all a model needs.
     """
-    import onnxruntime
+    try:
+        import onnxruntime
+    except ModuleNotFoundError as e:
+        if e.name != "onnxruntime":
+            raise
+        raise ModuleNotFoundError(_NO_ONNXRUNTIME, name="onnxruntime") from None
 
     options = options if options is not None else onnxruntime.SessionOptions()
     options.register_custom_ops_library(get_library_path())

@@ -177,10 +177,11 @@ except ImportError:
     torch_found = False
 boxes = np.array(json.loads(sys.argv[2]), dtype=np.float32)
 scores = np.array(json.loads(sys.argv[3]), dtype=np.float32)
-session = ort.InferenceSession(sys.argv[1], ortops.session_options())
+session = ort.InferenceSession(sys.argv[1], ortops.session_options(), providers=["CPUExecutionProvider"])
 (indices,) = session.run(None, {"boxes": boxes, "scores": scores})
 print(json.dumps({"indices": indices.tolist(), "dtype": str(indices.dtype), "library": ortops.get_library_path(),
-                  "torch_found": torch_found, "glibc": os.confstr("CS_GNU_LIBC_VERSION"), "ort": ort.__version__}))
+                  "torch_found": torch_found, "glibc": os.confstr("CS_GNU_LIBC_VERSION"), "ort": ort.__version__,
+                  "providers": ort.get_available_providers()}))
 """
 
 
@@ -215,23 +216,124 @@ def _run_nms(command: list[str], model: Path, env: dict[str, str]) -> dict:
     return result
 
 
-def test_wheel_runs_an_mmcv_file_in_an_empty_venv(wheel: Path, tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    _expose_only(venv, ["onnxruntime", "numpy"], tmp_path / "ort-numpy")
-    python = str(venv / "bin" / "python")
+def _venv_seeing_only(names: list[str], folder: Path) -> tuple[str, dict[str, str]]:
+    """(python, environment) of a new virtual environment in ``folder`` that sees only this
+    environment's ``names`` and their requirements."""
+    venv = folder / "venv"
+    # Without pip of its own (seeding one takes seconds): this pip installs into it (--python).
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    _expose_only(venv, names, folder / "exposed")
     env = {key: value for key, value in os.environ.items() if key not in ("ORTOPS_LIBRARY", "PYTHONPATH")}
-    # No index: pip must find the wheel's requirements (onnxruntime>=1.17, numpy) already there.
+    return str(venv / "bin" / "python"), env
+
+
+def _pip_install(python: str, env: dict[str, str], *what: str) -> None:
+    """pip install without an index: every requirement must already be there (or be given)."""
     install = subprocess.run(
-        [python, "-m", "pip", "install", "--no-index", "--disable-pip-version-check", str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "--no-index",
+            "--disable-pip-version-check",
+            *what,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
+
+
+def _installed(python: str, env: dict[str, str]) -> set[str]:
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "list", "--format=json", "--disable-pip-version-check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return {entry["name"].lower() for entry in json.loads(listed.stdout)}
+
+
+def test_wheel_runs_an_mmcv_file_in_an_empty_venv(wheel: Path, tmp_path: Path) -> None:
+    python, env = _venv_seeing_only(["onnxruntime", "numpy"], tmp_path)
+    # The CPU runtime through the extra; pip must find it (and numpy) already there.
+    _pip_install(python, env, f"{wheel}[onnxruntime]")
+    result = _run_nms([python], _mmcv_nms_file(tmp_path), env)
+    assert Path(result["library"]).is_relative_to(tmp_path / "venv"), result["library"]
+    assert result["indices"] == EXPECTED
+
+
+def test_import_without_onnxruntime_says_so_in_one_line(wheel: Path, tmp_path: Path) -> None:
+    python, env = _venv_seeing_only(["numpy"], tmp_path)
+    _pip_install(python, env, str(wheel))  # no extra: installs with numpy alone
+    imported = subprocess.run(
+        [python, "-c", "import ortops; print(ortops.get_library_path())"],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
+    assert imported.returncode == 0, imported.stderr  # C++ users may want only the library's path
+    assert imported.stderr.splitlines() == [
+        'ortops: no ONNX Runtime is installed; install one: pip install "ortops[onnxruntime]" (CPU) or '
+        '"ortops[onnxruntime-gpu]" (CUDA)'
+    ]
+    used = subprocess.run(
+        [python, "-c", "import ortops; ortops.session_options()"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert used.returncode != 0
+    assert used.stderr.strip().splitlines()[-1].startswith("ModuleNotFoundError: ortops: no ONNX Runtime is installed")
+
+
+@pytest.fixture(scope="module")
+def onnxruntime_gpu_wheel() -> Path:
+    """The onnxruntime-gpu wheel pinned in deps/python-ort-gpu.txt, downloaded once into .deps."""
+    (pin,) = [
+        line.strip()
+        for line in (ROOT / "deps" / "python-ort-gpu.txt").read_text().splitlines()
+        if line.startswith("onnxruntime-gpu==")
+    ]
+    version = pin.split("==")[1]
+    cache = ROOT / ".deps" / "onnxruntime-gpu"
+    found = sorted(cache.glob(f"onnxruntime_gpu-{version}-*.whl"))
+    if not found:
+        _prepare(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
+            + ["--only-binary=:all:", "--dest", str(cache), pin],
+            f"download {pin}",
+        )
+        found = sorted(cache.glob(f"onnxruntime_gpu-{version}-*.whl"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_wheel_keeps_an_installed_onnxruntime_gpu(wheel: Path, onnxruntime_gpu_wheel: Path, tmp_path: Path) -> None:
+    """pip install onnxruntime-gpu, then pip install the ortops wheel: the GPU build stays, and
+    ortops runs with it (a wheel that required `onnxruntime` had pip install the CPU build over
+    it; here, without an index, that install fails)."""
+    with zipfile.ZipFile(onnxruntime_gpu_wheel) as archive:
+        (metadata_name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = [
+            Requirement(line.split(": ", 1)[1])
+            for line in archive.read(metadata_name).decode().splitlines()
+            if line.startswith("Requires-Dist: ")
+        ]
+    # The GPU build's own requirements (flatbuffers, numpy, packaging, protobuf) from here.
+    needed = [r.name for r in requires if r.marker is None or r.marker.evaluate({"extra": ""})]
+    python, env = _venv_seeing_only(needed, tmp_path)
+    _pip_install(python, env, str(onnxruntime_gpu_wheel))
+    _pip_install(python, env, str(wheel))
+    installed = _installed(python, env)
+    assert "onnxruntime-gpu" in installed and "onnxruntime" not in installed, sorted(installed)
     result = _run_nms([python], _mmcv_nms_file(tmp_path), env)
-    assert Path(result["library"]).is_relative_to(venv), result["library"]
+    assert "CUDAExecutionProvider" in result["providers"], result["providers"]
     assert result["indices"] == EXPECTED
 
 
