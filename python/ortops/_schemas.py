@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ortops._check import import_onnx
+
 if TYPE_CHECKING:
     import onnx
 
@@ -242,9 +244,9 @@ def register_onnx_schemas() -> None:
     and attributes) and onnxscript (the ``dynamo=True`` exporter) know the ops.
     ``ortops.torch`` calls it on import. Needs onnx 1.16 or newer; inference needs 1.17.
     """
-    import onnx
-
     from ortops import ops
+
+    onnx = import_onnx("ortops.register_onnx_schemas")
 
     for op in ops():
         if not onnx.defs.has(op.name, op.since_version, op.domain):
