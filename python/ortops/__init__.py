@@ -20,6 +20,7 @@ import importlib.util
 import json
 import os
 import sys
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,11 +72,27 @@ def get_library_path() -> str:
     return str(path)
 
 
+# The SessionOptions objects this module registered the library into. ONNX Runtime accepts
+# a second registration but then fails every session made from the options ("Domain already
+# set in registry"), and it offers no way to ask options which libraries they hold.
+_REGISTERED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def session_options(options: onnxruntime.SessionOptions | None = None) -> onnxruntime.SessionOptions:
     """Returns ``options`` (or new ``SessionOptions``) with the ortops library registered.
 
-    ``ort.InferenceSession(path, ortops.session_options())`` is all a model needs.
+    ``ort.InferenceSession(path, ortops.session_options())`` is all a model needs. Options
+    that an earlier call registered ortops into are refused with ``ValueError``: ONNX Runtime
+    would fail every session made from them. (Options into which the library, or mmdeploy's
+    library, was registered another way fail the same way at session creation, with
+    "Domain already set in registry"; ortops cannot see those.)
     """
+    if options is not None and options in _REGISTERED:
+        raise ValueError(
+            "ortops.session_options: these SessionOptions already hold ortops, from an earlier call; registering it "
+            'again would make ONNX Runtime fail every session created from them with "Domain already set in '
+            'registry" (a domain can be added to one options object once): pass the options on as they are.'
+        )
     try:
         import onnxruntime
     except ModuleNotFoundError as e:
@@ -85,7 +102,13 @@ def session_options(options: onnxruntime.SessionOptions | None = None) -> onnxru
 
     options = options if options is not None else onnxruntime.SessionOptions()
     options.register_custom_ops_library(get_library_path())
+    _REGISTERED.add(options)
     return options
+
+
+def __dir__() -> list[str]:
+    """``dir(ortops)``: the public API only (not the modules this one imports)."""
+    return sorted(__all__)
 
 
 @dataclass(frozen=True)

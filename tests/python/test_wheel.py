@@ -23,6 +23,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pytest
 from packaging.requirements import Requirement
 
@@ -265,9 +266,32 @@ def test_wheel_runs_an_mmcv_file_in_an_empty_venv(wheel: Path, tmp_path: Path) -
     python, env = _venv_seeing_only(["onnxruntime", "numpy"], tmp_path)
     # The CPU runtime through the extra; pip must find it (and numpy) already there.
     _pip_install(python, env, f"{wheel}[onnxruntime]")
-    result = _run_nms([python], _mmcv_nms_file(tmp_path), env)
+    model = _mmcv_nms_file(tmp_path)
+    result = _run_nms([python], model, env)
     assert Path(result["library"]).is_relative_to(tmp_path / "venv"), result["library"]
     assert result["indices"] == EXPECTED
+    # Without the optional dependencies (no onnx, no torch here): the command runs the model
+    # unchecked, and what needs them names the extra that installs them.
+    ortops_command = str(tmp_path / "venv" / "bin" / "ortops")
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, boxes=np.array(BOXES, np.float32), scores=np.array(SCORES, np.float32))
+    run = subprocess.run(
+        [ortops_command, "run", str(model), "--inputs", str(inputs), "--runs", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0 and "indices: int64 [3] = [3 0 2]" in run.stdout, run.stdout + run.stderr
+    assert 'pip install "ortops[onnx]"' in run.stderr
+    for code, extra in (
+        ("import ortops.torch", "torch"),
+        (f"import ortops; ortops.check_model({str(model)!r})", "onnx"),
+    ):
+        missing = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert missing.returncode != 0
+        last = missing.stderr.strip().splitlines()[-1]
+        assert last.startswith("ModuleNotFoundError: ") and f'pip install "ortops[{extra}]"' in last, last
 
 
 def test_import_without_onnxruntime_says_so_in_one_line(wheel: Path, tmp_path: Path) -> None:
