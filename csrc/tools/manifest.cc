@@ -91,7 +91,8 @@ int main() {
     std::cout << "      \"compat\": " << (def.compat ? "true" : "false") << ",\n";
     std::cout << "      \"kernel\": " << Quote(KernelName(def)) << ",\n";
     std::cout << "      \"doc\": " << Quote(def.schema->doc) << ",\n";
-    std::cout << "      \"differences\": " << Quote(def.schema->differences) << ",\n";
+    const std::string_view differences = def.compat ? ortops::DifferencesFor(*def.schema, def.domain) : "";
+    std::cout << "      \"differences\": " << Quote(differences) << ",\n";
     WriteIo("inputs", def.schema->inputs, ops, true);
     std::cout << ",\n";
     WriteIo("outputs", def.schema->outputs, ops, false);
