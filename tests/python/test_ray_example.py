@@ -144,6 +144,17 @@ def _processes_of(ray_tmp: str) -> list[str]:
     return found
 
 
+def test_ray_is_pinned_in_its_own_environment_only() -> None:
+    """Only this example needs Ray (and the 20 packages it brings), so the main environment,
+    which every developer and scripts/demo.sh install, does not pin it."""
+    pins = {
+        name: {line.split("==")[0].lower() for line in (ROOT / "deps" / name).read_text().splitlines() if "==" in line}
+        for name in ("python-main.txt", "python-ray.txt")
+    }
+    assert "ray" not in pins["python-main.txt"]
+    assert {"ray", "onnxruntime", "onnx", "numpy"} <= pins["python-ray.txt"]
+
+
 def test_batch_detect_on_local_ray() -> None:
     """The script in Ray's own environment (.venv-ray, deps/python-ray.txt), which scripts/test.sh
     makes (scripts/setup.sh --with-ray); the main environment has no Ray."""
