@@ -4,7 +4,18 @@
 # Idempotent: whatever is already in place at the pinned version is reused, so a second run
 # only rebuilds what changed. Set ORTOPS_ORT_ROOT to an ONNX Runtime release folder
 # (include/, lib/) to build against it instead of the downloaded headers.
+# Options: --deps-only (environments, no build), --with-ray (also .venv-ray, the Ray
+# example's own environment: scripts/test.sh asks for it, scripts/demo.sh does not).
 set -euo pipefail
+
+deps_only=0 with_ray=0
+for arg in "$@"; do
+  case "$arg" in
+    --deps-only) deps_only=1 ;;
+    --with-ray) with_ray=1 ;;
+    *) echo "usage: scripts/setup.sh [--deps-only] [--with-ray]" >&2; exit 2 ;;
+  esac
+done
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=../deps/versions.env
@@ -95,9 +106,13 @@ make_venv "$ROOT/.venv" "$ROOT/deps/python-main.txt"
 make_venv "$ROOT/.venv-ort-min" "$ROOT/deps/python-ort-min.txt"
 make_venv "$ROOT/.venv-wheel" "$ROOT/deps/python-wheel.txt"  # scripts/build_wheel.sh, tests/python/test_wheel.py
 make_venv "$ROOT/.venv-cuda" "$ROOT/deps/python-cuda.txt"    # the device paths: the emulated device, the CUDA build
-if [[ "${1:-}" != "--deps-only" ]]; then
+if [[ $with_ray == 1 ]]; then
+  make_venv "$ROOT/.venv-ray" "$ROOT/deps/python-ray.txt"  # examples/ray, tests/python/test_ray_example.py
+fi
+if [[ $deps_only == 0 ]]; then
   build_library
   install_package "$ROOT/.venv"
   install_package "$ROOT/.venv-ort-min"
+  if [[ $with_ray == 1 ]]; then install_package "$ROOT/.venv-ray"; fi
 fi
 log "ready"

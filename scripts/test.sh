@@ -30,7 +30,7 @@ if [[ "${ORTOPS_TEST_APT:-1}" != 0 && $(id -u) == 0 ]] && command -v apt-get >/d
   apt_install || { apt-get update -q >/dev/null && apt_install; } \
     || echo "[test] apt-get failed: the qemu and ARM64 suites will say they were skipped"
 fi
-bash scripts/setup.sh
+bash scripts/setup.sh --with-ray  # the Ray example's own environment too (tests/python/test_ray_example.py)
 
 REPORTS="$ROOT/build/test-reports"
 rm -rf "$REPORTS" && mkdir -p "$REPORTS"

@@ -103,14 +103,34 @@ struct AttrSpec {
   bool also_ints_of_one = false;
 };
 
+// Where the node of one compatibility domain differs from the runtime that defined it, for a
+// schema that ortops' own op shares with compatibility names (the schema is shared, the
+// originals are not: mmcv's and mmdeploy's kernels of one node can differ).
+struct CompatDifferences {
+  std::string_view domain;
+  std::string_view text;  // Markdown
+};
+
 struct OpSchema {
   std::string_view doc;  // semantics, in Markdown
   std::span<const IoSpec> inputs;
   std::span<const IoSpec> outputs;
   std::span<const AttrSpec> attributes;
-  // For ops that reproduce another runtime's node (TensorRT plugins, mmdeploy's nodes): where
-  // ortops deliberately differs from the original, in Markdown; empty when it does not.
+  // For a schema only compatibility names use (TensorRT plugins, mmdeploy's nodes): where
+  // ortops deliberately differs from the original, in Markdown.
   std::string_view differences = {};
+  // For a schema that ortops' own name shares with compatibility names: the same, per domain.
+  // Every compatibility name has its differences in one of the two (tests check it).
+  std::span<const CompatDifferences> compat_differences = {};
 };
+
+// The differences from the original of the node `domain` registers with `schema`.
+constexpr std::string_view DifferencesFor(const OpSchema& schema, std::string_view domain) {
+  if (!schema.differences.empty()) return schema.differences;
+  for (const CompatDifferences& entry : schema.compat_differences) {
+    if (entry.domain == domain) return entry.text;
+  }
+  return {};
+}
 
 }  // namespace ortops

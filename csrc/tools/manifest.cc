@@ -1,8 +1,9 @@
-// Writes the op manifest: every row of the op table with its schema and the element types
-// of the kernels it registers, as JSON. The build runs it; the Python package ships its
-// output (ortops.ops()), and docs/ops.md is generated from it.
+// Writes the op manifest: the library's version, its domains, and every row of the op table
+// with its schema and the element types of the kernels it registers, as JSON. The build runs it; the Python package
+// ships its output (ortops.ops()), and docs/ops.md is generated from it.
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <string_view>
@@ -75,7 +76,9 @@ std::string KernelName(const ortops::OpDef& def) {
 }  // namespace
 
 int main() {
-  std::cout << "{\n  \"ops\": [";
+  std::cout << "{\n  \"version\": " << Quote(ORTOPS_VERSION) << ",\n  \"domains\": [";
+  for (size_t i = 0; i < std::size(ortops::kDomains); ++i) std::cout << (i ? ", " : "") << Quote(ortops::kDomains[i]);
+  std::cout << "],\n  \"ops\": [";
   bool first = true;
   for (const ortops::OpDef& def : ortops::OpTable()) {
     const std::vector<ortops::OpPtr> ops = def.make(def);
@@ -89,7 +92,8 @@ int main() {
     std::cout << "      \"compat\": " << (def.compat ? "true" : "false") << ",\n";
     std::cout << "      \"kernel\": " << Quote(KernelName(def)) << ",\n";
     std::cout << "      \"doc\": " << Quote(def.schema->doc) << ",\n";
-    std::cout << "      \"differences\": " << Quote(def.schema->differences) << ",\n";
+    const std::string_view differences = def.compat ? ortops::DifferencesFor(*def.schema, def.domain) : "";
+    std::cout << "      \"differences\": " << Quote(differences) << ",\n";
     WriteIo("inputs", def.schema->inputs, ops, true);
     std::cout << ",\n";
     WriteIo("outputs", def.schema->outputs, ops, false);

@@ -16,8 +16,9 @@ a line ``check: ... OK`` (exit status 0) or ``check FAILED: ...`` (exit status 1
     python examples/ray/batch_detect.py --address ray://head:10001 --actors 8 --threads 4
     python examples/ray/batch_detect.py --model det.onnx --dim H=512 --dim W=512
 
-Every node needs Python with ``ray[data]``, ``onnxruntime`` and ``ortops`` installed (the
-versions in deps/python-main.txt); ``ray://`` addresses also need ``ray[client]``.
+Every node needs Python with ``ray[data]``, ``onnxruntime``, ``onnx`` and ``ortops`` installed
+(the versions in deps/python-ray.txt, which ``scripts/setup.sh --with-ray`` installs into
+.venv-ray); ``ray://`` addresses also need ``ray[client]``.
 
 The model: without ``--model`` the script builds a small detection tail with onnx.helper:
 a strided convolution gives a feature map, ``ortops::NMS`` keeps the proposals of every

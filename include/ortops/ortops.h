@@ -1,9 +1,11 @@
 // ortops: custom operators for ONNX Runtime (https://onnxruntime.ai), C and C++ interface.
 //
 // The library has one entry point, RegisterCustomOps, with the signature ONNX Runtime expects
-// of a custom-op library. It adds the domains "ortops", "mmcv" and "mmdeploy" to a session's
-// options. It needs ONNX Runtime 1.17 or newer at run time (C API version 17); bring your own
-// ONNX Runtime headers (onnxruntime_c_api.h must be on the include path).
+// of a custom-op library. It adds the domains "ortops", "mmcv", "mmdeploy" and "TRT" to a
+// session's options (each once: options that already hold one of them, from ortops or from
+// mmcv's or mmdeploy's library, make ONNX Runtime fail the session with "Domain already set
+// in registry"). It needs ONNX Runtime 1.17 or newer at run time (C API version 17); bring
+// your own ONNX Runtime headers (onnxruntime_c_api.h must be on the include path).
 //
 // Three ways to use it (CMake: find_package(ortops CONFIG REQUIRED)):
 //

@@ -16,19 +16,21 @@ Example::
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
+import sys
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ortops._check import ModelProblem, check_model
 from ortops._schemas import register_onnx_schemas
+from ortops._version import __version__
 
 if TYPE_CHECKING:
     import onnxruntime
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AttributeInfo",
@@ -39,6 +41,7 @@ __all__ = [
     "check_model",
     "domains",
     "get_library_path",
+    "library_version",
     "ops",
     "register_onnx_schemas",
     "session_options",
@@ -47,8 +50,13 @@ __all__ = [
 _LIBRARY_NAME = "libortops.so"
 _MANIFEST_NAME = "ortops_ops.json"
 
-#: The custom domains the library registers, each at opset version 1.
-DOMAINS: tuple[str, ...] = ("ortops", "mmcv", "mmdeploy", "TRT")
+# The wheel leaves ONNX Runtime to an extra (pyproject.toml says why), so it may be missing.
+_NO_ONNXRUNTIME = (
+    "ortops: no ONNX Runtime is installed; install one: "
+    'pip install "ortops[onnxruntime]" (CPU) or "ortops[onnxruntime-gpu]" (CUDA)'
+)
+if importlib.util.find_spec("onnxruntime") is None:
+    print(_NO_ONNXRUNTIME, file=sys.stderr)
 
 
 def get_library_path() -> str:
@@ -64,16 +72,43 @@ def get_library_path() -> str:
     return str(path)
 
 
+# The SessionOptions objects this module registered the library into. ONNX Runtime accepts
+# a second registration but then fails every session made from the options ("Domain already
+# set in registry"), and it offers no way to ask options which libraries they hold.
+_REGISTERED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def session_options(options: onnxruntime.SessionOptions | None = None) -> onnxruntime.SessionOptions:
     """Returns ``options`` (or new ``SessionOptions``) with the ortops library registered.
 
-    ``ort.InferenceSession(path, ortops.session_options())`` is all a model needs.
+    ``ort.InferenceSession(path, ortops.session_options())`` is all a model needs. Options
+    that an earlier call registered ortops into are refused with ``ValueError``: ONNX Runtime
+    would fail every session made from them. (Options into which the library, or mmdeploy's
+    library, was registered another way fail the same way at session creation, with
+    "Domain already set in registry"; ortops cannot see those.)
     """
-    import onnxruntime
+    if options is not None and options in _REGISTERED:
+        raise ValueError(
+            "ortops.session_options: these SessionOptions already hold ortops, from an earlier call; registering it "
+            'again would make ONNX Runtime fail every session created from them with "Domain already set in '
+            'registry" (a domain can be added to one options object once): pass the options on as they are.'
+        )
+    try:
+        import onnxruntime
+    except ModuleNotFoundError as e:
+        if e.name != "onnxruntime":
+            raise
+        raise ModuleNotFoundError(_NO_ONNXRUNTIME, name="onnxruntime") from None
 
     options = options if options is not None else onnxruntime.SessionOptions()
     options.register_custom_ops_library(get_library_path())
+    _REGISTERED.add(options)
     return options
+
+
+def __dir__() -> list[str]:
+    """``dir(ortops)``: the public API only (not the modules this one imports)."""
+    return sorted(__all__)
 
 
 @dataclass(frozen=True)
@@ -143,10 +178,14 @@ def _io(entry: dict[str, Any]) -> InputInfo:
 
 
 @functools.cache
+def _manifest() -> dict[str, Any]:
+    """The library's manifest (``ortops_ops.json`` beside it): version, domains, op table."""
+    return json.loads(Path(get_library_path()).with_name(_MANIFEST_NAME).read_text())
+
+
+@functools.cache
 def ops() -> tuple[OpInfo, ...]:
     """Every op the library registers, in op-table order (read from the shipped manifest)."""
-    manifest = Path(get_library_path()).with_name(_MANIFEST_NAME)
-    data = json.loads(manifest.read_text())
     return tuple(
         OpInfo(
             domain=op["domain"],
@@ -164,10 +203,17 @@ def ops() -> tuple[OpInfo, ...]:
                 for a in op["attributes"]
             ),
         )
-        for op in data["ops"]
+        for op in _manifest()["ops"]
     )
 
 
 def domains() -> tuple[str, ...]:
-    """The custom domains the library registers."""
-    return DOMAINS
+    """The custom domains the library registers, each at opset version 1."""
+    return tuple(_manifest()["domains"])
+
+
+def library_version() -> str:
+    """The version of the library that :func:`get_library_path` names (its manifest says it):
+    ``__version__`` for the library shipped in the package, possibly another one for a library
+    that ``ORTOPS_LIBRARY`` points at."""
+    return str(_manifest()["version"])

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:
     import onnx
 
-    from ortops import OpInfo
+    from ortops import AttributeInfo, OpInfo
 
 #: Domains that ONNX Runtime implements itself: nodes there are not ortops' business. They
 #: are ONNX ("" and its alias "ai.onnx"), ONNX-ML, the two ONNX training domains, and ONNX
@@ -100,6 +101,20 @@ _ELEMENT_TYPE_NAMES = {
 }
 
 
+def import_onnx(needed_by: str) -> ModuleType:
+    """The onnx module; ``needed_by`` names the function that needs it in the error that says
+    how to install it (onnx is an optional dependency of ortops)."""
+    try:
+        import onnx
+    except ModuleNotFoundError as e:
+        if e.name != "onnx":
+            raise
+        raise ModuleNotFoundError(
+            f'{needed_by} needs the onnx package, which is not installed: pip install "ortops[onnx]"', name="onnx"
+        ) from None
+    return onnx
+
+
 def _element_type_name(elem_type: int) -> str:
     return _ELEMENT_TYPE_NAMES.get(elem_type, f"ONNX element type {elem_type}")
 
@@ -111,7 +126,7 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
     Raises ``FileNotFoundError`` for a missing file and ``ValueError`` for anything that is
     not an ONNX model.
     """
-    import onnx
+    onnx = import_onnx("ortops.check_model")
 
     if isinstance(model, onnx.ModelProto):
         return model
@@ -228,20 +243,18 @@ class _Checker:
                 continue
             if attribute.ref_attr_name:
                 continue  # inside a function, bound by the caller: type known only there
-            actual = attribute.type
-            if spec.also_ints_of_one and actual == _ATTRIBUTE_TYPES["ints"] and len(attribute.ints) == 1:
-                continue  # an int written as a one-value list (yolov7's TensorRT NMS attributes)
-            if actual != _ATTRIBUTE_TYPES[spec.type]:
+            outcome = _wrong_type_outcome(spec, attribute)
+            if outcome is not None:
+                actual = attribute.type
                 actual_name = _ATTRIBUTE_TYPE_NAMES.get(actual, f"type {actual}")
-                if actual == 0:  # UNDEFINED: old writers left the type out; name what is set
+                if actual == 0:  # UNDEFINED: old writers left the type out
                     actual_name = "an untyped attribute"
                 self.add(
                     node,
                     label,
                     "attribute-type",
                     f"Node {label} ({qualified}): attribute '{attribute.name}' must be {spec.type}, "
-                    f"but the model stores it as {actual_name}; the op ignores it and uses "
-                    + (f"its default ({spec.default})." if spec.default is not None else "nothing (it is required)."),
+                    f"but the model stores it as {actual_name}; {outcome}",
                 )
         for spec in op.attributes:
             if spec.default is None and spec.name not in given:
@@ -284,16 +297,58 @@ class _Checker:
 
     def unknown_op_message(self, node: onnx.NodeProto, label: str) -> str:
         qualified = f"{node.domain}::{node.op_type}"
-        from ortops import DOMAINS
+        from ortops import domains
 
-        if node.domain in DOMAINS:
+        if node.domain in domains():
             same_name = sorted(f"{d}::{n}" for d, n in self.known if n.lower() == node.op_type.lower())
             hint = f" (did you mean {', '.join(same_name)}?)" if same_name else ""
             return f"Node {label} uses {qualified}, which ortops does not implement{hint}."
         return (
             f"Node {label} uses {qualified}: domain '{node.domain}' is neither ONNX Runtime's nor one that ortops "
-            f"registers ({', '.join(DOMAINS)}), so no kernel for it will be found."
+            f"registers ({', '.join(domains())}), so no kernel for it will be found."
         )
+
+
+def _library_view(attribute: onnx.AttributeProto) -> str:
+    """The type ortops' kernels see for an attribute, as ``StoredAttrType`` in
+    csrc/core/kernel_io.cc finds it through ONNX Runtime's C API: the scalars and non-empty
+    lists by their names; an empty list, and any type the C API has no reader for (tensor,
+    graph, strings, ...), reads as an empty list."""
+    kind = attribute.type
+    if kind in (_ATTRIBUTE_TYPES["float"], _ATTRIBUTE_TYPES["int"], _ATTRIBUTE_TYPES["string"]):
+        return _ATTRIBUTE_TYPE_NAMES[kind]
+    if kind == _ATTRIBUTE_TYPES["ints"] and attribute.ints:
+        return "ints"
+    if kind == _ATTRIBUTE_TYPES["floats"] and attribute.floats:
+        return "floats"
+    return "an empty list"
+
+
+def _wrong_type_outcome(spec: AttributeInfo, attribute: onnx.AttributeProto) -> str | None:
+    """What happens to ``attribute`` when a session is created, where it is not simply of the
+    type ``spec`` wants (None: the kernels accept it as that type). These are the rules of
+    ``Attributes::CheckTypes`` (csrc/core/kernel_io.cc); test_check_model.py creates a session
+    for each case and compares."""
+    if attribute.type == 0:  # UNDEFINED: old writers left the type out
+        return "ONNX Runtime refuses such a model when it loads it (an attribute must have a type)."
+    seen = _library_view(attribute)
+    if seen == spec.type:
+        return None
+    if seen == "an empty list" and spec.type in ("ints", "floats"):
+        if attribute.type == _ATTRIBUTE_TYPES[spec.type]:
+            return None  # an empty list of the right type
+        return f"ortops reads it as an empty list of {spec.type}, not as the stored value."
+    if spec.also_ints_of_one and seen in ("ints", "an empty list"):
+        count = len(attribute.ints) if attribute.type == _ATTRIBUTE_TYPES["ints"] else 0
+        if count == 1:
+            return None  # an int written as a one-value list (yolov7's TensorRT NMS attributes)
+        refusal = f"must be of type int, got ints holding {count} values"
+    else:
+        refusal = f"must be of type {spec.type}, got {seen}"
+    return (
+        "the session cannot be created: ortops checks attribute types when ONNX Runtime creates the session, "
+        f"and fails with \"attribute '{attribute.name}' {refusal}\"."
+    )
 
 
 def _subgraphs(attribute: onnx.AttributeProto) -> Iterator[onnx.GraphProto]:
@@ -341,7 +396,8 @@ def check_model(model: ModelLike) -> list[ModelProblem]:
       the only place where a misspelled ``iou_treshold`` (whose value the op would silently
       replace by the default) is caught;
     - ``attribute-type``: an attribute of the wrong ONNX type (``iou_threshold`` stored as an
-      int or a string); ONNX Runtime refuses such a node too, when the session is created;
+      int or a string); ortops' kernels check attribute types, so creating a session fails
+      (the message quotes the kernel's error);
     - ``missing-attribute``: a required attribute (one without default) is absent;
     - ``input-type``: an input whose element type the op does not accept, where the type
       is known from graph inputs, initializers or value_info (after a non-strict
@@ -352,7 +408,7 @@ def check_model(model: ModelLike) -> list[ModelProblem]:
     Raises ``FileNotFoundError`` for a missing file and ``ValueError`` for bytes or a file
     that are not an ONNX model.
     """
-    import onnx
+    onnx = import_onnx("ortops.check_model")
 
     proto = load_model(model)
     try:

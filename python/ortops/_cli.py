@@ -60,6 +60,9 @@ _ORT_TYPES = {
 }
 
 
+_ONNX_EXTRA = 'pip install "ortops[onnx]"'
+
+
 class UsageError(Exception):
     """A problem with the command line or its files: reported on one line, exit status 2."""
 
@@ -84,15 +87,15 @@ def _check_file(path: str) -> None:
 
 def _load(path: str) -> onnx.ModelProto:
     """The model at ``path`` (without external weights); UsageError if it is not one."""
+    from ortops._check import load_model
+
     _check_file(path)
     try:
-        from ortops._check import load_model
-    except ImportError as e:  # pragma: no cover - onnx is imported lazily in load_model
-        _fail(f"this command needs the onnx package ({e})")
-    try:
         return load_model(path)
-    except ImportError:
-        _fail("this command needs the onnx package: pip install onnx")
+    except ModuleNotFoundError as e:
+        if e.name != "onnx":
+            raise
+        _fail(f"this command reads the model with the onnx package, which is not installed: {_ONNX_EXTRA}")
     except (OSError, ValueError) as e:
         _fail(str(e))
 
@@ -249,17 +252,29 @@ def _providers(text: str | None) -> list[str]:
     return chosen
 
 
-def _input_shape(arg: onnxruntime.NodeArg, dims: dict[str, int], used: set[str]) -> list[int]:
+def _input_shape(arg: onnxruntime.NodeArg, dims: dict[str, int]) -> list[int]:
     shape = []
     for d in arg.shape or []:
         if isinstance(d, int) and d >= 0:
             shape.append(d)
         elif isinstance(d, str) and d in dims:
-            used.add(d)
             shape.append(dims[d])
         else:
             shape.append(1)
     return shape
+
+
+def _symbolic_dims(inputs: Sequence[onnxruntime.NodeArg]) -> str:
+    """The model's named input dims, for a --dim that names none of them."""
+    named: dict[str, list[str]] = {}
+    for arg in inputs:
+        for d in arg.shape or []:
+            if isinstance(d, str) and arg.name not in named.setdefault(d, []):
+                named[d].append(arg.name)
+    if not named:
+        return "the model's inputs have no symbolic dimensions"
+    listed = ", ".join(f"{name} (of {', '.join(args)})" for name, args in named.items())
+    return f"the model's symbolic dimensions: {listed}"
 
 
 def _random_input(arg: onnxruntime.NodeArg, shape: list[int], rng: np.random.Generator) -> np.ndarray:
@@ -351,16 +366,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
     path = args.model
     _check_file(path)
     try:
-        import onnx  # noqa: F401
-    except ImportError:
-        print("ortops: note: onnx is not installed, so the model's custom nodes are not checked first", file=sys.stderr)
+        import onnx  # noqa: F401  (the check reads the model with it)
+    except ModuleNotFoundError as e:
+        if e.name != "onnx":
+            raise
+        if args.strict:
+            _fail(f"--strict checks the model first, with the onnx package, which is not installed: {_ONNX_EXTRA}")
+        print(
+            "ortops: note: onnx is not installed, so the model's custom nodes are not checked first "
+            f"({_ONNX_EXTRA} adds it)",
+            file=sys.stderr,
+        )
     else:
+        # What check_model finds is reported; ONNX Runtime decides whether the model runs (it
+        # runs a misspelled attribute's default, say), unless --strict refuses first.
         report = inspect_report(path)
         if not report["runnable"]:
-            lines = [f"ortops: {path}: cannot run with ortops:"]
+            count = len(report["problems"])
+            lines = [f"ortops: {path}: ortops.check_model finds {count} problem{'s' * (count != 1)}:"]
             lines += _problem_lines(report["problems"])
-            print("\n".join(lines), file=sys.stderr)
-            return CANNOT_RUN
+            if args.strict:
+                print("\n".join([*lines, "ortops: not running it (--strict)"]), file=sys.stderr)
+                return CANNOT_RUN
+            print("\n".join([*lines, "ortops: running it anyway (--strict refuses such a model)"]), file=sys.stderr)
     if args.runs < 1 or args.warmup < 0:
         _fail("--runs must be at least 1 and --warmup at least 0")
     given = {name: (_read_array(file), file) for name, file in _parse_pairs(args.input, "--input", "FILE.npy").items()}
@@ -397,22 +425,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for name in given:
             if name not in names:
                 _fail(f"{path} has no input named '{name}' (its inputs: {', '.join(names) or 'none'})")
+        random_dims = {
+            d for arg in model_inputs if arg.name not in given for d in arg.shape or [] if isinstance(d, str)
+        }
+        unknown = sorted(set(dims) - random_dims)
+        if unknown:
+            _fail(
+                f"--dim {unknown[0]}: no random input has a dimension named '{unknown[0]}' "
+                f"({_symbolic_dims(model_inputs)})"
+            )
         rng = np.random.default_rng(args.seed)
         feeds: dict[str, np.ndarray] = {}
-        used: set[str] = set()
         print("inputs:")
         for arg in model_inputs:
             if arg.name in given:
                 value, source = given[arg.name]
                 _check_given(arg, value, source)
             else:
-                value = _random_input(arg, _input_shape(arg, dims, used), rng)
+                value = _random_input(arg, _input_shape(arg, dims), rng)
                 source = "random"
             feeds[arg.name] = value
             print(f"  {arg.name}: {value.dtype.name} {list(value.shape)} ({source})")
-        unused = sorted(set(dims) - used)
-        if unused:
-            _fail(f"--dim {unused[0]}: no random input has a dimension named '{unused[0]}'")
 
         times = []
         try:
@@ -483,12 +516,33 @@ def _cmd_ops(args: argparse.Namespace) -> int:
 # --- entry point --------------------------------------------------------------------------
 
 
+def _version_text() -> str:
+    """``ortops X.Y.Z``, and the library's own version where it differs (ORTOPS_LIBRARY)."""
+    from ortops import __version__, get_library_path, library_version
+
+    try:
+        library = library_version()
+    except KeyError:  # a library built before its manifest carried the version
+        return f"ortops {__version__} (library {get_library_path()}: no version in its manifest)"
+    except (OSError, ValueError) as e:  # no library or manifest: say so, still print ours
+        return f"ortops {__version__} (library: {e})"
+    if library == __version__:
+        return f"ortops {__version__}"
+    return f"ortops {__version__} (library {get_library_path()}: {library})"
+
+
+class _PrintVersion(argparse.Action):
+    """--version: prints the version line unwrapped (argparse's own action wraps it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(_version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``ortops`` argument parser."""
-    from ortops import __version__
-
     parser = argparse.ArgumentParser(prog="ortops", description="ortops: custom operators for ONNX Runtime.")
-    parser.add_argument("--version", action="version", version=f"ortops {__version__}")
+    parser.add_argument("--version", action=_PrintVersion, nargs=0, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -520,6 +574,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random inputs (default 0)")
     run.add_argument("--dim", action="append", default=[], metavar="NAME=VALUE", help="a symbolic dimension's size")
     run.add_argument("--save", metavar="FILE.npz", help="save the outputs of the last run")
+    run.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse to run a model in which ortops.check_model finds a problem (needs onnx; default: report "
+        "the problems and run it anyway)",
+    )
     run.set_defaults(func=_cmd_run)
 
     ops = sub.add_parser("ops", help="list the ops ortops registers")
@@ -532,7 +592,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the ``ortops`` command with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # here, so that a closed pipe is caught below and not at exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`ortops ops --json | head`): what it read is all it wanted.
+        # Python would report the failed flush at exit; point stdout at nothing instead.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
     except UsageError as e:
         print(f"ortops: {e}", file=sys.stderr)
         return USAGE

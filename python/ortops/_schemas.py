@@ -7,6 +7,8 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ortops._check import import_onnx
+
 if TYPE_CHECKING:
     import onnx
 
@@ -53,13 +55,19 @@ def _dims(doc: str) -> list[str] | None:
     return [d.strip() for d in match.group(1).split(",")] if match else None
 
 
+def _is_variadic(token: str) -> bool:
+    """A token that stands for any number of dims: "..." or a named run such as "A..."."""
+    return token.endswith("...")
+
+
 def shape_rule(op: OpInfo, output: int) -> list[str] | None:
     """How output ``output``'s shape follows from the inputs: its documented dims, or None for
     "same shape as the first input". Every output of every op has one (tests check this).
 
-    A dim is a number, an attribute name, "..." (the dims it stands for in the first input
-    documented with it), a symbol bound by an input's documented shape, or a product of those
-    ("H * D"); any other symbol (NMS's K) is data-dependent.
+    A dim is a number, an attribute name, a run of dims ("..." or a named one such as "A...":
+    the dims it stands for in the input documented with it that binds it first), a symbol bound
+    by an input's documented shape, or a product of those ("H * D"); any other symbol (NMS's
+    K) is data-dependent.
     """
     doc = op.outputs[output].doc
     if doc.startswith(_SAME_SHAPE):
@@ -71,28 +79,51 @@ def shape_rule(op: OpInfo, output: int) -> list[str] | None:
 
 
 def _bind_symbols(op: OpInfo, shapes: list[list[Any] | None]) -> dict[str, Any]:
-    """Each symbol of the inputs' documented shapes bound to the dim it has in this node
-    ("..." to the dims it stands for, wherever it is, in the first input documented with it);
-    unknown dims stay unbound.
-    A symbol that several inputs (the values of a variadic one) document is bound by the first."""
+    """Each symbol of the inputs' documented shapes bound to the dim it has in this node (a run
+    such as "..." to the list of dims it stands for); unknown dims stay unbound.
+
+    A symbol that several inputs document is bound by the first input that can bind it: an
+    input whose documented shape holds two runs ("[A..., N, ...]") binds them once another
+    input has bound all but one ("[A..., K]"), so inputs are visited until nothing changes.
+    """
     symbols: dict[str, Any] = {}
+    pending = []
     for spec, dims in zip(op.node_inputs(len(shapes)), shapes):
         documented = _dims(spec.doc)
-        if documented is None or dims is None:
-            continue
-        if "..." in documented:
-            at, count = documented.index("..."), len(dims) - (len(documented) - 1)
-            if count < 0:
-                continue  # fewer dims than documented: the kernel reports the rank
-            symbols.setdefault("...", dims[at : at + count])
-            documented = documented[:at] + documented[at + 1 :]
-            dims = dims[:at] + dims[at + count :]
-        if len(documented) != len(dims):
-            continue  # the kernel reports the rank; inference just learns nothing
-        for name, dim in zip(documented, dims):
-            if _IDENTIFIER.match(name) and (dim.HasField("dim_value") or dim.HasField("dim_param")):
-                symbols.setdefault(name, dim)
+        if documented is not None and dims is not None:
+            pending.append((documented, dims))
+    while pending:
+        ready = [
+            (documented, dims)
+            for documented, dims in pending
+            if sum(1 for t in documented if _is_variadic(t) and t not in symbols) <= 1
+        ]
+        if not ready:
+            break
+        for item in ready:
+            pending.remove(item)
+            _bind_input(*item, symbols)
     return symbols
+
+
+def _bind_input(documented: list[str], dims: list[Any], symbols: dict[str, Any]) -> None:
+    """Binds the symbols of one input's documented shape (at most one of its runs unbound)."""
+    unbound = [t for t in documented if _is_variadic(t) and t not in symbols]
+    fixed = sum(len(symbols[t]) if _is_variadic(t) else 1 for t in documented if t not in unbound)
+    count = len(dims) - fixed  # the dims the unbound run stands for
+    if count < 0 or (not unbound and count != 0):
+        return  # the rank differs from the documented one: the kernel reports it
+    at = 0
+    for token in documented:
+        if _is_variadic(token):
+            length = count if token in unbound else len(symbols[token])
+            symbols.setdefault(token, dims[at : at + length])
+            at += length
+            continue
+        dim = dims[at]
+        at += 1
+        if _IDENTIFIER.match(token) and (dim.HasField("dim_value") or dim.HasField("dim_param")):
+            symbols.setdefault(token, dim)
 
 
 def _known_value(name: str, symbols: dict[str, Any], attribute: Callable[[str], int | None]) -> int | None:
@@ -113,10 +144,10 @@ def _output_dims(rule: list[str], symbols: dict[str, Any], attribute: Callable[[
 
     dims = []
     for name in rule:
-        if name == "...":
-            if "..." not in symbols:
+        if _is_variadic(name):
+            if name not in symbols:
                 return None
-            dims.extend(symbols["..."])
+            dims.extend(symbols[name])
             continue
         dim = onnx.TensorShapeProto.Dimension()
         if "*" in name:  # a product: known when every factor is
@@ -213,9 +244,9 @@ def register_onnx_schemas() -> None:
     and attributes) and onnxscript (the ``dynamo=True`` exporter) know the ops.
     ``ortops.torch`` calls it on import. Needs onnx 1.16 or newer; inference needs 1.17.
     """
-    import onnx
-
     from ortops import ops
+
+    onnx = import_onnx("ortops.register_onnx_schemas")
 
     for op in ops():
         if not onnx.defs.has(op.name, op.since_version, op.domain):

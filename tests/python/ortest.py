@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,6 +56,35 @@ def _for_tests(make: Any) -> Any:
 
 if not hasattr(ortops.session_options, "ortest_wrapped"):
     ortops.session_options = _for_tests(ortops.session_options)
+
+# Python code that makes some installed top-level packages (a comma-separated list in
+# sys.argv[1], which it removes) look not installed, then runs the rest of the program: a
+# finder placed first on the import path fails their import as a missing module does.
+_HIDE = """
+import importlib.abc, importlib.machinery, sys
+hidden = set(sys.argv.pop(1).split(","))
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in hidden:
+            return importlib.machinery.ModuleSpec(name, self)
+    def create_module(self, spec):
+        raise ModuleNotFoundError(f"No module named {spec.name!r}", name=spec.name)
+    def exec_module(self, module):
+        pass
+sys.meta_path.insert(0, Hide())
+"""
+
+
+def python_without(hidden: Sequence[str], code: str, *args: str, **run: Any) -> subprocess.CompletedProcess:
+    """Runs ``code`` (with ``args`` in sys.argv[1:]) in a new Python that sees this ortops and
+    library but not the packages ``hidden``, as if they were not installed."""
+    env = dict(run.pop("env", os.environ))
+    package_root = str(Path(ortops.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env["ORTOPS_LIBRARY"] = str(Path(ortops.get_library_path()).resolve())
+    command = [sys.executable, "-c", _HIDE + code, ",".join(hidden), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120, **run)
+
 
 IR_VERSION = 8
 DEFAULT_OPSET = 17

@@ -23,6 +23,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pytest
 from packaging.requirements import Requirement
 
@@ -85,9 +86,32 @@ def test_wheel_is_tagged_py3_none_manylinux(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         info = archive.read(f"ortops-{ortops.__version__}.dist-info/WHEEL").decode()
         names = set(archive.namelist())
+        metadata_text = archive.read(f"ortops-{ortops.__version__}.dist-info/METADATA").decode()
+        licences = [
+            name for name in names if name.startswith(f"ortops-{ortops.__version__}.dist-info/") and "LICENSE" in name
+        ]
+        licence_text = archive.read(licences[0]).decode() if licences else ""
     assert f"Tag: py3-none-{platform}" in info.splitlines()
     assert "Root-Is-Purelib: false" in info.splitlines()
     assert {"ortops/libortops.so", "ortops/ortops_ops.json", "ortops/__init__.py"} <= names
+    # The one version (python/ortops/_version.py) and the licence text, not only its name.
+    assert f"Version: {ortops.__version__}" in metadata_text.splitlines()
+    assert "License: Apache-2.0" in metadata_text.splitlines()
+    assert "Apache License" in licence_text and "Version 2.0, January 2004" in licence_text, licences
+
+
+def test_readme_states_the_wheels_sizes(wheel: Path) -> None:
+    """The README's sizes of the wheel and of the library in it are this build's, within 10%
+    (they went stale once: 0.6 and 1.5 MB for a 1.07 MB wheel with a 2.6 MB library)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    stated = re.search(r"About ([\d.]+) MB; the stripped `libortops.so` in it is ([\d.]+) MB", readme)
+    assert stated, "the README no longer states the wheel's sizes as this test reads them"
+    with zipfile.ZipFile(wheel) as archive:
+        library = archive.getinfo("ortops/libortops.so").file_size
+    for name, said, actual in (("wheel", stated[1], wheel.stat().st_size), ("library", stated[2], library)):
+        assert abs(float(said) * 1e6 - actual) <= 0.1 * actual, (
+            f"README says the {name} is {said} MB; it is {actual / 1e6:.2f} MB"
+        )
 
 
 def test_wheel_tag_is_no_newer_than_the_installed_onnxruntime_wheel() -> None:
@@ -168,10 +192,11 @@ except ImportError:
     torch_found = False
 boxes = np.array(json.loads(sys.argv[2]), dtype=np.float32)
 scores = np.array(json.loads(sys.argv[3]), dtype=np.float32)
-session = ort.InferenceSession(sys.argv[1], ortops.session_options())
+session = ort.InferenceSession(sys.argv[1], ortops.session_options(), providers=["CPUExecutionProvider"])
 (indices,) = session.run(None, {"boxes": boxes, "scores": scores})
 print(json.dumps({"indices": indices.tolist(), "dtype": str(indices.dtype), "library": ortops.get_library_path(),
-                  "torch_found": torch_found, "glibc": os.confstr("CS_GNU_LIBC_VERSION"), "ort": ort.__version__}))
+                  "torch_found": torch_found, "glibc": os.confstr("CS_GNU_LIBC_VERSION"), "ort": ort.__version__,
+                  "providers": ort.get_available_providers()}))
 """
 
 
@@ -206,23 +231,147 @@ def _run_nms(command: list[str], model: Path, env: dict[str, str]) -> dict:
     return result
 
 
-def test_wheel_runs_an_mmcv_file_in_an_empty_venv(wheel: Path, tmp_path: Path) -> None:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    _expose_only(venv, ["onnxruntime", "numpy"], tmp_path / "ort-numpy")
-    python = str(venv / "bin" / "python")
+def _venv_seeing_only(names: list[str], folder: Path) -> tuple[str, dict[str, str]]:
+    """(python, environment) of a new virtual environment in ``folder`` that sees only this
+    environment's ``names`` and their requirements."""
+    venv = folder / "venv"
+    # Without pip of its own (seeding one takes seconds): this pip installs into it (--python).
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    _expose_only(venv, names, folder / "exposed")
     env = {key: value for key, value in os.environ.items() if key not in ("ORTOPS_LIBRARY", "PYTHONPATH")}
-    # No index: pip must find the wheel's requirements (onnxruntime>=1.17, numpy) already there.
+    return str(venv / "bin" / "python"), env
+
+
+def _pip_install(python: str, env: dict[str, str], *what: str) -> None:
+    """pip install without an index: every requirement must already be there (or be given)."""
     install = subprocess.run(
-        [python, "-m", "pip", "install", "--no-index", "--disable-pip-version-check", str(wheel)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "--no-index",
+            "--disable-pip-version-check",
+            *what,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
+
+
+def _installed(python: str, env: dict[str, str]) -> set[str]:
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "list", "--format=json", "--disable-pip-version-check"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return {entry["name"].lower() for entry in json.loads(listed.stdout)}
+
+
+def test_wheel_runs_an_mmcv_file_in_an_empty_venv(wheel: Path, tmp_path: Path) -> None:
+    python, env = _venv_seeing_only(["onnxruntime", "numpy"], tmp_path)
+    # The CPU runtime through the extra; pip must find it (and numpy) already there.
+    _pip_install(python, env, f"{wheel}[onnxruntime]")
+    model = _mmcv_nms_file(tmp_path)
+    result = _run_nms([python], model, env)
+    assert Path(result["library"]).is_relative_to(tmp_path / "venv"), result["library"]
+    assert result["indices"] == EXPECTED
+    # Without the optional dependencies (no onnx, no torch here): the command runs the model
+    # unchecked, and what needs them names the extra that installs them.
+    ortops_command = str(tmp_path / "venv" / "bin" / "ortops")
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, boxes=np.array(BOXES, np.float32), scores=np.array(SCORES, np.float32))
+    run = subprocess.run(
+        [ortops_command, "run", str(model), "--inputs", str(inputs), "--runs", "1"],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
+    assert run.returncode == 0 and "indices: int64 [3] = [3 0 2]" in run.stdout, run.stdout + run.stderr
+    assert 'pip install "ortops[onnx]"' in run.stderr
+    for code, extra in (
+        ("import ortops.torch", "torch"),
+        (f"import ortops; ortops.check_model({str(model)!r})", "onnx"),
+    ):
+        missing = subprocess.run([python, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert missing.returncode != 0
+        last = missing.stderr.strip().splitlines()[-1]
+        assert last.startswith("ModuleNotFoundError: ") and f'pip install "ortops[{extra}]"' in last, last
+
+
+def test_import_without_onnxruntime_says_so_in_one_line(wheel: Path, tmp_path: Path) -> None:
+    python, env = _venv_seeing_only(["numpy"], tmp_path)
+    _pip_install(python, env, str(wheel))  # no extra: installs with numpy alone
+    imported = subprocess.run(
+        [python, "-c", "import ortops; print(ortops.get_library_path())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert imported.returncode == 0, imported.stderr  # C++ users may want only the library's path
+    assert imported.stderr.splitlines() == [
+        'ortops: no ONNX Runtime is installed; install one: pip install "ortops[onnxruntime]" (CPU) or '
+        '"ortops[onnxruntime-gpu]" (CUDA)'
+    ]
+    used = subprocess.run(
+        [python, "-c", "import ortops; ortops.session_options()"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert used.returncode != 0
+    assert used.stderr.strip().splitlines()[-1].startswith("ModuleNotFoundError: ortops: no ONNX Runtime is installed")
+
+
+@pytest.fixture(scope="module")
+def onnxruntime_gpu_wheel() -> Path:
+    """The onnxruntime-gpu wheel pinned in deps/python-ort-gpu.txt, downloaded once into .deps."""
+    (pin,) = [
+        line.strip()
+        for line in (ROOT / "deps" / "python-ort-gpu.txt").read_text().splitlines()
+        if line.startswith("onnxruntime-gpu==")
+    ]
+    version = pin.split("==")[1]
+    cache = ROOT / ".deps" / "onnxruntime-gpu"
+    found = sorted(cache.glob(f"onnxruntime_gpu-{version}-*.whl"))
+    if not found:
+        _prepare(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
+            + ["--only-binary=:all:", "--dest", str(cache), pin],
+            f"download {pin}",
+        )
+        found = sorted(cache.glob(f"onnxruntime_gpu-{version}-*.whl"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_wheel_keeps_an_installed_onnxruntime_gpu(wheel: Path, onnxruntime_gpu_wheel: Path, tmp_path: Path) -> None:
+    """pip install onnxruntime-gpu, then pip install the ortops wheel: the GPU build stays, and
+    ortops runs with it (a wheel that required `onnxruntime` had pip install the CPU build over
+    it; here, without an index, that install fails)."""
+    with zipfile.ZipFile(onnxruntime_gpu_wheel) as archive:
+        (metadata_name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        requires = [
+            Requirement(line.split(": ", 1)[1])
+            for line in archive.read(metadata_name).decode().splitlines()
+            if line.startswith("Requires-Dist: ")
+        ]
+    # The GPU build's own requirements (flatbuffers, numpy, packaging, protobuf) from here.
+    needed = [r.name for r in requires if r.marker is None or r.marker.evaluate({"extra": ""})]
+    python, env = _venv_seeing_only(needed, tmp_path)
+    _pip_install(python, env, str(onnxruntime_gpu_wheel))
+    _pip_install(python, env, str(wheel))
+    installed = _installed(python, env)
+    assert "onnxruntime-gpu" in installed and "onnxruntime" not in installed, sorted(installed)
     result = _run_nms([python], _mmcv_nms_file(tmp_path), env)
-    assert Path(result["library"]).is_relative_to(venv), result["library"]
+    assert "CUDAExecutionProvider" in result["providers"], result["providers"]
     assert result["indices"] == EXPECTED
 
 

@@ -16,6 +16,15 @@ constexpr AttrSpec kAttributes[] = {
     {"mode", AttrType::kInt, "0", "0 top, 1 bottom, 2 left, 3 right"},
 };
 
+// Where each compatibility name's node differs from the runtime that defined it.
+constexpr CompatDifferences kCompatDifferences[] = {
+    {"mmcv",
+     "mmcv 1.x's kernel carried the running maximum with `std::max(running, next)`, which passes over a "
+     "NaN (a NaN that starts a scan stays to its end); ortops follows `torch.cummax`, where a NaN "
+     "propagates in the scan direction. Without NaN the same values. It took float32 only; ortops also "
+     "takes float64 and float16."},
+};
+
 }  // namespace
 
 constexpr OpSchema kSchema{
@@ -27,6 +36,7 @@ constexpr OpSchema kSchema{
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
+    .compat_differences = kCompatDifferences,
 };
 
 namespace {

@@ -17,6 +17,16 @@ constexpr AttrSpec kAttributes[] = {
     {"dim", AttrType::kInt, "0", "the axis to scan; negative counts from the end"},
 };
 
+// Where each compatibility name's node differs from the runtime that defined it.
+constexpr CompatDifferences kCompatDifferences[] = {
+    {"mmcv",
+     "mmcv 1.x's kernels compare with `>=` (`<=` for cummin), so ties take the later position, as in "
+     "ortops and PyTorch; but a NaN never compares true there, so it is passed over (a NaN in the first "
+     "position stays to the end), where ortops, like PyTorch, lets a NaN take over. An empty input made "
+     "the original read its first element out of bounds; ortops returns empty outputs. It took float32 "
+     "only; ortops also takes float64, int64 and float16."},
+};
+
 }  // namespace
 
 constexpr OpSchema kSchema{
@@ -28,6 +38,7 @@ constexpr OpSchema kSchema{
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
+    .compat_differences = kCompatDifferences,
 };
 
 namespace {

@@ -84,13 +84,28 @@ constexpr IoSpec kOrtopsInputs[] = {
   "j * dilation_w + dx) bilinearly, where a point outside (-1, H) x (-1, W) reads 0 and each of its " \
   "four neighbours outside the map reads 0; the sample is multiplied by the mask (modulated form), "  \
   "then the samples of a group's channels are multiplied with its weights (a GEMM: ortops' own in "   \
-  "float32 and float16 on CPUs with AVX-512, ONNX Runtime's Gemm otherwise) and the bias is added. "  \
+  "float32 and float16 on CPUs with AVX2 or AVX-512, ONNX Runtime's Gemm otherwise) and the bias is " \
+  "added. "                                                                                           \
   "Channel c uses deform group c / (C / deform_groups) "                                              \
   "whatever its convolution group (mmcv 1.7.2 got groups > 1 with deform_groups > 1 wrong; this "     \
   "follows torchvision). H_out = (H + 2 pad_h - dilation_h (kh - 1) - 1) / stride_h + 1, likewise "   \
   "W_out; both must be at least 1. An empty batch gives an empty output."
 
 }  // namespace
+
+// Where mmcv's and mmdeploy's modulated deformable convolutions differ from ortops'.
+constexpr CompatDifferences kModulatedDifferences[] = {
+    {"mmcv",
+     "mmcv 1.x's kernel computed wrong results when groups > 1 and deform_groups > 1 at once (each weight "
+     "group indexed the deform groups from its own first channel); ortops follows torchvision's "
+     "`deform_conv2d` there. Elsewhere the results agree to float32 rounding: ortops sums the products "
+     "with a GEMM, in another order than the original's loops."},
+    {"mmdeploy",
+     "mmdeploy's kernel returns garbage, different on every run, whenever (C / groups) * kh * kw is not a "
+     "multiple of 8 (its unrolled GEMM reads past the end of its buffer); ortops follows torchvision's "
+     "`deform_conv2d` there. Elsewhere the results agree to float32 rounding: ortops sums the products in "
+     "another order."},
+};
 
 constexpr OpSchema kModulatedSchema{
     .doc =
@@ -99,12 +114,19 @@ constexpr OpSchema kModulatedSchema{
     .inputs = kModulatedInputs,
     .outputs = kOutputs,
     .attributes = kConvAttributes,
+    .compat_differences = kModulatedDifferences,
 };
 constexpr OpSchema kV1Schema{
     .doc = "mmcv's deformable convolution (DCNv1, no mask, no bias input), float32. " ORTOPS_DEFORM_CONV_SEMANTICS,
     .inputs = kV1Inputs,
     .outputs = kOutputs,
     .attributes = kV1Attributes,
+    .differences =
+        "mmcv 1.x's kernel computed wrong results when groups > 1 and deform_groups > 1 at once (each weight "
+        "group indexed the deform groups from its own first channel); ortops follows torchvision's "
+        "`deform_conv2d` there. Elsewhere the results agree to float32 rounding: ortops sums the products "
+        "with a GEMM, in another order than the original's loops. The attributes `bias` and `im2col_step` "
+        "that the exporter writes do not change the result in either.",
 };
 constexpr OpSchema kMmdeploySchema{
     .doc =

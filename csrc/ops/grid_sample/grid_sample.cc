@@ -31,6 +31,20 @@ constexpr AttrSpec kAttributes[] = {
      "1: -1 and 1 are the centres of the corner pixels; 0: they are the outer edges of the corner pixels"},
 };
 
+// Where each compatibility name's node differs from the runtime that defined it.
+constexpr CompatDifferences kCompatDifferences[] = {
+    {"mmcv",
+     "None for finite grids: mmcv 1.x's kernel is a port of PyTorch's, and so is ortops' arithmetic. For "
+     "a NaN or infinite grid coordinate the original converted it to an integer pixel index, which C++ "
+     "leaves undefined (garbage or a crash); ortops gives PyTorch's result (NaN for a NaN coordinate). "
+     "It took float32 only; ortops also takes float64 and float16."},
+    {"mmdeploy",
+     "None for finite grids: mmdeploy's ONNX Runtime kernel (mmcv's) is a port of PyTorch's, and so is "
+     "ortops' arithmetic. For a NaN or infinite grid coordinate the original converted it to an integer "
+     "pixel index, which C++ leaves undefined (garbage or a crash); ortops gives PyTorch's result (NaN "
+     "for a NaN coordinate). It took float32 only; ortops also takes float64 and float16."},
+};
+
 }  // namespace
 
 constexpr OpSchema kSchema{
@@ -44,6 +58,7 @@ constexpr OpSchema kSchema{
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
+    .compat_differences = kCompatDifferences,
 };
 
 namespace {

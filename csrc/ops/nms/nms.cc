@@ -27,6 +27,17 @@ constexpr AttrSpec kAttributes[] = {
     {"offset", AttrType::kInt, "0", "0 or 1; 1 is the legacy convention where a box's width is x2 - x1 + 1"},
 };
 
+// Where each compatibility name's node differs from the runtime that defined it.
+constexpr CompatDifferences kCompatDifferences[] = {
+    {"mmcv",
+     "mmcv 1.x's kernel sorted the scores with `std::sort`, so the order of boxes with equal scores, and "
+     "which of two overlapping equal-score boxes it kept, was unspecified; ortops takes the lower index "
+     "first. It read past the end of `scores` when that held fewer values than `boxes` has rows, and did "
+     "not check the box shape; ortops reports both, and NaN in either input, as errors. It took float32 "
+     "only; ortops also takes float64. Otherwise the same IoU arithmetic and test (strictly greater "
+     "suppresses), so the same indices."},
+};
+
 }  // namespace
 
 constexpr OpSchema kSchema{
@@ -40,6 +51,7 @@ constexpr OpSchema kSchema{
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
+    .compat_differences = kCompatDifferences,
 };
 
 namespace {

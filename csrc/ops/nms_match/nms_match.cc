@@ -22,6 +22,15 @@ constexpr IoSpec kOutputs[] = {
     {"matches", ElemType::kInt64, "`[K, 4]` rows (batch, class, kept box, box it suppressed)"},
 };
 
+// Where each compatibility name's node differs from the runtime that defined it.
+constexpr CompatDifferences kCompatDifferences[] = {
+    {"mmdeploy",
+     "mmdeploy's kernel sorted each class's boxes with an unstable sort, so among equal scores the order "
+     "of kept boxes, and which of two overlapping ones was kept, was unspecified; ortops takes the lower "
+     "index first. It computed on with NaN; ortops reports it as an error. It took float32 only; ortops "
+     "also takes float64 boxes and scores (with the same float32 rounding of each IoU)."},
+};
+
 }  // namespace
 
 constexpr OpSchema kSchema{
@@ -38,6 +47,7 @@ constexpr OpSchema kSchema{
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = {},
+    .compat_differences = kCompatDifferences,
 };
 
 namespace {

@@ -28,6 +28,15 @@ constexpr AttrSpec kAttributes[] = {
      "files leave it out"},
 };
 
+// Where each compatibility name's node differs from the runtime that defined it.
+constexpr CompatDifferences kCompatDifferences[] = {
+    {"mmdeploy",
+     "mmdeploy's kernel intersects the rectangles in float32 and sorts with an unstable sort; ortops "
+     "intersects in float64 and takes the lower index first among equal scores, so results can differ "
+     "where an IoU lies within float32 rounding of the threshold or scores tie. It computed on with NaN "
+     "or infinite values; ortops reports them as errors. It took float32 only; ortops also takes float64."},
+};
+
 }  // namespace
 
 constexpr OpSchema kSchema{
@@ -47,6 +56,7 @@ constexpr OpSchema kSchema{
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
+    .compat_differences = kCompatDifferences,
 };
 
 namespace {

@@ -31,6 +31,15 @@ constexpr AttrSpec kAttributes[] = {
      "1: shift the scaled roi by -0.5 pixel (true alignment); 0: legacy, no shift and roi sides of at least 1"},
 };
 
+// Where each compatibility name's node differs from the runtime that defined it.
+constexpr CompatDifferences kCompatDifferences[] = {
+    {"mmcv",
+     "mmcv 1.x's kernel read the image a roi names without checking that it exists (out of bounds for a "
+     "batch index past the batch) and sampled with non-finite roi coordinates; ortops reports both as "
+     "errors. `max` starts at -10000, as the original did. It took float32 only; ortops also takes "
+     "float64 and float16. Otherwise the same sampling; averages agree to float32 rounding."},
+};
+
 }  // namespace
 
 constexpr OpSchema kSchema{
@@ -50,6 +59,7 @@ constexpr OpSchema kSchema{
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
+    .compat_differences = kCompatDifferences,
 };
 
 namespace {

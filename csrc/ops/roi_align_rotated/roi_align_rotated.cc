@@ -30,6 +30,20 @@ constexpr AttrSpec kAttributes[] = {
     {"clockwise", AttrType::kInt, "0", "1: theta turns clockwise (it is negated)"},
 };
 
+// Where each compatibility name's node differs from the runtime that defined it.
+constexpr CompatDifferences kCompatDifferences[] = {
+    {"mmcv",
+     "mmcv 1.x's kernel read the image a roi names without checking that it exists (out of bounds for a "
+     "batch index past the batch) and sampled with non-finite roi values; ortops reports both as errors. "
+     "It took float32 only; ortops also takes float64 and float16. Otherwise the same sampling; averages "
+     "agree to float32 rounding."},
+    {"mmdeploy",
+     "mmdeploy's ONNX Runtime kernel is mmcv's, with mmcv's behaviour: it read the image a roi names "
+     "without checking that it exists (out of bounds for a batch index past the batch) and sampled with "
+     "non-finite roi values; ortops reports both as errors. It took float32 only; ortops also takes "
+     "float64 and float16. Otherwise the same sampling; averages agree to float32 rounding."},
+};
+
 }  // namespace
 
 constexpr OpSchema kSchema{
@@ -44,6 +58,7 @@ constexpr OpSchema kSchema{
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
+    .compat_differences = kCompatDifferences,
 };
 
 namespace {

@@ -23,6 +23,14 @@ constexpr AttrSpec kAttributes[] = {
     {"points", AttrType::kInt, "1", "1: sample each box's centre; 5: its centre and four corners"},
 };
 
+// Where each compatibility name's node differs from the runtime that defined it.
+constexpr CompatDifferences kCompatDifferences[] = {
+    {"mmcv",
+     "None in the sampling (the (y, x, w, h, a) order of `best_rbboxes` is kept). mmcv 1.x's kernel "
+     "turned a NaN in `best_rbboxes` into a pixel index (undefined in C++); ortops reports it as an "
+     "error. It took float32 only; ortops also takes float64."},
+};
+
 }  // namespace
 
 constexpr OpSchema kSchema{
@@ -36,6 +44,7 @@ constexpr OpSchema kSchema{
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
+    .compat_differences = kCompatDifferences,
 };
 
 namespace {

@@ -28,6 +28,15 @@ constexpr AttrSpec kAttributes[] = {
     {"offset", AttrType::kInt, "0", "0 or 1; 1 is the legacy convention where a box's width is x2 - x1 + 1"},
 };
 
+// Where each compatibility name's node differs from the runtime that defined it.
+constexpr CompatDifferences kCompatDifferences[] = {
+    {"mmcv",
+     "None in the results: the same selection order, decays and outputs as mmcv 1.x's kernel, ties "
+     "included (the same float32 arithmetic and libm's `exp`). It read past the end of `scores` when that "
+     "held fewer values than `boxes` has rows, and computed on with NaN; ortops reports both as errors. "
+     "It took float32 only; ortops also takes float64."},
+};
+
 }  // namespace
 
 constexpr OpSchema kSchema{
@@ -43,6 +52,7 @@ constexpr OpSchema kSchema{
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
+    .compat_differences = kCompatDifferences,
 };
 
 namespace {

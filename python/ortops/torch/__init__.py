@@ -6,6 +6,7 @@ pass :func:`custom_translation_table` (``dynamo=True``) or ``custom_opsets={"ort
 (``dynamo=False``) to ``torch.onnx.export`` yourself.
 """
 
+import ortops._torch_extra  # noqa: F401  (first: names the missing requirements and the extra to install)
 from ortops.torch._export import DOMAIN, OPSET_VERSION, ExportedOp, custom_translation_table, export, exported_ops
 from ortops.torch.batched_nms import multiclass_nms
 from ortops.torch.corner_pool import corner_pool

@@ -7,6 +7,8 @@ checker's verdicts are compared with the runtime's behaviour and not only with t
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -129,9 +131,75 @@ def test_wrong_attribute_type_is_reported_and_refused_by_the_kernel(value: onnx.
     assert problem.kind == "attribute-type"
     assert "'iou_threshold'" in problem.message and "must be float" in problem.message
     assert f"stores it as {stored_as}" in problem.message
-    # The kernel refuses it too (it used to run at the default 0.5 instead).
-    with pytest.raises(Exception, match=f"attribute 'iou_threshold' must be of type float, got {stored_as}"):
+    # What the library does, not what it once did (run at the default 0.5): it refuses.
+    refusal = f"attribute 'iou_threshold' must be of type float, got {stored_as}"
+    assert "the session cannot be created" in problem.message and f'"{refusal}"' in problem.message
+    assert "default" not in problem.message
+    with pytest.raises(Exception, match=refusal):
         ort.InferenceSession(model.SerializeToString(), ortops.session_options())
+
+
+def _stored(name: str, kind: str) -> onnx.AttributeProto:
+    """Attribute ``name`` stored as ONNX type ``kind``."""
+    if kind == "untyped":
+        attribute = onnx.AttributeProto(name=name, f=0.5)  # type left UNDEFINED, as old writers did
+        return attribute
+    values = {
+        "int": 0,
+        "float": 0.5,
+        "string": "0.5",
+        "ints of one": [1],
+        "ints": [1, 1],
+        "floats": [0.5, 0.5],
+        "tensor": onnx.numpy_helper.from_array(np.array(0.5, np.float32)),
+        "strings": ["a"],
+    }
+    if kind in ("empty ints", "empty floats"):
+        kind_type = onnx.AttributeProto.INTS if kind == "empty ints" else onnx.AttributeProto.FLOATS
+        return helper.make_attribute(name, [], attr_type=kind_type)
+    return helper.make_attribute(name, values[kind])
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["int", "float", "string", "ints of one", "ints", "floats", "empty ints", "empty floats", "tensor", "strings"]
+    + ["untyped"],
+)
+@pytest.mark.parametrize(
+    ("domain", "op_type", "attribute"),
+    [
+        ("mmcv", "NonMaxSuppression", "iou_threshold"),  # float
+        ("ortops", "DeformConv2d", "stride"),  # ints
+        ("ortops", "RoIAlign", "mode"),  # string
+        ("TRT", "EfficientNMS_TRT", "background_class"),  # int, also ints holding one value
+    ],
+)
+def test_what_check_model_says_of_a_stored_type_is_what_the_session_does(
+    domain: str, op_type: str, attribute: str, kind: str
+) -> None:
+    """Each claim that check_model makes about an attribute's stored type is checked against a
+    session of the library: refused (with the quoted error), read as an empty list, or fine."""
+    (op,) = [o for o in ortops.ops() if (o.domain, o.name) == (domain, op_type)]
+    model = _op_model(op, **_required(op, skip=attribute))
+    model.graph.node[0].attribute.append(_stored(attribute, kind))
+    problems = [p for p in ortops.check_model(model) if p.kind == "attribute-type"]
+    try:
+        ort.InferenceSession(model.SerializeToString(), ortops.session_options(), providers=["CPUExecutionProvider"])
+        error = ""
+    except Exception as e:  # noqa: BLE001 - whatever ONNX Runtime raises
+        error = str(e)
+    if not problems:
+        assert "must be of type" not in error and "invalid model" not in error, error
+        return
+    (problem,) = problems
+    quoted = re.search(r'fails with "(.*)"\.$', problem.message)
+    if "the session cannot be created" in problem.message:
+        assert quoted and quoted[1] in error, (problem.message, error)
+    elif "reads it as an empty list" in problem.message:
+        assert "must be of type" not in error, error
+    else:
+        assert "refuses such a model when it loads it" in problem.message, problem.message
+        assert "invalid model" in error.lower() or "INVALID_GRAPH" in error, error
 
 
 def test_required_attribute_missing() -> None:

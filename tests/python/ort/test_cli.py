@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import ortops
 
-from ortest import DEFAULT_OPSET, IR_VERSION, mmcv_nms_model
+from ortest import DEFAULT_OPSET, IR_VERSION, mmcv_nms_model, python_without
 
 # Hand-made NMS case: box 1 overlaps box 0 with IoU 81/119 = 0.68 (dropped at 0.5), box 2
 # overlaps box 0 with IoU 16/184 = 0.09 (kept), box 3 is box 2 shifted by 1 (IoU 0.68 with
@@ -26,12 +26,15 @@ SCORES = np.array([0.9, 0.8, 0.7, 0.6], np.float32)
 KEPT = [0, 2]
 
 
-def ortops_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def ortops_cli(*args: str, cwd: Path | None = None, without: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     # The subprocess imports this same ortops (also when it is not installed) and library.
     package_root = str(Path(ortops.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     env["ORTOPS_LIBRARY"] = ortops.get_library_path()
+    if without:
+        run_module = "import runpy, sys; sys.argv[0] = 'ortops'; runpy.run_module('ortops', run_name='__main__')"
+        return python_without(without, run_module, *args, env=env, cwd=cwd)
     return subprocess.run(
         [sys.executable, "-m", "ortops", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60
     )
@@ -178,6 +181,20 @@ def test_inspect_reports_attribute_problems(tmp_path) -> None:
     assert "[unknown-attribute]" in result.stdout and "'iou_treshold'" in result.stdout
 
 
+def test_inspect_says_what_the_library_does_with_a_wrongly_typed_attribute(tmp_path) -> None:
+    """An int iou_threshold: ortops' kernel refuses it when the session is created (it does
+    not fall back to the default), and inspect says so, quoting the kernel's error."""
+    path = nms_model_file(tmp_path, iou_threshold=0)
+    result = ortops_cli("inspect", str(path))
+    assert result.returncode == 1
+    (line,) = [line for line in result.stdout.splitlines() if "[attribute-type]" in line]
+    refusal = "attribute 'iou_threshold' must be of type float, got int"
+    assert "the session cannot be created" in line and f'"{refusal}"' in line, line
+    assert "default" not in line
+    run = ortops_cli("run", str(path))
+    assert run.returncode == 1 and refusal in run.stderr.splitlines()[-1], run.stderr
+
+
 def test_missing_file(tmp_path) -> None:
     path = tmp_path / "absent.onnx"
     for command in ("inspect", "run"):
@@ -257,11 +274,71 @@ def test_run_profile_prints_a_summary_and_leaves_no_file(tmp_path) -> None:
     assert list(work.iterdir()) == [] and not list(tmp_path.glob("*.json"))
 
 
-def test_run_refuses_model_with_unknown_ops(tmp_path) -> None:
+def test_run_reports_unknown_ops_and_fails_where_onnx_runtime_does(tmp_path) -> None:
     result = ortops_cli("run", str(mixed_model_file(tmp_path)))
     assert result.returncode == 1
-    assert "cannot run with ortops" in result.stderr and "TRT::PyramidROIAlign_TRT" in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].endswith("ortops.check_model finds 2 problems:") and "TRT::PyramidROIAlign_TRT" in lines[1]
+    assert "ONNX Runtime could not load it" in lines[-1]
     assert result.stdout == ""
+    strict = ortops_cli("run", "--strict", str(mixed_model_file(tmp_path)))
+    assert strict.returncode == 1 and strict.stderr.splitlines()[-1] == "ortops: not running it (--strict)"
+
+
+def test_run_reports_a_misspelled_attribute_and_runs_anyway(tmp_path) -> None:
+    """ONNX Runtime runs a node whose iou_threshold is misspelled (at the default 0.5): run says
+    so and runs it; --strict refuses."""
+    path = nms_model_file(tmp_path, iou_treshold=0.05)
+    np.savez(tmp_path / "inputs.npz", boxes=BOXES, scores=SCORES)
+    result = ortops_cli("run", str(path), "--inputs", str(tmp_path / "inputs.npz"), "--runs", "1")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"ortops: {path}: ortops.check_model finds 1 problem:"
+    assert lines[1].startswith("  [unknown-attribute]") and "'iou_treshold'" in lines[1]
+    assert lines[-1] == "ortops: running it anyway (--strict refuses such a model)"
+    # The default threshold 0.5 keeps box 2 (IoU 0.087 with box 0); 0.05 would have dropped it.
+    assert f"indices: int64 [{len(KEPT)}] = [{' '.join(map(str, KEPT))}]" in result.stdout
+    strict = ortops_cli("run", "--strict", str(path), "--inputs", str(tmp_path / "inputs.npz"))
+    assert strict.returncode == 1 and strict.stdout == ""
+    assert strict.stderr.splitlines()[-1] == "ortops: not running it (--strict)"
+
+
+def test_run_without_onnx_runs_unchecked(tmp_path) -> None:
+    """Where onnx is not installed (simulated: it cannot be imported), run runs the model
+    unchecked and says so; --strict, which needs the check, refuses with the extra to install."""
+    path = nms_model_file(tmp_path)
+    np.savez(tmp_path / "inputs.npz", boxes=BOXES, scores=SCORES)
+    args = ["run", str(path), "--inputs", str(tmp_path / "inputs.npz"), "--runs", "1"]
+    result = ortops_cli(*args, without=("onnx",))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        "ortops: note: onnx is not installed, so the model's custom nodes are not checked first "
+        '(pip install "ortops[onnx]" adds it)\n'
+    )
+    assert f"indices: int64 [{len(KEPT)}]" in result.stdout
+    strict = ortops_cli(*args, "--strict", without=("onnx",))
+    assert strict.returncode == 2 and strict.stdout == ""
+    assert strict.stderr == (
+        "ortops: --strict checks the model first, with the onnx package, which is not installed: "
+        'pip install "ortops[onnx]"\n'
+    )
+    inspect = ortops_cli("inspect", str(path), without=("onnx",))
+    assert inspect.returncode == 2
+    assert inspect.stderr == (
+        "ortops: this command reads the model with the onnx package, which is not installed: "
+        'pip install "ortops[onnx]"\n'
+    )
+
+
+def test_unknown_dim_names_the_models_symbolic_dims(tmp_path) -> None:
+    result = ortops_cli("run", str(nms_model_file(tmp_path)), "--dim", "n=3")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "ortops: --dim n: no random input has a dimension named 'n' "
+        "(the model's symbolic dimensions: N (of boxes, scores))\n"
+    )
+    result = ortops_cli("run", str(cummax_model_file(tmp_path)), "--dim", "N=3", "--dim", "M=2")
+    assert result.returncode == 2 and "the model's symbolic dimensions: N (of x)" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -271,7 +348,7 @@ def test_run_refuses_model_with_unknown_ops(tmp_path) -> None:
         (["--input", "bxes=BOXES"], "has no input named 'bxes' (its inputs: boxes, scores)"),
         (["--input", "boxes=SCORES"], "input 'boxes' (SCORES) has shape [4], but the model wants rank 2"),
         (["--input", "boxes=BOXES64"], "input 'boxes' (BOXES64) is float64, but the model wants float32"),
-        (["--dim", "M=3"], "no random input has a dimension named 'M'"),
+        (["--dim", "M=3"], "no random input has a dimension named 'M' (the model's symbolic dimensions: N (of"),
         (["--providers", "nosuch"], "execution provider 'nosuch' is not available"),
     ],
 )
@@ -298,6 +375,25 @@ def test_version_and_ops() -> None:
     assert result.returncode == 0
     listed = {(op["domain"], op["name"]) for op in json.loads(result.stdout)}
     assert listed == {(op.domain, op.name) for op in ortops.ops()}
+
+
+def test_output_into_a_closed_pipe_ends_quietly() -> None:
+    """`ortops ops --json | head -1`: the reader leaves early; no BrokenPipeError traceback."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(ortops.__file__).resolve().parents[1]), env.get("PYTHONPATH")])
+    )
+    env["ORTOPS_LIBRARY"] = ortops.get_library_path()
+    for args in (["ops", "--json"], ["ops"]):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ortops", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
+        assert process.stdout is not None and process.stderr is not None
+        first = process.stdout.readline()
+        process.stdout.close()  # as head does after its lines
+        stderr = process.stderr.read().decode()
+        assert process.wait(timeout=60) == 0, stderr
+        assert first and stderr == "", stderr
 
 
 def test_no_command_is_a_usage_error() -> None:

@@ -3,7 +3,8 @@
 For every op of every domain in ``ortops.ops()`` the cases are built from the manifest: each
 input's shape comes from the first ``[...]`` in its doc (symbols such as ``N`` or ``C_out``
 bound to random sizes, shared between inputs; an attribute name such as ``groups`` takes the
-attribute's value; ``...`` is zero or more extra dimensions; an input documented as "any
+attribute's value; ``...`` is zero or more extra dimensions (a named run such as ``A...`` the same
+ones wherever it appears in a case); an input documented as "any
 rank" gets a random rank), its element type from the accepted types, each attribute from
 its type and default; a variadic input gets one to four values (mostly as many as a list
 attribute of the case has entries). A case then gets zero or more mutations: wrong ranks,
@@ -185,6 +186,7 @@ class _Sizes:
         self.rng, self.kernel, self.pool = rng, kernel, pool
         self.attributes = attributes  # the values the node has, defaults included
         self.bound: dict[str, int] = {}
+        self.runs: dict[str, list[int]] = {}  # named runs of dims ("A...")
 
     def _attribute_int(self, name: str) -> int | None:
         kind, value = self.attributes.get(name, ("", None))
@@ -249,6 +251,10 @@ def _shape(rng: random.Random, sizes: _Sizes, pattern: list[str] | None) -> list
     for token in pattern:
         if token == "...":
             shape += [sizes.size(f"_batch{k}") for k in range(rng.choice([0, 0, 1, 2]))]
+        elif token.endswith("..."):  # a named run of dims ("A..."): the same in every input of the case
+            if token not in sizes.runs:
+                sizes.runs[token] = [sizes.size(f"_{token}{k}") for k in range(rng.choice([0, 1, 1, 2, 3]))]
+            shape += sizes.runs[token]
         else:
             shape.append(sizes.evaluate(token))
     while math.prod(shape) > MAX_ELEMENTS:

@@ -28,6 +28,8 @@ import pytest
 import test_fuzz
 from isa_levels import cpu_isa_levels
 
+import ortops
+
 HERE = Path(__file__).resolve()
 TESTS_PYTHON = HERE.parents[1]
 LEVELS = cpu_isa_levels()
@@ -124,6 +126,16 @@ def test_every_level_gives_the_lowest_levels_bits(tmp_path: Path) -> None:
 # tolerance stated here instead.
 OWN_GEMM_LEVELS = ("avx2", "avx512")
 OWN_GEMM_TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 2e-3}
+
+
+def test_docs_name_the_levels_with_the_own_gemm() -> None:
+    """The deformable convolutions' docs (docs/ops.md) say at which levels ortops' own GEMM
+    runs: the levels this file compares within its tolerance, not a list written elsewhere."""
+    names = {"sse2": "SSE2", "avx2": "AVX2", "avx512": "AVX-512"}
+    claim = f"ortops' own in float32 and float16 on CPUs with {' or '.join(names[level] for level in OWN_GEMM_LEVELS)},"
+    for op in ortops.ops():
+        if "DeformConv2d" in op.name:
+            assert claim in op.doc, f"{op.qualified_name}'s doc does not say: {claim}"
 
 
 def _has_own_gemm(level: str, key: str, output: np.ndarray) -> bool:

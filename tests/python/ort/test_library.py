@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,7 @@ import pytest
 
 import ortops
 
-from ortest import make_model, mmcv_nms_model, run
+from ortest import make_model, mmcv_nms_model, python_without, run
 
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm")
@@ -43,6 +44,76 @@ def test_op_list_comes_from_the_table() -> None:
 
 def test_version_is_a_string() -> None:
     assert isinstance(ortops.__version__, str) and ortops.__version__.count(".") == 2
+
+
+def test_dir_shows_the_public_api_only() -> None:
+    assert dir(ortops) == sorted(ortops.__all__)
+    for name in ortops.__all__:
+        value = getattr(ortops, name)
+        assert isinstance(value, str) or value.__doc__, f"ortops.{name} has no docstring"
+
+
+def test_session_options_refuses_options_that_already_hold_ortops() -> None:
+    model = mmcv_nms_model(iou_threshold=0.5, offset=0).SerializeToString()
+    options = ortops.session_options()
+    with pytest.raises(ValueError, match=r"already hold ortops.*Domain already set in registry"):
+        ortops.session_options(options)
+    ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])  # still usable as they are
+    # The reason given is what ONNX Runtime does with the library registered twice.
+    twice = ort.SessionOptions()
+    twice.register_custom_ops_library(ortops.get_library_path())
+    twice.register_custom_ops_library(ortops.get_library_path())
+    with pytest.raises(Exception, match="Domain already set in registry"):
+        ort.InferenceSession(model, twice, providers=["CPUExecutionProvider"])
+    # Other options, given or new, take it.
+    given = ort.SessionOptions()
+    assert ortops.session_options(given) is given
+    ort.InferenceSession(model, given, providers=["CPUExecutionProvider"])
+
+
+def _installed(distribution: str) -> bool:
+    # Not importlib.util.find_spec: the tests' own folder tests/python/torch is on sys.path.
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def _torch_extra_missing(hidden: list[str]) -> str:
+    """What ortops.torch says with ``hidden`` hidden, in this environment (the oldest-runtime
+    one has no torch or onnxscript at all)."""
+    missing = [m for m in ("torch", "onnx", "onnxscript") if m in hidden or not _installed(m)]
+    verb = "is" if len(missing) == 1 else "are"
+    return (
+        f"ortops.torch needs torch, onnx and onnxscript; {', '.join(missing)} {verb} not installed: "
+        'pip install "ortops[torch]"'
+    )
+
+
+@pytest.mark.parametrize(
+    ("hidden", "code", "message"),
+    [
+        (["onnxscript"], "import ortops.torch", _torch_extra_missing(["onnxscript"])),
+        (["torch", "onnxscript"], "import ortops.torch", _torch_extra_missing(["torch", "onnxscript"])),
+        (
+            ["onnx"],
+            "import sys, ortops; ortops.check_model(sys.argv[1])",
+            'ortops.check_model needs the onnx package, which is not installed: pip install "ortops[onnx]"',
+        ),
+        (
+            ["onnx"],
+            "import ortops; ortops.register_onnx_schemas()",
+            'ortops.register_onnx_schemas needs the onnx package, which is not installed: pip install "ortops[onnx]"',
+        ),
+    ],
+)
+def test_a_missing_optional_dependency_names_the_extra(tmp_path, hidden, code, message) -> None:
+    path = tmp_path / "nms.onnx"
+    path.write_bytes(mmcv_nms_model(iou_threshold=0.5, offset=0).SerializeToString())
+    result = python_without(hidden, code, str(path))
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == f"ModuleNotFoundError: {message}", result.stderr
 
 
 def test_registering_into_many_session_options_from_threads() -> None:

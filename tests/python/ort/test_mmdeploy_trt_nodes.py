@@ -201,10 +201,12 @@ def test_deform_conv_offset_of_the_plugins_size_is_an_error() -> None:
 
 
 def gather_topk_reference(x: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    out = np.empty((indices.shape[0], indices.shape[1], *x.shape[2:]), x.dtype)
-    for b in range(indices.shape[0]):
-        for k in range(indices.shape[1]):
-            out[b, k] = x[b, indices[b, k]]
+    """out[a..., k, c...] = x[a..., indices[a..., k], c...], one row at a time."""
+    lead = indices.shape[:-1]
+    out = np.empty((*indices.shape, *x.shape[indices.ndim :]), x.dtype)
+    for a in np.ndindex(*lead):
+        for k in range(indices.shape[-1]):
+            out[a + (k,)] = x[a + (indices[a + (k,)],)]
     return out
 
 
@@ -218,6 +220,32 @@ def test_gather_topk(dtype, trailing) -> None:
     (got,) = run("GatherTopk", {"input": x, "indices": indices})
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, gather_topk_reference(x, indices))
+
+
+@pytest.mark.parametrize(
+    ("lead", "rows", "picks", "trailing"),
+    [
+        ((), 7, 5, ()),  # rank-1 indices: no batch dim
+        ((), 7, 3, (2, 3)),
+        ((2, 3), 9, 4, ()),
+        ((2, 3), 9, 4, (5,)),
+        ((2, 1, 3), 6, 6, (2, 2)),
+        ((4, 2), 5, 0, (3,)),  # no picks
+        ((0, 3), 5, 2, (3,)),  # an empty batch dim
+    ],
+)
+def test_gather_topk_takes_any_number_of_leading_batch_dims(lead, rows, picks, trailing) -> None:
+    """As mmdeploy's plugin: the indices' leading dims are batch dims shared with the input, and the
+    output has the indices' shape followed by the input's trailing dims."""
+    rng = np.random.default_rng(sum(lead) + rows + picks)
+    x = rng.normal(size=(*lead, rows, *trailing)).astype(np.float32)
+    indices = rng.integers(0, rows, (*lead, picks)).astype(np.int64)
+    (got,) = run("GatherTopk", {"input": x, "indices": indices})
+    assert got.shape == (*lead, picks, *trailing)
+    np.testing.assert_array_equal(got, gather_topk_reference(x, indices))
+    # The same as numpy's take_along_axis with the indices broadcast over the trailing dims.
+    along = indices.reshape(*indices.shape, *(1,) * len(trailing))
+    np.testing.assert_array_equal(got, np.take_along_axis(x, along, axis=len(lead)))
 
 
 def test_gather_topk_as_mmdet_uses_it_after_topk() -> None:
@@ -259,9 +287,24 @@ def test_gather_topk_nan_empty_and_large() -> None:
             [[0], [0]],
             r"input 'indices' \[2, 1\] holds 0 at \[0, 0\], outside \[0, N = 0\) of input 'input' \[2, 0, 3\]",
         ),
-        ((2, 5, 3), [[0, 1]], r"input 'indices' \[1, 2\] must have the batch size B = 2 of input 'input' \[2, 5, 3\]"),
-        ((2, 5, 3), [0, 1], r"input 'indices' must have rank 2, got shape \[2\]"),
-        ((5,), [[0, 1]], r"input 'input' must have rank 2 or more \(\[B, N, \.\.\.\]\), got shape \[5\]"),
+        (
+            (2, 5, 3),
+            [[0, 1]],
+            r"input 'indices' \[1, 2\] must have the leading dims of input 'input' \[2, 5, 3\]",
+        ),
+        (
+            (2, 3, 5),
+            np.zeros((2, 2, 1), np.int64),
+            r"input 'indices' \[2, 2, 1\] must have the leading dims of input 'input' \[2, 3, 5\]",
+        ),
+        ((2, 3, 5), [[[0, 9], [0, 0], [0, 0]]] * 2, r"input 'indices' \[2, 3, 2\] holds 9 at \[0, 0, 1\]"),
+        ((2, 5, 3), np.int64(0), r"input 'indices' must have rank 1 or more \(\[A\.\.\., K\]\), got shape \[\]"),
+        (
+            (5,),
+            [[0, 1]],
+            r"input 'input' \[5\] must have rank 2 or more \(\[A\.\.\., N, \.\.\.\], A\.\.\. the leading dims of "
+            r"input 'indices' \[1, 2\]\)",
+        ),
     ],
 )
 def test_gather_topk_bad_inputs_are_errors(x_shape, indices, message) -> None:

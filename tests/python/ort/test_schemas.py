@@ -90,6 +90,10 @@ CASES = [
     ("mmdeploy", "GatherTopk", [("x", F, ["B", 1000, 4]), ("i", I64, ["B", 100])], {}, [(F, ["B", 100, 4])]),
     ("mmdeploy", "GatherTopk", [("x", I32, [2, 1000]), ("i", I64, [2, "K"])], {}, [(I32, [2, "K"])]),
     ("mmdeploy", "GatherTopk", [("x", D, [2, 9, 3, 5]), ("i", I64, [2, 4])], {}, [(D, [2, 4, 3, 5])]),
+    # Any number of leading batch dims, shared by the input and the indices; none at all.
+    ("mmdeploy", "GatherTopk", [("x", F, ["B", 3, 50, 4]), ("i", I64, ["B", 3, 7])], {}, [(F, ["B", 3, 7, 4])]),
+    ("mmdeploy", "GatherTopk", [("x", I64, [2, 3, 50]), ("i", I64, [2, 3, "K"])], {}, [(I64, [2, 3, "K"])]),
+    ("mmdeploy", "GatherTopk", [("x", F, [50, 4, 2]), ("i", I64, [9])], {}, [(F, [9, 4, 2])]),
     (
         "mmdeploy",
         "GridPriorsTRT",
