@@ -76,8 +76,8 @@ constexpr OpDef kOpTable[] = {
   // mmdeploy's nodes that only its TensorRT plugins ran.
   {kMmdeployDomain, "MMCVDeformConv2d",              1,   kCpuOnly,   &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},
   {kMmdeployDomain, "GatherTopk",                    1,   kCpuOnly,   &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
-  {kMmdeployDomain, "GridPriorsTRT",                 1,   kCpuOnly,   &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
-  {kMmdeployDomain, "TRTBicubicInterpolate",         1,   kCpuOnly,   &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
+  {kMmdeployDomain, "GridPriorsTRT",                 1,   OnCuda(grid_priors::MakeDevice),   &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
+  {kMmdeployDomain, "TRTBicubicInterpolate",         1,   OnCuda(bicubic_interpolate::MakeDevice),   &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
   {kMmdeployDomain, "TRTInstanceNormalization",      1,   kCpuOnly,   &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},
   {kMmdeployDomain, "ScaledDotProductAttentionTRT",  1,   kCpuOnly,   &scaled_dot_product_attention::kSchema,    &scaled_dot_product_attention::Make,     kCompat},
   // Multi-scale deformable attention: one kernel, a schema per row (mmdeploy's has im2col_step).
