@@ -3,12 +3,10 @@
 #include "ops/bicubic_interpolate/bicubic_interpolate.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
-#include "math/cubic.h"
+#include "ops/bicubic_interpolate/cubic_taps.h"
 
 namespace ortops::bicubic_interpolate {
 namespace {
@@ -58,13 +56,6 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-// Where output index i of one axis reads: four clamped source indices and their weights.
-template <typename A>
-struct AxisTaps {
-  int64_t index[4];
-  A weight[4];
-};
-
 template <typename T>
 class BicubicKernel : public KernelBase {
  public:
@@ -72,39 +63,26 @@ class BicubicKernel : public KernelBase {
   using A = T;  // float32 in float32, as PyTorch's CPU and CUDA kernels compute
   static constexpr const OpSchema& kSchema = bicubic_interpolate::kSchema;
 
-  BicubicKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def), align_corners_(attrs.Int("align_corners") != 0) {
-    const std::vector<float> scale = attrs.Floats("scale_factor");
-    Check(scale.size() == 2, "attribute 'scale_factor' must have 2 values (scale_h, scale_w), got ", scale.size());
-    for (float s : scale) {
-      Check(std::isfinite(s) && s > 0, "attribute 'scale_factor' values must be finite and positive, got ", scale[0],
-            ", ", scale[1]);
-    }
-    scale_h_ = scale[0];
-    scale_w_ = scale[1];
-  }
+  BicubicKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> input = io.Input<T>(0, 4);
-    const int64_t batch = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
-    const int64_t out_h = OutputSize(height, scale_h_, "H", input.shape);
-    const int64_t out_w = OutputSize(width, scale_w_, "W", input.shape);
-    const int64_t planes = batch * channels;
-    int64_t out_plane = 0, out_size = 0;
-    Check(!__builtin_mul_overflow(out_h, out_w, &out_plane) && !__builtin_mul_overflow(out_plane, planes, &out_size),
-          "the output [N, C, ", out_h, ", ", out_w, "] of input 'input' ", ShapeText{input.shape},
-          " has more elements than int64 holds");
-    T* output = io.Output<T>(0, {batch, channels, out_h, out_w});
+    const ResizeCall<T> call = PrepareCall<T>(io, attributes_);
+    const ConstTensor<T>& input = call.input;
+    T* output = call.output;
+    const int64_t height = call.height(), width = call.width(), out_h = call.out_h, out_w = call.out_w;
+    const int64_t planes = input.dim(0) * input.dim(1), out_size = call.size;
     if (out_size == 0) return;
-    if (out_h == height && out_w == width) {
+    if (call.copies()) {
       std::memcpy(output, input.data, static_cast<size_t>(out_size) * sizeof(T));
       return;
     }
 
     const Scratch<AxisTaps<A>> rows = io.Allocate<AxisTaps<A>>(static_cast<size_t>(out_h));
     const Scratch<AxisTaps<A>> columns = io.Allocate<AxisTaps<A>>(static_cast<size_t>(out_w));
-    FillTaps(rows.data(), height, out_h, scale_h_);
-    FillTaps(columns.data(), width, out_w, scale_w_);
+    const ResizeAxis<A> y_axis(height, out_h, attributes_.scale_h, attributes_.align_corners);
+    const ResizeAxis<A> x_axis(width, out_w, attributes_.scale_w, attributes_.align_corners);
+    for (int64_t y = 0; y < out_h; ++y) rows[static_cast<size_t>(y)] = y_axis.TapsAt(y);
+    for (int64_t x = 0; x < out_w; ++x) columns[static_cast<size_t>(x)] = x_axis.TapsAt(x);
 
     // Output rows of all planes, in ranges of about kValuesPerTask outputs per task. Each input
     // row a range reads is interpolated along x once, into one of four rows kept by the task:
@@ -122,7 +100,7 @@ class BicubicKernel : public KernelBase {
       int64_t held[kSlots] = {-1, -1, -1, -1};  // the input row (plane * H + row) in each slot
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const int64_t plane = r / out_h, y = r % out_h;
-        const AxisTaps<A>& ty = rows[static_cast<size_t>(y)];
+        const AxisTaps<A> ty = rows[static_cast<size_t>(y)];
         const A* line[kSlots];
         for (int i = 0; i < kSlots; ++i) {
           const int64_t slot = ty.index[i] % kSlots, input_row = plane * height + ty.index[i];
@@ -133,15 +111,13 @@ class BicubicKernel : public KernelBase {
           }
           line[i] = along;
         }
-        const A w0 = ty.weight[0], w1 = ty.weight[1], w2 = ty.weight[2], w3 = ty.weight[3];
         const A* __restrict l0 = line[0];
         const A* __restrict l1 = line[1];
         const A* __restrict l2 = line[2];
         const A* __restrict l3 = line[3];
         T* __restrict out = output + r * out_w;
         // PyTorch's order: each row interpolated along x, then the rows along y.
-        for (int64_t x = 0; x < out_w; ++x)
-          out[x] = static_cast<T>(((l0[x] * w0 + l1[x] * w1) + l2[x] * w2) + l3[x] * w3);
+        for (int64_t x = 0; x < out_w; ++x) out[x] = static_cast<T>(SumRows(l0[x], l1[x], l2[x], l3[x], ty));
       }
     });
   }
@@ -149,41 +125,10 @@ class BicubicKernel : public KernelBase {
  private:
   // out[x] = the input row interpolated along x at output column x.
   static void InterpolateRow(const T* __restrict row, const AxisTaps<A>* columns, int64_t out_w, A* __restrict out) {
-    for (int64_t x = 0; x < out_w; ++x) {
-      const AxisTaps<A>& tx = columns[x];
-      out[x] = row[tx.index[0]] * tx.weight[0] + row[tx.index[1]] * tx.weight[1] + row[tx.index[2]] * tx.weight[2] +
-               row[tx.index[3]] * tx.weight[3];
-    }
+    for (int64_t x = 0; x < out_w; ++x) out[x] = InterpolateAlong(row, columns[x]);
   }
 
-  // floor(size * scale), forgiving the float32 rounding of the stored factor.
-  static int64_t OutputSize(int64_t size, float scale, const char* axis, const Shape& shape) {
-    const double product = static_cast<double>(size) * static_cast<double>(scale);
-    const double result = std::floor(product + product * 0x1p-23);
-    Check(result < 0x1p62, "the output ", axis, " = floor(", size, " * ", scale, ") of input 'input' ",
-          ShapeText{shape}, " is too large");
-    return static_cast<int64_t>(result);
-  }
-
-  // PyTorch's area_pixel_compute_source_index (cubic: unclamped) and get_cubic_upsample_coefficients.
-  void FillTaps(AxisTaps<A>* taps, int64_t in_size, int64_t out_size, float scale) const {
-    A ratio;
-    if (align_corners_) {
-      ratio = out_size > 1 ? static_cast<A>(in_size - 1) / static_cast<A>(out_size - 1) : A(0);
-    } else {
-      ratio = static_cast<A>(1.0 / static_cast<double>(scale));
-    }
-    for (int64_t i = 0; i < out_size; ++i) {
-      const A source = align_corners_ ? ratio * static_cast<A>(i) : ratio * (static_cast<A>(i) + A(0.5)) - A(0.5);
-      const A floor = std::floor(source);
-      CubicCoefficients<A>(source - floor, taps[i].weight);
-      const auto first = static_cast<int64_t>(floor) - 1;
-      for (int64_t k = 0; k < 4; ++k) taps[i].index[k] = std::clamp<int64_t>(first + k, 0, in_size - 1);
-    }
-  }
-
-  bool align_corners_;
-  float scale_h_ = 1, scale_w_ = 1;
+  BicubicAttributes attributes_;
 };
 
 }  // namespace

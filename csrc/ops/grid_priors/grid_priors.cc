@@ -51,23 +51,15 @@ class GridPriorsKernel : public KernelBase {
   using Element = T;
   static constexpr const OpSchema& kSchema = grid_priors::kSchema;
 
-  GridPriorsKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def), stride_h_(attrs.Int("stride_h")), stride_w_(attrs.Int("stride_w")) {}
+  GridPriorsKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), strides_(attrs) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> base = io.Input<T>(0, 2);
-    Check(base.dim(1) == 4, "input 'base_anchors' must have shape [A, 4], got ", ShapeText{base.shape});
-    const int64_t height = io.Input<int64_t>(1, 1).dim(0);
-    const int64_t width = io.Input<int64_t>(2, 1).dim(0);
-    const int64_t anchors = base.dim(0);
-    int64_t cells = 0, count = 0;
-    Check(!__builtin_mul_overflow(height, width, &cells) && !__builtin_mul_overflow(cells, anchors, &count) &&
-              count <= INT64_MAX / 4,
-          "the output [H * W * A, 4] has more elements than int64 holds (H = ", height, ", W = ", width,
-          ", A = ", anchors, ")");
+    const PriorsCall<T> call = PrepareCall<T>(io);
+    const ConstTensor<T>& base = call.base;
+    const int64_t height = call.height, width = call.width, anchors = call.anchors, count = call.count;
     T* out = io.Output<T>(0, {count, 4});
     if (count == 0) return;
-    const T sh = static_cast<T>(stride_h_), sw = static_cast<T>(stride_w_);
+    const T sh = static_cast<T>(strides_.h), sw = static_cast<T>(strides_.w);
     // Rows of the grid, in ranges of about kValuesPerTask outputs per task.
     constexpr int64_t kValuesPerTask = int64_t{1} << 16;
     const int64_t per_row = width * anchors * 4;
@@ -78,21 +70,15 @@ class GridPriorsKernel : public KernelBase {
         T* row = out + y * per_row;
         for (int64_t x = 0; x < width; ++x) {
           const T shift_x = static_cast<T>(x) * sw;
-          for (int64_t a = 0; a < anchors; ++a) {
-            const T* b = base.data + a * 4;
-            T* o = row + (x * anchors + a) * 4;
-            o[0] = b[0] + shift_x;
-            o[1] = b[1] + shift_y;
-            o[2] = b[2] + shift_x;
-            o[3] = b[3] + shift_y;
-          }
+          for (int64_t a = 0; a < anchors; ++a)
+            ShiftAnchor(base.data + a * 4, shift_x, shift_y, row + (x * anchors + a) * 4);
         }
       }
     });
   }
 
  private:
-  int64_t stride_h_, stride_w_;
+  Strides strides_;
 };
 
 }  // namespace

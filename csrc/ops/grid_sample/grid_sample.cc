@@ -11,7 +11,7 @@
 #include "core/channels_last.h"
 #include "core/half_convert.h"
 #include "core/upcast.h"
-#include "math/cubic.h"
+#include "ops/grid_sample/grid_points.h"
 #include "ops/grid_sample/sample.h"
 
 namespace ortops::grid_sample {
@@ -63,55 +63,6 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-enum class Interpolation { kBilinear = 0, kNearest = 1, kBicubic = 2 };
-enum class Padding { kZeros = 0, kBorder = 1, kReflection = 2 };
-
-// Farther than this from the map, a coordinate is outside whatever the map's size; keeps
-// float-to-integer conversions defined for huge finite coordinates.
-constexpr double kFarOutside = 1e15;
-
-template <typename T>
-struct Axis {
-  int64_t size;
-  bool align_corners;
-  Padding padding;
-
-  T Unnormalize(T coord) const {
-    const T n = static_cast<T>(size);
-    return align_corners ? ((coord + 1) / 2) * (n - 1) : ((coord + 1) * n - 1) / 2;
-  }
-  T Clip(T coord) const { return std::min(static_cast<T>(size - 1), std::max(coord, T(0))); }
-  // Mirrors coord into [twice_low / 2, twice_high / 2].
-  static T Reflect(T coord, int64_t twice_low, int64_t twice_high) {
-    if (twice_low == twice_high) return T(0);
-    const T low = static_cast<T>(twice_low) / 2, span = static_cast<T>(twice_high - twice_low) / 2;
-    coord = std::abs(coord - low);
-    const T extra = std::fmod(coord, span);
-    const auto flips = static_cast<int64_t>(std::floor(coord / span));
-    return flips % 2 == 0 ? extra + low : span - extra + low;
-  }
-  // PyTorch's compute_coordinates: padding applied to an unnormalized coordinate.
-  T Pad(T coord) const {
-    if (padding == Padding::kBorder) return Clip(coord);
-    if (padding == Padding::kReflection) {
-      if (!std::isfinite(coord)) return std::numeric_limits<T>::quiet_NaN();
-      coord = align_corners ? Reflect(coord, 0, 2 * (size - 1)) : Reflect(coord, -1, 2 * size - 1);
-      return Clip(coord);
-    }
-    return coord;
-  }
-  bool Inside(int64_t i) const { return i >= 0 && i < size; }
-};
-
-// Where one bicubic output point reads, computed once and used for every channel: 4 x 4
-// taps read rows y[i], columns x[j]; -1 marks a tap that reads 0.
-template <typename T>
-struct PointTaps {
-  bool nan = false;  // the point's value is NaN
-  int64_t row[4], column[4];
-  T wy[4], wx[4];
-};
-
 // Bilinear and nearest points, compacted for the channel loop: up to four taps that are
 // inside the map, in PyTorch's summation order; count -1 marks a NaN point.
 template <typename T>
@@ -131,41 +82,24 @@ class GridSampleKernel : public KernelBase {
   using A = ComputeType<T>;
   static constexpr const OpSchema& kSchema = grid_sample::kSchema;
 
-  GridSampleKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
-        mode_(attrs.Int("interpolation_mode")),
-        padding_(attrs.Int("padding_mode")),
-        align_corners_(attrs.Int("align_corners")) {
-    Check(mode_ >= 0 && mode_ <= 2,
-          "attribute 'interpolation_mode' must be 0 (bilinear), 1 (nearest) or 2 (bicubic), got ", mode_);
-    Check(padding_ >= 0 && padding_ <= 2,
-          "attribute 'padding_mode' must be 0 (zeros), 1 (border) or 2 (reflection), got ", padding_);
-    Check(align_corners_ == 0 || align_corners_ == 1, "attribute 'align_corners' must be 0 or 1, got ", align_corners_);
-  }
+  GridSampleKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> input = io.Input<T>(0, 4);
-    const ConstTensor<T> grid = io.Input<T>(1, 4);
-    const int64_t batch = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
-    Check(grid.dim(0) == batch && grid.dim(3) == 2,
-          "input 'grid' must have shape [N, H_out, W_out, 2] with N = ", batch, ", got ", ShapeText{grid.shape});
-    const int64_t out_h = grid.dim(1), out_w = grid.dim(2);
-    T* output = io.Output<T>(0, {batch, channels, out_h, out_w});
-    if (batch * channels * out_h * out_w == 0) return;
-    Check(height > 0 && width > 0, "input 'input' has an empty map (shape ", ShapeText{input.shape},
-          ") to sample from");
-    const Axis<A> x_axis{width, align_corners_ == 1, static_cast<Padding>(padding_)};
-    const Axis<A> y_axis{height, align_corners_ == 1, static_cast<Padding>(padding_)};
-    const int64_t plane = height * width, out_plane = out_h * out_w;
-    Check(plane < (int64_t{1} << 31), "input 'input' has planes of ", height, " x ", width,
-          " elements, more than this op supports (2^31)");
+    const GridSampleCall<T> call = PrepareCall<T>(io);
+    if (call.empty) return;
+    const ConstTensor<T>& input = call.input;
+    const ConstTensor<T>& grid = call.grid;
+    T* output = call.output;
+    const int64_t batch = call.batch(), channels = call.channels(), height = call.height(), width = call.width();
+    const Axis<A> x_axis = attributes_.AxisOf<A>(width), y_axis = attributes_.AxisOf<A>(height);
+    const int64_t plane = height * width, out_plane = call.out_plane();
     if constexpr (std::is_same_v<A, float>) {
       if (LocatesInVectors(x_axis, y_axis) && CopyPays(plane, out_plane)) {
         ComputeBlocked(io, input, grid, output);
         return;
       }
     }
-    const bool bicubic = static_cast<Interpolation>(mode_) == Interpolation::kBicubic;
+    const bool bicubic = attributes_.interpolation() == Interpolation::kBicubic;
     if (!bicubic && ChannelsLastPays(channels, plane, out_plane)) {
       ComputeChannelsLast(io, input, grid, x_axis, y_axis, output);
       return;
@@ -185,16 +119,17 @@ class GridSampleKernel : public KernelBase {
           for (size_t i = begin; i < end; ++i) {
             const auto gx = static_cast<A>(points[2 * i]), gy = static_cast<A>(points[2 * i + 1]);
             if (bicubic) {
-              wide[i] = Locate(gx, gy, x_axis, y_axis);
+              wide[i] = LocateBicubic(gx, gy, x_axis, y_axis);
               continue;
             }
             CompactTaps<A>& taps = compact[i];
             int32_t inside = 0;
-            const bool number = LocateLinear(gx, gy, x_axis, y_axis, [&](int64_t offset, A weight) {
-              taps.offset[inside] = static_cast<int32_t>(offset);
-              taps.weight[inside] = weight;
-              ++inside;
-            });
+            const bool number =
+                LocateLinear(attributes_.interpolation(), gx, gy, x_axis, y_axis, [&](int64_t offset, A weight) {
+                  taps.offset[inside] = static_cast<int32_t>(offset);
+                  taps.weight[inside] = weight;
+                  ++inside;
+                });
             taps.count = number ? inside : -1;
           }
         });
@@ -227,7 +162,7 @@ class GridSampleKernel : public KernelBase {
   // the dispatched loops locate a vector of points at a time (their floor is exact there).
   bool LocatesInVectors(const Axis<A>& x_axis, const Axis<A>& y_axis) const {
     constexpr int64_t kVectorSide = int64_t{1} << 24;
-    return static_cast<Interpolation>(mode_) == Interpolation::kBilinear && x_axis.padding == Padding::kZeros &&
+    return attributes_.interpolation() == Interpolation::kBilinear && x_axis.padding == Padding::kZeros &&
            x_axis.size < kVectorSide && y_axis.size < kVectorSide;
   }
 
@@ -257,7 +192,7 @@ class GridSampleKernel : public KernelBase {
     io.ParallelFor(static_cast<size_t>(batch * tasks), [&](size_t task) {
       const int64_t n = static_cast<int64_t>(task) / tasks, first = static_cast<int64_t>(task) % tasks * kTaskPoints;
       ORTOPS_ISA_CALL(LocateTaps, coordinates + (n * out_plane + first) * 2, std::min(kTaskPoints, out_plane - first),
-                      width, height, align_corners_ == 1, taps_of(n, first));
+                      width, height, attributes_.align_corners == 1, taps_of(n, first));
     });
     const int64_t block_channels = ORTOPS_ISA_CALL(BlockChannels);
     const int64_t blocks = (channels + block_channels - 1) / block_channels;
@@ -364,12 +299,13 @@ class GridSampleKernel : public KernelBase {
             const int64_t p = start + i;
             PointTap<A>& tap = taps[static_cast<size_t>(i)];
             int inside = 0;
-            const bool number = LocateLinear(static_cast<A>(points[2 * p]), static_cast<A>(points[2 * p + 1]), x_axis,
-                                             y_axis, [&](int64_t offset, A weight) {
-                                               tap.pixel[inside] = offset;
-                                               tap.weight[inside] = weight;
-                                               ++inside;
-                                             });
+            const bool number =
+                LocateLinear(attributes_.interpolation(), static_cast<A>(points[2 * p]),
+                             static_cast<A>(points[2 * p + 1]), x_axis, y_axis, [&](int64_t offset, A weight) {
+                               tap.pixel[inside] = offset;
+                               tap.weight[inside] = weight;
+                               ++inside;
+                             });
             for (int k = inside; k < 4; ++k) {
               tap.pixel[k] = zero_pixel;
               tap.weight[k] = A(0);
@@ -394,74 +330,6 @@ class GridSampleKernel : public KernelBase {
     }
   }
 
-  // Bicubic: the 4 x 4 taps of one point (all of them, or NaN).
-  PointTaps<A> Locate(A gx, A gy, const Axis<A>& x_axis, const Axis<A>& y_axis) const {
-    PointTaps<A> p;
-    if (std::isnan(gx) || std::isnan(gy)) {
-      p.nan = true;
-      return p;
-    }
-    LocateBicubic(x_axis.Unnormalize(gx), y_axis.Unnormalize(gy), x_axis, y_axis, p);
-    return p;
-  }
-
-  // Bilinear and nearest: calls tap(offset, weight) for each tap of the point that lies
-  // inside the map, in PyTorch's summation order; false for a point whose value is NaN.
-  // A callback rather than a returned struct, so that the caller stores each tap where it
-  // is read from next, with no copy through memory in between.
-  template <typename Tap>
-  bool LocateLinear(A gx, A gy, const Axis<A>& x_axis, const Axis<A>& y_axis, Tap&& tap) const {
-    if (std::isnan(gx) || std::isnan(gy)) return false;
-    const A x = x_axis.Pad(x_axis.Unnormalize(gx)), y = y_axis.Pad(y_axis.Unnormalize(gy));
-    if (std::isnan(x) || std::isnan(y)) return false;
-    if (!(std::abs(x) < kFarOutside && std::abs(y) < kFarOutside)) return true;  // far outside: reads 0
-    if (static_cast<Interpolation>(mode_) == Interpolation::kNearest) {
-      const auto ix = static_cast<int64_t>(std::nearbyint(x)), iy = static_cast<int64_t>(std::nearbyint(y));
-      if (x_axis.Inside(ix) && y_axis.Inside(iy)) tap(iy * x_axis.size + ix, A(1));
-      return true;
-    }
-    const A x0 = std::floor(x), y0 = std::floor(y);
-    const auto ix = static_cast<int64_t>(x0), iy = static_cast<int64_t>(y0);
-    const A east = x - x0, west = (x0 + 1) - x, south = y - y0, north = (y0 + 1) - y;
-    const int64_t w = x_axis.size;
-    if (x_axis.Inside(ix) && y_axis.Inside(iy)) tap(iy * w + ix, west * north);
-    if (x_axis.Inside(ix + 1) && y_axis.Inside(iy)) tap(iy * w + ix + 1, east * north);
-    if (x_axis.Inside(ix) && y_axis.Inside(iy + 1)) tap((iy + 1) * w + ix, west * south);
-    if (x_axis.Inside(ix + 1) && y_axis.Inside(iy + 1)) tap((iy + 1) * w + ix + 1, east * south);
-    return true;
-  }
-
-  void LocateBicubic(A x, A y, const Axis<A>& x_axis, const Axis<A>& y_axis, PointTaps<A>& p) const {
-    if (!(std::abs(x) < kFarOutside && std::abs(y) < kFarOutside)) {
-      // So far out that every tap is outside (zeros) or on the edge/mirror (otherwise).
-      if (x_axis.padding == Padding::kZeros) {
-        for (int i = 0; i < 4; ++i) p.row[i] = p.column[i] = -1, p.wx[i] = p.wy[i] = 0;
-        return;
-      }
-      if (x_axis.padding == Padding::kReflection) {
-        p.nan = true;
-        return;
-      }
-      x = std::clamp(x, A(-kFarOutside), A(kFarOutside));
-      y = std::clamp(y, A(-kFarOutside), A(kFarOutside));
-    }
-    const A x0 = std::floor(x), y0 = std::floor(y);
-    CubicCoefficients(x - x0, p.wx);
-    CubicCoefficients(y - y0, p.wy);
-    for (int i = 0; i < 4; ++i) {
-      p.column[i] = TapIndex(x_axis, x0 - 1 + static_cast<A>(i));
-      p.row[i] = TapIndex(y_axis, y0 - 1 + static_cast<A>(i));
-    }
-  }
-
-  // PyTorch's get_value_bounded: pad the tap's coordinate, then read it if inside.
-  static int64_t TapIndex(const Axis<A>& axis, A coord) {
-    const A padded = axis.Pad(coord);
-    if (std::isnan(padded)) return -1;
-    const auto i = static_cast<int64_t>(padded);
-    return axis.Inside(i) ? i : -1;
-  }
-
   static A ReadCompact(const CompactTaps<A>& p, const A* map) {
     A sum = 0;  // PyTorch accumulates from 0 over the taps inside the map, in this order
     if (p.count == 4) {
@@ -476,18 +344,7 @@ class GridSampleKernel : public KernelBase {
     return sum;
   }
 
-  static A ReadBicubic(const PointTaps<A>& p, const A* map, int64_t width) {
-    if (p.nan) return std::numeric_limits<A>::quiet_NaN();
-    A rows[4];
-    for (int i = 0; i < 4; ++i) {
-      A v[4];
-      for (int j = 0; j < 4; ++j) v[j] = p.row[i] >= 0 && p.column[j] >= 0 ? map[p.row[i] * width + p.column[j]] : A(0);
-      rows[i] = v[0] * p.wx[0] + v[1] * p.wx[1] + v[2] * p.wx[2] + v[3] * p.wx[3];
-    }
-    return rows[0] * p.wy[0] + rows[1] * p.wy[1] + rows[2] * p.wy[2] + rows[3] * p.wy[3];
-  }
-
-  int64_t mode_, padding_, align_corners_;
+  GridSampleAttributes attributes_;
 };
 
 }  // namespace
