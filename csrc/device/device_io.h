@@ -134,6 +134,12 @@ class DeviceIO {
 
   Stream stream() const { return stream_; }
 
+#if defined(__CUDACC__)
+  // After a kernel launched by hand (GPU-only code: everything else launches through Thrust,
+  // which checks): turns a launch error into an Error naming `what`.
+  void CheckLaunch(const char* what) const;
+#endif
+
  private:
   void CopyBytesToHost(void* host, const void* device, size_t bytes) const;
   void CopyBytesToDevice(void* device, const void* host, size_t bytes) const;

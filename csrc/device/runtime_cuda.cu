@@ -86,6 +86,8 @@ void DeviceIO::CopyBytesToDevice(void* device, const void* host, size_t bytes) c
   CheckCuda(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
 }
 
+void DeviceIO::CheckLaunch(const char* what) const { CheckCuda(cudaGetLastError(), what); }
+
 void DeviceIO::Fill(void* device, int byte, size_t bytes) const {
   if (bytes == 0) return;
   CheckCuda(cudaMemsetAsync(device, byte, bytes, stream_), "cudaMemsetAsync");

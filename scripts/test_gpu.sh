@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The GPU checks of the CUDA build: everything CI cannot run, run on a machine with an NVIDIA
+# GPU, nvcc (13), CMake, ninja and a Python with torch, torchvision, onnx, onnxscript and
+# pytest (the project's lent GPU machine has all of these but onnxruntime-gpu, and reaches no
+# package registry).
+#
+#   scripts/test_gpu.sh --stage [PART_MB]   here, with network: download the pinned
+#       onnxruntime-gpu wheel (deps/python-ort-gpu.txt) and split it into .carry/0, .carry/1, ...
+#       (git-ignored), each small enough to travel to the GPU machine with one call
+#   scripts/test_gpu.sh --receive K        there: keep part K (from .carry/K) in /tmp/ortops-stage
+#   scripts/test_gpu.sh [--quick]          there: reassemble and install onnxruntime-gpu (or use
+#       one already importable), build cuda/libortops.so for the GPU at hand on all cores, then
+#         1. every ONNX Runtime-level test with every node on CUDAExecutionProvider alone
+#            (ORTOPS_TEST_PROVIDERS: a node ONNX Runtime would place on the CPU fails its test),
+#            against the same references and errors as on the CPU;
+#         2. tests/python/cuda: the CUDA build's facts, a whole model whose custom nodes all run
+#            on the GPU with no copy between them, several sessions and threads on one GPU;
+#         3. compute-sanitizer memcheck and racecheck over tests/python/cuda and the compat files;
+#         4. the CUDA benchmark (benchmarks/bench_cuda.py);
+#       and writes its logs, the JUnit files and the benchmark's JSON to $OUT (or build/gpu-results).
+#       --quick runs 1 on a sample of the suite and skips 3.
+#
+# With the project's device tool: `--stage` here, then one call per part, each carrying
+# .carry/K and running `bash scripts/test_gpu.sh --receive K`, the last one also running
+# `bash scripts/test_gpu.sh`, within the machine's warm window between calls. It fits in the
+# 30 minutes of device time a session has: about 2 for the transfers, 4 for the build on 16
+# cores, the rest for the tests and the benchmark. Record the date, the device and the figures
+# it prints in the README's GPU section.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+STAGE=/tmp/ortops-stage
+log() { printf '[test_gpu] %s\n' "$*" >&2; }
+pin() { sed -n "s/^$1==//p" deps/python-ort-gpu.txt; }
+
+if [[ "${1:-}" == --stage ]]; then
+  part_mb=${2:-56}
+  version=$(pin onnxruntime-gpu)
+  dest=.deps/onnxruntime-gpu-cp312
+  mkdir -p "$dest"
+  # The GPU machine's Python is 3.12 (a cp312 wheel); its platform manylinux_2_28.
+  .venv/bin/python -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 -d "$dest" "onnxruntime-gpu==$version"
+  wheel=$(ls "$dest"/onnxruntime_gpu-"$version"-cp312-*.whl)
+  grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo '/.carry/' >>.git/info/exclude
+  rm -rf .carry && mkdir -p .carry/parts
+  split -b "${part_mb}m" -d -a 2 "$wheel" .carry/parts/part-
+  parts=(.carry/parts/part-*)
+  for i in "${!parts[@]}"; do mkdir -p ".carry/$i" && mv "${parts[$i]}" ".carry/$i/"; done
+  last=$((${#parts[@]} - 1))
+  (cd "$dest" && sha256sum "$(basename "$wheel")") >".carry/$last/SHA256SUM"
+  rmdir .carry/parts
+  log "split $(basename "$wheel") into ${#parts[@]} parts: .carry/0 .. .carry/$last"
+  exit 0
+fi
+
+if [[ "${1:-}" == --receive ]]; then
+  mkdir -p "$STAGE" && cp ".carry/$2"/* "$STAGE/"
+  log "part $2 kept in $STAGE ($(ls "$STAGE" | wc -l) files)"
+  exit 0
+fi
+
+QUICK=0
+[[ "${1:-}" == --quick ]] && QUICK=1
+OUT=${OUT:-$ROOT/build/gpu-results}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+exec > >(tee "$OUT/test_gpu.log") 2>&1
+started=$(date +%s)
+elapsed() { echo "$(($(date +%s) - started)) s"; }
+
+# --- ONNX Runtime for the GPU -------------------------------------------------------------
+if ! "$PY" -c 'import onnxruntime, sys; sys.exit("CUDAExecutionProvider" not in onnxruntime.get_available_providers())' 2>/dev/null; then
+  if [[ -f "$STAGE/SHA256SUM" ]]; then
+    wheel="$STAGE/$(awk '{print $2}' "$STAGE/SHA256SUM")"
+    cat "$STAGE"/part-* >"$wheel"
+    (cd "$STAGE" && sha256sum -c SHA256SUM)
+    "$PY" -m pip install --quiet --no-index --no-deps --no-compile --target /tmp/ortops-ort-gpu "$wheel"
+  fi
+  export PYTHONPATH="/tmp/ortops-ort-gpu${PYTHONPATH:+:$PYTHONPATH}"
+fi
+"$PY" - <<'EOF'
+import onnxruntime as ort
+
+# onnxruntime-gpu finds the CUDA libraries of the nvidia-* Python packages this way.
+if hasattr(ort, "preload_dlls"):
+    ort.preload_dlls()
+print("onnxruntime", ort.__version__, ort.get_available_providers())
+assert "CUDAExecutionProvider" in ort.get_available_providers(), "no CUDA execution provider"
+EOF
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+log "ONNX Runtime ready ($(elapsed))"
+
+# --- The CUDA build for the GPU at hand -----------------------------------------------------
+arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d '.')
+cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DORTOPS_BUILD_TESTS=OFF \
+  -DORTOPS_ORT_INCLUDE_DIR="${ORTOPS_ORT_INCLUDE_DIR:-$ROOT/.deps/onnxruntime/include}" \
+  -DORTOPS_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${arch}-real" >/dev/null
+cmake --build build/gpu --target ortops_cuda ortops_manifest_json -j "$(nproc)"
+LIBRARY="$ROOT/build/gpu/cuda/libortops.so"
+log "built $LIBRARY for sm_$arch ($(elapsed))"
+
+export ORTOPS_LIBRARY="$LIBRARY" ORTOPS_CUDA_LIBRARY="$LIBRARY" PYTHONPATH="$ROOT/python:$PYTHONPATH"
+failed=0
+PYTEST=("$PY" -m pytest -q -p no:cacheprovider)
+
+# --- 1. Every ONNX Runtime-level test, every node on the GPU ----------------------------------
+selection=(tests/python/ort)
+# The tests that are about the CPU library itself (instruction-set levels, its thread pool).
+deselect=(--ignore=tests/python/ort/test_isa.py)
+[[ $QUICK == 1 ]] && selection=(tests/python/ort/test_nms.py tests/python/ort/test_roi_align.py tests/python/ort/test_compat_files.py)
+ORTOPS_TEST_PROVIDERS=CUDAExecutionProvider "${PYTEST[@]}" -n 8 "${selection[@]}" "${deselect[@]}" \
+  --junitxml "$OUT/pytest-cuda-ep.xml" || failed=1
+log "suite on CUDAExecutionProvider done ($(elapsed))"
+
+# --- 2. The CUDA build, a whole model, sessions and threads -----------------------------------
+"${PYTEST[@]}" tests/python/cuda --junitxml "$OUT/pytest-cuda.xml" || failed=1
+
+# --- 3. compute-sanitizer ---------------------------------------------------------------------
+if [[ $QUICK == 0 ]]; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool "$tool" --error-exitcode 3 --target-processes all \
+      "${PYTEST[@]}" tests/python/cuda tests/python/ort/test_compat_files.py >"$OUT/sanitizer-$tool.log" 2>&1 \
+      || { failed=1; log "compute-sanitizer $tool found errors: $OUT/sanitizer-$tool.log"; }
+    tail -n 3 "$OUT/sanitizer-$tool.log"
+  done
+  log "compute-sanitizer done ($(elapsed))"
+fi
+
+# --- 4. The CUDA benchmark --------------------------------------------------------------------
+"$PY" benchmarks/bench_cuda.py --json "$OUT/bench-cuda.json" || failed=1
+log "all done in $(elapsed): $([[ $failed == 0 ]] && echo passed || echo FAILED)"
+exit "$failed"
