@@ -41,6 +41,15 @@
 
 #include <onnxruntime_c_api.h>
 
+// The entry point is the one symbol the library exports: by default visibility in an ELF
+// shared library, as a DLL export on Windows (also from an executable that links the static
+// library, so that ONNX Runtime's RegisterCustomOpsUsingFunction finds it there).
+#if defined(_WIN32)
+#define ORTOPS_EXPORT __declspec(dllexport)
+#else
+#define ORTOPS_EXPORT __attribute__((visibility("default")))
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -49,8 +58,7 @@ extern "C" {
 // run the session. Returns null on success, or an OrtStatus (release it with
 // OrtApi::ReleaseStatus) that says why, e.g. a runtime older than ONNX Runtime 1.17.
 // Safe to call from several threads and for any number of session options.
-__attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
-                                                                                 const OrtApiBase* api_base);
+ORTOPS_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base);
 
 #ifdef __cplusplus
 }
