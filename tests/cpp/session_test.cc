@@ -154,6 +154,22 @@ TEST(Isa, DetectionFindsTheExpectedLevel) {
   EXPECT_STREQ(IsaName(CpuIsa()), expected);
 }
 
+#if defined(__x86_64__)
+// CpuIsa reads CPUID and XCR0 itself; libgcc's checks (which include XCR0 too) must agree,
+// on every CPU model the tests run on and under Windows as under Linux.
+TEST(Isa, DetectionAgreesWithLibgcc) {
+  __builtin_cpu_init();
+  Isa expected = Isa::kBaseline;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma")) {
+    expected = Isa::kAvx512;
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    expected = Isa::kAvx2;
+  }
+  EXPECT_STREQ(IsaName(CpuIsa()), IsaName(expected));
+}
+#endif
+
 struct Tensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
