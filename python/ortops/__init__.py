@@ -1,7 +1,7 @@
 """ortops: custom operators for ONNX Runtime.
 
-The package ships ``libortops.so``, a custom-op library that any ONNX Runtime from 1.17 on
-can load, and the manifest of the ops it registers. PyTorch integration (torch ops, eager
+The package ships ``libortops.so`` (``ortops.dll`` on Windows), a custom-op library that any
+ONNX Runtime from 1.17 on can load, and the manifest of the ops it registers. PyTorch integration (torch ops, eager
 implementations and export rules for both exporters) lives in :mod:`ortops.torch`, which is
 the only part that imports torch.
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,8 @@ __all__ = [
     "session_options",
 ]
 
-_LIBRARY_NAME = "libortops.so"
+# The wheel for Windows (scripts/build_wheel.sh windows) carries ortops.dll, the others libortops.so.
+_LIBRARY_NAME = "ortops.dll" if sys.platform == "win32" else "libortops.so"
 _MANIFEST_NAME = "ortops_ops.json"
 
 #: The custom domains the library registers, each at opset version 1.
@@ -52,7 +54,8 @@ DOMAINS: tuple[str, ...] = ("ortops", "mmcv", "mmdeploy", "TRT")
 
 
 def get_library_path() -> str:
-    """Returns the path of ``libortops.so`` for ``register_custom_ops_library``.
+    """Returns the full path of ``libortops.so`` (``ortops.dll`` on Windows) for
+    ``register_custom_ops_library``.
 
     The environment variable ``ORTOPS_LIBRARY`` overrides the copy shipped in the package
     (useful while developing: point it at ``build/libortops.so``).
@@ -61,7 +64,8 @@ def get_library_path() -> str:
     path = Path(override) if override else Path(__file__).with_name(_LIBRARY_NAME)
     if not path.is_file():
         raise FileNotFoundError(f"ortops library not found at {path}")
-    return str(path)
+    # Absolute: Windows' LoadLibraryEx, as ONNX Runtime calls it, needs a full path.
+    return os.path.abspath(path)
 
 
 def session_options(options: onnxruntime.SessionOptions | None = None) -> onnxruntime.SessionOptions:
