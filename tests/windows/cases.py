@@ -6,12 +6,14 @@ the widest); scripts/test_windows.sh makes them at each level this CPU has, runs
 the Windows library in each Windows runtime at each level (tests/cpp/case_runner.cc, under
 Wine), and ``compare CASES OUT --level L`` checks each such run against Linux's results at
 the same level (the levels themselves may differ in the last bits, where the deformable
-convolutions use ortops' own GEMM: test_isa.py compares them). The cases are those of the Python tests' generator
-(tests/python/ort/test_fuzz.py): the valid random cases of every op, in every domain, that
-test_isa.py compares across levels (sizes around the vector widths), and hostile cases
-(wrong types, ranks and attributes, omitted and extra inputs and outputs, empty inputs, NaN
-and infinities) whose mutations keep the sizes small (no huge dimensions or attribute
-values: Wine has no address-space limit to refuse an absurd allocation with).
+convolutions use ortops' own GEMM: test_isa.py compares them).
+
+The cases are those of the Python tests' generator (tests/python/ort/test_fuzz.py): the
+valid random cases of every op, in every domain, that test_isa.py compares across levels
+(sizes around the vector widths), and hostile cases (wrong types, ranks and attributes,
+omitted and extra inputs and outputs, empty inputs, NaN and infinities) whose mutations keep
+the sizes small (no huge dimensions or attribute values: Wine has no address-space limit to
+refuse an absurd allocation with, as the fuzz test's workers have).
 
 What must match, case by case:
   - an error on Linux is an error under Windows, with ortops' own message (the part ortops
@@ -50,7 +52,7 @@ import test_fuzz  # noqa: E402
 import test_isa  # noqa: E402
 
 HOSTILE_SEED = 20261125
-HOSTILE_CASES = 6 * 48  # generated; about two thirds keep sizes small and are saved
+HOSTILE_PER_OP = 6  # generated; about two in five keep the sizes small and are kept
 # Mutations that can make sizes or attribute values huge, and with them huge allocations.
 UNBOUNDED_MUTATIONS = {"huge_dim", "attr_value"}
 # Relative to the output's largest finite magnitude, as test_isa.py's products (see the
@@ -65,7 +67,7 @@ def cases() -> list[dict[str, Any]]:
         test_fuzz.make_case(test_isa.SEED, index, table, mutate=False, size_pool=test_isa.SIZE_POOL)
         for index in range(test_isa.CASES_PER_OP * len(table))
     ]
-    hostile = [test_fuzz.make_case(HOSTILE_SEED, index, table) for index in range(HOSTILE_CASES)]
+    hostile = [test_fuzz.make_case(HOSTILE_SEED, index, table) for index in range(HOSTILE_PER_OP * len(table))]
     hostile = [case for case in hostile if case["mutations"] and not UNBOUNDED_MUTATIONS & set(case["mutations"])]
     return valid + hostile
 
