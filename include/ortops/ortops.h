@@ -15,7 +15,9 @@
 //
 //    Pass a path that the dynamic loader can open: the absolute path of libortops.so (CMake:
 //    the variable ORTOPS_LIBRARY_PATH, or $<TARGET_FILE:ortops::ortops>). A bare
-//    "libortops.so" only works when its folder is on the loader's search path.
+//    "libortops.so" only works when its folder is on the loader's search path. On Windows the
+//    library is ortops.dll and the path a wide string (ORTCHAR_T is wchar_t there):
+//    options.RegisterCustomOpsLibrary(L"C:\\ortops\\lib\\ortops.dll").
 //
 // 2. Link the static library (target ortops::ortops_static) into the application and let ONNX
 //    Runtime find the function by name in the executable:
@@ -28,7 +30,9 @@
 //      -Wl,--undefined=RegisterCustomOps            (pull the entry point out of the archive)
 //      -Wl,--export-dynamic-symbol=RegisterCustomOps (export it; -rdynamic also works but
 //                                                     exports every global symbol)
-//    Other build systems must pass them by hand.
+//    Other build systems must pass them by hand. On Windows ONNX Runtime uses GetProcAddress
+//    on the executable, which exports RegisterCustomOps because it is declared
+//    __declspec(dllexport) below; the target then adds only the first option.
 //
 // 3. Link the static library and call the function yourself (no export needed):
 //
