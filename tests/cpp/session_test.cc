@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 // The tests' own calls into the runtime go through the C API version the library asks for
-// (see ApiOfTheOldestRuntime below), not the headers' newer one.
+// (see kApiOfTheOldestRuntime below), not the headers' newer one.
 #define ORT_API_MANUAL_INIT
 #include <onnxruntime_cxx_api.h>
 #undef ORT_API_MANUAL_INIT
