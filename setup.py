@@ -9,7 +9,8 @@ headers (deps/versions.env; with npm) when they are not there yet.
 The wheel is tagged ``py3-none-<platform>``: libortops.so is loaded by ONNX Runtime, not
 imported by Python, so it works with every Python 3 and needs no CPython ABI tag; the
 platform tag is this machine's (``linux_x86_64``) until scripts/build_wheel.sh has auditwheel
-check it and retag it manylinux.
+check it and retag it manylinux. A prebuilt folder that holds ortops.dll, a Windows cross
+build (scripts/build_wheel.sh windows), makes a ``win_amd64`` wheel with ortops.dll instead.
 """
 
 from __future__ import annotations
@@ -33,7 +34,17 @@ except ImportError:  # older setuptools (the ONNX Runtime 1.17 environment): the
     from wheel.bdist_wheel import bdist_wheel
 
 ROOT = Path(__file__).resolve().parent
-ARTIFACTS = ("libortops.so", "ortops_ops.json")
+MANIFEST = "ortops_ops.json"
+
+
+def _windows_build() -> bool:
+    """Whether the library to package is a Windows cross build's ortops.dll."""
+    prebuilt = os.environ.get("ORTOPS_PREBUILT_DIR")
+    return bool(prebuilt) and (Path(prebuilt) / "ortops.dll").is_file()
+
+
+def _artifacts() -> tuple[str, str]:
+    return ("ortops.dll" if _windows_build() else "libortops.so", MANIFEST)
 
 
 @functools.cache
@@ -96,8 +107,12 @@ class BuildWithLibrary(build_py):
         source = _build_library()
         target = Path(self.build_lib) / "ortops"
         target.mkdir(parents=True, exist_ok=True)
-        for name in ARTIFACTS:
+        artifacts = _artifacts()
+        for name in artifacts:
             shutil.copy2(source / name, target / name)
+        for name in ("libortops.so", "ortops.dll"):  # the other platform's, from an earlier build
+            if name not in artifacts:
+                (target / name).unlink(missing_ok=True)
         if not os.environ.get("ORTOPS_PREBUILT_DIR"):
             shutil.rmtree(source, ignore_errors=True)
 
@@ -110,11 +125,12 @@ class BinaryDistribution(Distribution):
 
 
 class PlatformWheel(bdist_wheel):
-    """Tags the wheel py3-none-<platform>: any Python 3, no CPython ABI, this platform."""
+    """Tags the wheel py3-none-<platform>: any Python 3, no CPython ABI, this platform (or
+    64-bit Windows, for a Windows cross build)."""
 
     def get_tag(self) -> tuple[str, str, str]:
         _, _, platform = super().get_tag()
-        return "py3", "none", platform
+        return "py3", "none", "win_amd64" if _windows_build() else platform
 
 
 setup(

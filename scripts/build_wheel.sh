@@ -4,8 +4,19 @@
 # and tagged by auditwheel. Needs python3 (3.9+), CMake 3.22+, a C++20 compiler, ninja or make,
 # and npm for the pinned ONNX Runtime headers unless ORTOPS_ORT_INCLUDE_DIR names a folder
 # with them (setup.py says so if they are missing). The tools (deps/python-wheel.txt) go into
-# .venv-wheel. Options, by environment variable:
+# .venv-wheel.
+#
+#   scripts/build_wheel.sh windows
+#
+# builds dist/ortops-<version>-py3-none-win_amd64.whl instead, with ortops.dll cross-built
+# by Debian's MinGW-w64 toolchain (apt-get install g++-mingw-w64-x86-64-posix wine64; Wine
+# runs the op manifest tool) in build/windows/wheel, stripped, and checked as auditwheel
+# checks the Linux one: it must import system DLLs only and export RegisterCustomOps alone
+# (tests/cpp/check_windows_dll.cmake).
+#
+# Options, by environment variable:
 #   ORTOPS_PREBUILT_DIR=<CMake build folder>  package that build instead of compiling one
+#                                             (with windows: a Windows cross build)
 #   ORTOPS_WHEEL_DIR=<folder>                 write the wheel there instead of dist/
 set -euo pipefail
 
@@ -26,6 +37,39 @@ fi
 
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
+
+if [[ "${1:-}" == windows ]]; then
+  for tool in x86_64-w64-mingw32-g++-posix x86_64-w64-mingw32-strip x86_64-w64-mingw32-objdump cmake ninja; do
+    command -v "$tool" >/dev/null || { log "missing $tool (apt-get install g++-mingw-w64-x86-64-posix)"; exit 2; }
+  done
+  build=${ORTOPS_PREBUILT_DIR:-}
+  if [[ -z "$build" ]]; then
+    include=${ORTOPS_ORT_INCLUDE_DIR:-$ROOT/.deps/onnxruntime/include}
+    [[ -n "${ORTOPS_ORT_INCLUDE_DIR:-}" ]] || "$VENV/bin/python" "$ROOT/scripts/fetch_ort_headers.py" "$include" >&2
+    build="$ROOT/build/windows/wheel"
+    log "cross-building ortops.dll in $build"
+    cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DORTOPS_BUILD_TESTS=OFF \
+      "-DCMAKE_TOOLCHAIN_FILE=$ROOT/cmake/x86_64-w64-mingw32.cmake" \
+      "-DORTOPS_ORT_INCLUDE_DIR=$include" "-DORTOPS_MIN_ORT_API=$ORTOPS_MIN_ORT_API" >/dev/null
+    cmake --build "$build" >&2
+  fi
+  # The DLL without its symbol table (as auditwheel --strip does for Linux), checked.
+  mkdir "$raw/library"
+  cp "$build/ortops.dll" "$build/ortops_ops.json" "$raw/library/"
+  x86_64-w64-mingw32-strip --strip-unneeded "$raw/library/ortops.dll"
+  cmake "-DOBJDUMP=$(command -v x86_64-w64-mingw32-objdump)" "-DLIBRARY=$raw/library/ortops.dll" \
+    -P "$ROOT/tests/cpp/check_windows_dll.cmake" >&2
+  log "building the win_amd64 wheel from $build/ortops.dll"
+  ORTOPS_PREBUILT_DIR="$raw/library" "$VENV/bin/python" -m pip wheel --quiet --disable-pip-version-check \
+    --no-deps --no-build-isolation --wheel-dir "$raw" "$ROOT" >&2
+  mkdir -p "$OUT"
+  wheel="$OUT/$(basename "$raw"/ortops-*-py3-none-win_amd64.whl)"
+  mv -f "$raw"/ortops-*-py3-none-win_amd64.whl "$wheel"
+  log "$wheel ($(du -k "$wheel" | cut -f1) KiB)"
+  echo "$wheel"
+  exit 0
+fi
+
 log "building the wheel${ORTOPS_PREBUILT_DIR:+ from the library in $ORTOPS_PREBUILT_DIR}"
 "$VENV/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
   --wheel-dir "$raw" "$ROOT" >&2

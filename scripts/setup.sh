@@ -49,6 +49,45 @@ fetch_ort_runtime() {
   touch "$stamp"
 }
 
+# ONNX Runtime's own Windows runtimes (onnxruntime.dll) for the Windows suite
+# (scripts/test_windows.sh), at the two pins of deps/versions.env, each archive checked
+# against its SHA-256: only where that suite can run, with the MinGW-w64 cross compiler and
+# Wine installed. Needs the main environment's pip for the wheel.
+fetch_ort_windows() {
+  command -v x86_64-w64-mingw32-g++-posix >/dev/null || return 0
+  command -v wine64 >/dev/null || [[ -x /usr/lib/wine/wine64 ]] || return 0
+  local dest="$DEPS/onnxruntime-windows" tmp
+  local oldest="$dest/$ORT_WINDOWS_OLDEST_JAR_VERSION" newest="$dest/$ORT_WINDOWS_NEWEST_WHEEL_VERSION"
+  if [[ ! -f "$oldest/onnxruntime.dll" ]]; then
+    log "onnxruntime.dll (win-x64) from Maven Central com.microsoft.onnxruntime:onnxruntime:$ORT_WINDOWS_OLDEST_JAR_VERSION"
+    tmp=$(mktemp -d)
+    mvn -q -B dependency:copy \
+      "-Dartifact=com.microsoft.onnxruntime:onnxruntime:$ORT_WINDOWS_OLDEST_JAR_VERSION:jar" \
+      "-DoutputDirectory=$tmp" >/dev/null
+    local jar="$tmp/onnxruntime-$ORT_WINDOWS_OLDEST_JAR_VERSION.jar"
+    if ! echo "$ORT_WINDOWS_OLDEST_JAR_SHA256  $jar" | sha256sum --check --status; then
+      log "$(basename "$jar"): SHA-256 $(sha256sum "$jar" | cut -d' ' -f1), not the pinned $ORT_WINDOWS_OLDEST_JAR_SHA256"
+      rm -rf "$tmp"
+      return 1
+    fi
+    unzip -q -j -o "$jar" 'ai/onnxruntime/native/win-x64/onnxruntime.dll' -d "$tmp/dll"
+    mkdir -p "$dest" && rm -rf "$oldest" && mv "$tmp/dll" "$oldest"
+    rm -rf "$tmp"
+  fi
+  if [[ ! -f "$newest/onnxruntime.dll" ]]; then
+    log "onnxruntime.dll from PyPI's onnxruntime $ORT_WINDOWS_NEWEST_WHEEL_VERSION win_amd64 wheel"
+    tmp=$(mktemp -d)
+    printf 'onnxruntime==%s --hash=sha256:%s\n' "$ORT_WINDOWS_NEWEST_WHEEL_VERSION" \
+      "$ORT_WINDOWS_NEWEST_WHEEL_SHA256" >"$tmp/requirements.txt"
+    "$ROOT/.venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
+      --only-binary=:all: --platform win_amd64 --python-version "$ORT_WINDOWS_NEWEST_WHEEL_PYTHON" \
+      --require-hashes -r "$tmp/requirements.txt" -d "$tmp" >&2
+    unzip -q -j -o "$tmp"/onnxruntime-*.whl 'onnxruntime/capi/onnxruntime.dll' -d "$tmp/dll"
+    mkdir -p "$dest" && rm -rf "$newest" && mv "$tmp/dll" "$newest"
+    rm -rf "$tmp"
+  fi
+}
+
 # make_venv DIR REQUIREMENTS: creates DIR if needed and installs the pinned requirements,
 # skipping pip entirely when the same file was installed before.
 make_venv() {
@@ -109,6 +148,7 @@ make_venv "$ROOT/.venv-cuda" "$ROOT/deps/python-cuda.txt"    # the device paths:
 if [[ $with_ray == 1 ]]; then
   make_venv "$ROOT/.venv-ray" "$ROOT/deps/python-ray.txt"  # examples/ray, tests/python/test_ray_example.py
 fi
+[[ -n "${ORTOPS_ORT_ROOT:-}" ]] || fetch_ort_windows
 if [[ $deps_only == 0 ]]; then
   build_library
   install_package "$ROOT/.venv"

@@ -3,7 +3,9 @@
 # as suites side by side (scripts/run_suites.py), format and lint checks, the C++ tests in a
 # real ONNX Runtime (the session tests again under qemu-x86_64 as CPUs without AVX and without
 # AVX-512, and all again cross-built for ARM64 under qemu, where the cross toolchain is
-# installed), the Python tests in the main environment, the tests of the per-level loops again
+# installed), the Windows DLL cross-built with MinGW-w64 and tested under Wine in ONNX Runtime's
+# own Windows builds (where MinGW-w64 and Wine are installed; scripts/test_windows.sh), the
+# Python tests in the main environment, the tests of the per-level loops again
 # at each lower instruction-set level this CPU has (ORTOPS_ISA), the ONNX-Runtime-level Python
 # tests again with the oldest supported runtime, and the C++ and ONNX-Runtime-level tests again
 # against a build with AddressSanitizer and UndefinedBehaviorSanitizer
@@ -13,10 +15,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-# The emulators and the aarch64 cross toolchain of the qemu and ARM64 suites come from
+# The emulators and the cross toolchains of the qemu, ARM64 and Windows suites come from
 # Debian's packages, installed here where this is a Debian machine and we are root (as on CI);
 # elsewhere, or with ORTOPS_TEST_APT=0, those suites say they were skipped.
-test_tools=(qemu-user g++-aarch64-linux-gnu googletest)
+test_tools=(qemu-user g++-aarch64-linux-gnu googletest g++-mingw-w64-x86-64-posix wine64)
 missing_tools() {  # not a pipeline into grep: under pipefail dpkg-query's failure would win
   local tool
   for tool in "${test_tools[@]}"; do
@@ -25,10 +27,10 @@ missing_tools() {  # not a pipeline into grep: under pipefail dpkg-query's failu
 }
 if [[ "${ORTOPS_TEST_APT:-1}" != 0 && $(id -u) == 0 ]] && command -v apt-get >/dev/null \
   && [[ -n $(missing_tools) ]]; then
-  echo "[test] apt-get install ${test_tools[*]} (for the qemu and ARM64 suites; ORTOPS_TEST_APT=0 skips this)"
+  echo "[test] apt-get install ${test_tools[*]} (for the qemu, ARM64 and Windows suites; ORTOPS_TEST_APT=0 skips this)"
   apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${test_tools[@]}" >/dev/null; }
   apt_install || { apt-get update -q >/dev/null && apt_install; } \
-    || echo "[test] apt-get failed: the qemu and ARM64 suites will say they were skipped"
+    || echo "[test] apt-get failed: the qemu, ARM64 and Windows suites will say they were skipped"
 fi
 bash scripts/setup.sh --with-ray  # the Ray example's own environment too (tests/python/test_ray_example.py)
 
@@ -42,6 +44,7 @@ have_sanitizers=$([[ -f "$(${CXX:-c++} -print-file-name=libasan.so)" ]] && echo 
 have_qemu_x86=$([[ "$(uname -m)" == x86_64 ]] && command -v qemu-x86_64 >/dev/null && echo 1 || true)
 have_arm64=$(command -v aarch64-linux-gnu-g++ >/dev/null && command -v qemu-aarch64 >/dev/null \
   && [[ -f /usr/src/googletest/CMakeLists.txt && -f .deps/onnxruntime/lib/onnxruntime.jar ]] && echo 1 || true)
+windows_missing=$(scripts/test_windows.sh --check || true)
 
 # The suites, in the order to start them (the longest chain, the sanitizer build and its
 # Python tests, early); scripts/run_suites.py runs as many at a time as there are cores (each
@@ -81,6 +84,9 @@ EOS
   fi
   echo "python-main${have_arm64:+ after arm64}: $PY $PYTEST tests/python --ignore=tests/python/ort --ignore=tests/python/cuda --junitxml $REPORTS/pytest-main.xml"
   echo "python-main-ort: $PY $PYTEST tests/python/ort --junitxml $REPORTS/pytest-main-ort.xml"
+  # Cross build, C++ tests and every op's models under Wine in two Windows runtimes at each
+  # level, the Windows wheel and a MinGW consumer: a few minutes, nothing waits for it.
+  [[ -z "$windows_missing" ]] && echo "windows: scripts/test_windows.sh --junit-dir $REPORTS"
   if [[ -n "$have_sanitizers" ]]; then
     for level in $lower_levels; do
       echo "asan-python-$level after asan-build: ORTOPS_ISA=$level scripts/test_sanitizers.sh --junit-dir $REPORTS --step python $per_level_tests"
@@ -111,6 +117,7 @@ printf 'main environment: onnxruntime %s; oldest supported runtime: onnxruntime 
 [[ -n "$have_qemu_x86" ]] || echo "skipped: C++ session tests on older x86-64 CPUs (need an x86-64 machine with qemu-x86_64: apt-get install qemu-user)"
 [[ -n "$have_arm64" ]] || echo "skipped: C++ tests on ARM64 (need g++-aarch64-linux-gnu, qemu-user and googletest:" \
   "apt-get install them; and the ONNX Runtime jar in .deps, not fetched with ORTOPS_ORT_ROOT)"
+[[ -z "$windows_missing" ]] || echo "skipped: the Windows DLL under Wine ($windows_missing)"
 [[ -n "$have_sanitizers" ]] || echo "skipped: sanitizers (${CXX:-c++} has no libasan: GCC with its sanitizer runtimes is needed)"
 failed=0
 suites | OMP_WAIT_POLICY=PASSIVE $PY scripts/run_suites.py --logs "$REPORTS/logs" || failed=1

@@ -39,7 +39,7 @@ void LogIsaOnce(const OrtKernelInfo* info) {
     const std::string message = std::string("ortops: CPU kernels use ") + IsaName(ActiveIsa()) + " (this CPU has " +
                                 IsaName(CpuIsa()) + "; the environment variable ORTOPS_ISA picks a lower level)";
     if (OrtStatus* status =
-            Api().Logger_LogMessage(logger, ORT_LOGGING_LEVEL_INFO, message.c_str(), __FILE__, __LINE__, __func__)) {
+            Api().Logger_LogMessage(logger, ORT_LOGGING_LEVEL_INFO, message.c_str(), ORT_FILE, __LINE__, __func__)) {
       Api().ReleaseStatus(status);
     }
   });

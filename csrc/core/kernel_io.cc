@@ -1,9 +1,9 @@
 #include "core/kernel_io.h"
 
-#include <unistd.h>
-
 #include <charconv>
 #include <limits>
+
+#include "core/platform.h"
 
 namespace ortops {
 
@@ -208,7 +208,7 @@ std::vector<float> Attributes::Floats(std::string_view name) const {
 }
 
 int64_t KernelIO::HardwareThreads() {
-  static const int64_t threads = std::max<int64_t>(sysconf(_SC_NPROCESSORS_ONLN), 1);
+  static const int64_t threads = OnlineProcessors();
   return threads;
 }
 

@@ -220,9 +220,9 @@ class KernelIO {
   // For kernels that invoke ONNX Runtime ops of their own (OrtApi::InvokeOp).
   OrtKernelContext* context() const { return context_; }
 
-  // The CPU's hardware threads (at least 1), counted once: glibc reads them from /sys at
-  // every call. Not std::thread::hardware_concurrency, which links libstdc++'s thread support
-  // and with it glibc 2.34's pthread_create, breaking the wheel's manylinux tag.
+  // The CPU's hardware threads (at least 1, core/platform.h), counted once: glibc reads them
+  // from /sys at every call. Not std::thread::hardware_concurrency, which links libstdc++'s
+  // thread support and with it glibc 2.34's pthread_create, breaking the wheel's manylinux tag.
   static int64_t HardwareThreads();
 
   // Runs body(i) for i in [0, total) on the session's intra-op thread pool. body must be

@@ -9,8 +9,8 @@
 // enough digits to read back the exact number.
 //
 // Built two ways from this one file (see CMakeLists.txt):
-//   run_model         loads libortops.so by path: the path that find_package(ortops) gave the
-//                     build, or --library PATH.
+//   run_model         loads libortops.so (ortops.dll on Windows) by path: the path that
+//                     find_package(ortops) gave the build, or --library PATH.
 //   run_model_static  has ortops linked in (ortops::ortops_static) and lets ONNX Runtime find
 //                     RegisterCustomOps in the executable by name.
 #include <onnxruntime_cxx_api.h>
@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -177,13 +178,15 @@ int Run(int argc, char** argv) {
   Ort::Env env(ORT_LOGGING_LEVEL_WARNING, "run_model");
   Ort::SessionOptions options;
 #ifdef ORTOPS_EXAMPLE_STATIC
-  // ortops is linked into this executable; ONNX Runtime finds the function with dlsym.
+  // ortops is linked into this executable; ONNX Runtime finds the function in its exports
+  // (dlsym; GetProcAddress on Windows).
   options.RegisterCustomOpsUsingFunction("RegisterCustomOps");
 #else
-  // A path the loader can open: an absolute path, not a bare file name.
-  options.RegisterCustomOpsLibrary(library.c_str());
+  // A path the loader can open: an absolute path, not a bare file name. ONNX Runtime takes
+  // paths as ORTCHAR_T strings, wchar_t on Windows: a std::filesystem::path has them.
+  options.RegisterCustomOpsLibrary(std::filesystem::path(library).c_str());
 #endif
-  Ort::Session session(env, model_path.c_str(), options);
+  Ort::Session session(env, std::filesystem::path(model_path).c_str(), options);
 
   Ort::AllocatorWithDefaultOptions allocator;
   const auto memory = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);

@@ -17,7 +17,9 @@
 //
 //    Pass a path that the dynamic loader can open: the absolute path of libortops.so (CMake:
 //    the variable ORTOPS_LIBRARY_PATH, or $<TARGET_FILE:ortops::ortops>). A bare
-//    "libortops.so" only works when its folder is on the loader's search path.
+//    "libortops.so" only works when its folder is on the loader's search path. On Windows the
+//    library is ortops.dll and the path a wide string (ORTCHAR_T is wchar_t there):
+//    options.RegisterCustomOpsLibrary(L"C:\\ortops\\lib\\ortops.dll").
 //
 // 2. Link the static library (target ortops::ortops_static) into the application and let ONNX
 //    Runtime find the function by name in the executable:
@@ -30,7 +32,9 @@
 //      -Wl,--undefined=RegisterCustomOps            (pull the entry point out of the archive)
 //      -Wl,--export-dynamic-symbol=RegisterCustomOps (export it; -rdynamic also works but
 //                                                     exports every global symbol)
-//    Other build systems must pass them by hand.
+//    Other build systems must pass them by hand. On Windows ONNX Runtime uses GetProcAddress
+//    on the executable, which exports RegisterCustomOps because it is declared
+//    __declspec(dllexport) below; the target then adds only the first option.
 //
 // 3. Link the static library and call the function yourself (no export needed):
 //
@@ -43,6 +47,15 @@
 
 #include <onnxruntime_c_api.h>
 
+// The entry point is the one symbol the library exports: by default visibility in an ELF
+// shared library, as a DLL export on Windows (also from an executable that links the static
+// library, so that ONNX Runtime's RegisterCustomOpsUsingFunction finds it there).
+#if defined(_WIN32)
+#define ORTOPS_EXPORT __declspec(dllexport)
+#else
+#define ORTOPS_EXPORT __attribute__((visibility("default")))
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -51,8 +64,7 @@ extern "C" {
 // run the session. Returns null on success, or an OrtStatus (release it with
 // OrtApi::ReleaseStatus) that says why, e.g. a runtime older than ONNX Runtime 1.17.
 // Safe to call from several threads and for any number of session options.
-__attribute__((visibility("default"))) OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options,
-                                                                                 const OrtApiBase* api_base);
+ORTOPS_EXPORT OrtStatus* ORT_API_CALL RegisterCustomOps(OrtSessionOptions* options, const OrtApiBase* api_base);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 """ortops: custom operators for ONNX Runtime.
 
-The package ships ``libortops.so``, a custom-op library that any ONNX Runtime from 1.17 on
-can load, and the manifest of the ops it registers. PyTorch integration (torch ops, eager
+The package ships ``libortops.so`` (``ortops.dll`` on Windows), a custom-op library that any
+ONNX Runtime from 1.17 on can load, and the manifest of the ops it registers. PyTorch integration (torch ops, eager
 implementations and export rules for both exporters) lives in :mod:`ortops.torch`, which is
 the only part that imports torch.
 
@@ -47,7 +47,8 @@ __all__ = [
     "session_options",
 ]
 
-_LIBRARY_NAME = "libortops.so"
+# The wheel for Windows (scripts/build_wheel.sh windows) carries ortops.dll, the others libortops.so.
+_LIBRARY_NAME = "ortops.dll" if sys.platform == "win32" else "libortops.so"
 _MANIFEST_NAME = "ortops_ops.json"
 
 # The wheel leaves ONNX Runtime to an extra (pyproject.toml says why), so it may be missing.
@@ -60,7 +61,8 @@ if importlib.util.find_spec("onnxruntime") is None:
 
 
 def get_library_path() -> str:
-    """Returns the path of ``libortops.so`` for ``register_custom_ops_library``.
+    """Returns the full path of ``libortops.so`` (``ortops.dll`` on Windows) for
+    ``register_custom_ops_library``.
 
     The environment variable ``ORTOPS_LIBRARY`` overrides the copy shipped in the package
     (useful while developing: point it at ``build/libortops.so``).
@@ -69,7 +71,8 @@ def get_library_path() -> str:
     path = Path(override) if override else Path(__file__).with_name(_LIBRARY_NAME)
     if not path.is_file():
         raise FileNotFoundError(f"ortops library not found at {path}")
-    return str(path)
+    # Absolute: Windows' LoadLibraryEx, as ONNX Runtime calls it, needs a full path.
+    return os.path.abspath(path)
 
 
 # The SessionOptions objects this module registered the library into. ONNX Runtime accepts

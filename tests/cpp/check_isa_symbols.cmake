@@ -2,6 +2,8 @@
 # define no weak symbol outside that level's namespace, isa_<level>. A weak symbol (an inline
 # function or template instance) is merged by the linker with the baseline's copies of it
 # and one copy is kept for all callers: an AVX-512 copy kept that way would run on every CPU.
+# In Windows (COFF) objects such a symbol is a COMDAT section, which nm lists by its name,
+# .text$<symbol> (or .rdata$, .data$, ... and the .xdata$/.pdata$ of its unwind data).
 #   cmake -DNM=nm -DOBJECTS=a.o,b.o -P check_isa_symbols.cmake
 string(REPLACE "," ";" objects "${OBJECTS}")
 set(checked 0)
@@ -20,11 +22,18 @@ foreach(object IN LISTS objects)
   endif()
   string(REGEX MATCHALL "[^\n]+" lines "${listing}")
   foreach(line IN LISTS lines)
+    set(symbol "")
     if(line MATCHES "^[0-9a-f]* [WVu] (.+)$")
       set(symbol "${CMAKE_MATCH_1}")
+    elseif(line MATCHES "^[0-9a-f]* [a-zA-Z] \\.[a-z]+\\$(.+)$")
+      set(symbol "${CMAKE_MATCH_1}")
+    endif()
+    if(symbol)
       # DW.ref.__gxx_personality_v0 is a pointer to the C++ personality routine (data, the
-      # same in every object), which exception cleanups need: harmless to merge.
-      if(NOT symbol MATCHES "isa_${level}" AND NOT symbol MATCHES "^DW\\.ref\\.")
+      # same in every object), which exception cleanups need: harmless to merge. So are
+      # COFF's .refptr.<name>, pointers to data imported from elsewhere, and .rdata$zzz is the
+      # compiler's name and version.
+      if(NOT symbol MATCHES "isa_${level}" AND NOT symbol MATCHES "^(DW\\.ref\\.|\\.refptr\\.|zzz$)")
         list(APPEND offending "${object}: ${symbol}")
       endif()
     endif()

@@ -1,6 +1,7 @@
 #include "onnx_model.h"
 
 #include <cstring>
+#include <stdexcept>
 
 namespace ortops::testing {
 namespace {
@@ -72,7 +73,82 @@ Message TensorValueInfo(const std::string& name, int elem_type) {
   return info;
 }
 
+// Reads the protobuf wire format: a varint key, then a varint or a length and its bytes.
+class Reader {
+ public:
+  explicit Reader(const std::string& bytes) : bytes_(bytes) {}
+  bool Done() const { return at_ == bytes_.size(); }
+  uint64_t Varint() {
+    uint64_t value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (Done()) break;
+      const auto byte = static_cast<uint8_t>(bytes_[at_++]);
+      value |= static_cast<uint64_t>(byte & 0x7F) << shift;
+      if (!(byte & 0x80)) return value;
+    }
+    throw std::invalid_argument("not a TensorProto: a varint runs past the end or 10 bytes");
+  }
+  std::string Bytes() {
+    const uint64_t size = Varint();
+    if (size > bytes_.size() - at_) throw std::invalid_argument("not a TensorProto: a field runs past the end");
+    std::string value = bytes_.substr(at_, size);
+    at_ += size;
+    return value;
+  }
+  void Skip(uint64_t wire_type) {
+    const size_t fixed = wire_type == 1 ? 8 : wire_type == 5 ? 4 : 0;
+    if (wire_type == 0) {
+      Varint();
+    } else if (wire_type == 2) {
+      Bytes();
+    } else if (fixed != 0 && bytes_.size() - at_ >= fixed) {
+      at_ += fixed;
+    } else {
+      throw std::invalid_argument("not a TensorProto: wire type " + std::to_string(wire_type));
+    }
+  }
+
+ private:
+  const std::string& bytes_;
+  size_t at_ = 0;
+};
+
 }  // namespace
+
+std::string WriteTensor(const TensorData& tensor) {
+  // TensorProto: dims 1, data_type 2, name 8, raw_data 9.
+  Message message;
+  for (int64_t dim : tensor.dims) message.Varint(1, static_cast<uint64_t>(dim));
+  message.Varint(2, static_cast<uint64_t>(tensor.elem_type)).Bytes(8, tensor.name).Bytes(9, tensor.raw);
+  return message.str();
+}
+
+TensorData ReadTensor(const std::string& bytes) {
+  TensorData tensor;
+  Reader reader(bytes);
+  while (!reader.Done()) {
+    const uint64_t key = reader.Varint();
+    const uint64_t field = key >> 3, wire_type = key & 7;
+    if (field == 1 && wire_type == 0) {
+      tensor.dims.push_back(static_cast<int64_t>(reader.Varint()));
+    } else if (field == 1 && wire_type == 2) {  // packed
+      const std::string packed = reader.Bytes();
+      Reader dims(packed);
+      while (!dims.Done()) tensor.dims.push_back(static_cast<int64_t>(dims.Varint()));
+    } else if (field == 2 && wire_type == 0) {
+      tensor.elem_type = static_cast<int>(reader.Varint());
+    } else if (field == 8 && wire_type == 2) {
+      tensor.name = reader.Bytes();
+    } else if (field == 9 && wire_type == 2) {
+      tensor.raw = reader.Bytes();
+    } else if ((field >= 4 && field <= 7) || field == 10 || field == 11 || field == 13) {
+      throw std::invalid_argument("TensorProto '" + tensor.name + "' holds its elements outside raw_data");
+    } else {
+      reader.Skip(wire_type);
+    }
+  }
+  return tensor;
+}
 
 std::string MakeModel(const NodeSpec& spec) {
   // NodeProto: input 1, output 2, op_type 4, attribute 5, domain 7.

@@ -1,5 +1,6 @@
-// Writes small ONNX models (one custom node) as protobuf bytes, so the C++ tests need
-// neither onnx nor protobuf. Only the fields ONNX Runtime needs are written.
+// Writes small ONNX models (one custom node) and reads and writes tensors (TensorProto) as
+// protobuf bytes, so the C++ tests need neither onnx nor protobuf. Only the fields ONNX
+// Runtime needs are written.
 #pragma once
 
 #include <cstdint>
@@ -24,5 +25,20 @@ struct NodeSpec {
 // A model with one node, IR version 8, default opset 17 and node.domain at version 1.
 // Inputs have unknown shape; outputs have no declared type.
 std::string MakeModel(const NodeSpec& node);
+
+// A tensor as ONNX's test data holds one (a TensorProto file, as onnx.numpy_helper writes).
+struct TensorData {
+  std::string name;
+  int elem_type = 0;  // ONNX element type
+  std::vector<int64_t> dims;
+  std::string raw;  // the elements, little-endian (raw_data)
+};
+
+// The TensorProto of `tensor`, its elements as raw_data.
+std::string WriteTensor(const TensorData& tensor);
+
+// A TensorProto's name, type, dims and raw_data; throws std::invalid_argument for bytes that
+// are not one, or that hold their elements in another field than raw_data.
+TensorData ReadTensor(const std::string& bytes);
 
 }  // namespace ortops::testing

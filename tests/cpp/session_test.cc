@@ -1,17 +1,25 @@
 // libortops.so loaded into a real ONNX Runtime session, the way every user loads it.
 #include <gtest/gtest.h>
+
+// The tests' own calls into the runtime go through the C API version the library asks for
+// (see kApiOfTheOldestRuntime below), not the headers' newer one.
+#define ORT_API_MANUAL_INIT
 #include <onnxruntime_cxx_api.h>
+#undef ORT_API_MANUAL_INIT
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/isa.h"
+#include "core/ort_api.h"
 #include "onnx_model.h"
 #include "op_table.h"
 
@@ -23,15 +31,39 @@ using testing::NodeSpec;
 
 constexpr int kFloat = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
 
+// Set before main, so before any test: the C++ API's table at kMinOrtApiVersion, which every
+// supported runtime has (1.17's GetApi returns null for the headers' ORT_API_VERSION), so the
+// same test program runs in the oldest runtime and the newest (scripts/test_windows.sh).
+// Wrappers that call newer functions must not be used: the oldest runtime's table ends before
+// them (so Value::GetTensorMutableData, API 1, rather than GetTensorData).
+[[maybe_unused]] const bool kApiOfTheOldestRuntime = [] {
+  const OrtApi* api = OrtGetApiBase()->GetApi(kMinOrtApiVersion);
+  if (api == nullptr) {
+    std::cerr << "ONNX Runtime " << OrtGetApiBase()->GetVersionString() << " has no C API version " << kMinOrtApiVersion
+              << "\n";
+    std::abort();
+  }
+  Ort::InitApi(api);
+  return true;
+}();
+
 Ort::Env& Env() {
   static Ort::Env env(ORT_LOGGING_LEVEL_FATAL, "ortops_tests");
   return env;
 }
 
+// The library under test by its full path, as users register it: a std::filesystem path's
+// characters are ORTCHAR_T (wchar_t on Windows). Under Wine, the build's absolute path
+// resolves to drive Z:, Wine's view of the Unix root.
+const ORTCHAR_T* LibraryPath() {
+  static const std::filesystem::path path = std::filesystem::absolute(ORTOPS_LIBRARY_PATH);
+  return path.c_str();
+}
+
 Ort::Session MakeSession(const std::string& model, int threads = 1) {
   Ort::SessionOptions options;
   options.SetIntraOpNumThreads(threads);
-  options.RegisterCustomOpsLibrary(ORTOPS_LIBRARY_PATH);
+  options.RegisterCustomOpsLibrary(LibraryPath());
   return Ort::Session(Env(), model.data(), model.size(), options);
 }
 
@@ -54,7 +86,7 @@ std::vector<int64_t> RunNms(Ort::Session& session, std::vector<float> boxes, std
   const char* output_names[] = {"indices"};
   auto outputs = session.Run(Ort::RunOptions{}, input_names, inputs.data(), 2, output_names, 1);
   const auto count = outputs[0].GetTensorTypeAndShapeInfo().GetElementCount();
-  const int64_t* data = outputs[0].GetTensorData<int64_t>();
+  const int64_t* data = outputs[0].GetTensorMutableData<int64_t>();
   return {data, data + count};
 }
 
@@ -99,7 +131,7 @@ TEST(Session, RegistersFromManyThreadsIntoManySessions) {
   for (size_t t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       options[t].SetIntraOpNumThreads(2);
-      options[t].RegisterCustomOpsLibrary(ORTOPS_LIBRARY_PATH);
+      options[t].RegisterCustomOpsLibrary(LibraryPath());
     });
   }
   for (auto& thread : threads) thread.join();
@@ -154,6 +186,22 @@ TEST(Isa, DetectionFindsTheExpectedLevel) {
   EXPECT_STREQ(IsaName(CpuIsa()), expected);
 }
 
+#if defined(__x86_64__)
+// CpuIsa reads CPUID and XCR0 itself; libgcc's checks (which include XCR0 too) must agree,
+// on every CPU model the tests run on and under Windows as under Linux.
+TEST(Isa, DetectionAgreesWithLibgcc) {
+  __builtin_cpu_init();
+  Isa expected = Isa::kBaseline;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma")) {
+    expected = Isa::kAvx512;
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    expected = Isa::kAvx2;
+  }
+  EXPECT_STREQ(IsaName(CpuIsa()), IsaName(expected));
+}
+#endif
+
 struct Tensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
@@ -175,7 +223,7 @@ std::vector<Tensor> RunNode(const NodeSpec& node, std::vector<Tensor> inputs, in
   std::vector<Tensor> result;
   for (Ort::Value& value : outputs) {
     const auto info = value.GetTensorTypeAndShapeInfo();
-    const float* data = value.GetTensorData<float>();
+    const float* data = value.GetTensorMutableData<float>();
     result.push_back({info.GetShape(), {data, data + info.GetElementCount()}});
   }
   return result;

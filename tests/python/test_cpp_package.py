@@ -6,7 +6,10 @@ against that prefix with the ONNX Runtime the build was configured with, and run
 programs, the one that loads libortops.so by path and the one with ortops linked in
 statically, on an ``mmcv::NonMaxSuppression`` model. The same again for the aarch64 cross
 build of scripts/test_arm64.sh (``build/arm64/build`` or ``ORTOPS_ARM64_BUILD_DIR``), with
-the programs run under qemu-aarch64, when that build exists.
+the programs run under qemu-aarch64, when that build exists; and for the Windows cross build
+that scripts/test_windows.sh makes and names in ``ORTOPS_WINDOWS_BUILD_DIR`` (a MinGW-w64
+consumer of ortops.dll), with the programs run under Wine in the Windows runtime that
+``WINEPATH`` names (that script runs these tests).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ EXPECTED_LINE = "indices int64 [4]: 4 1 2 3"
 
 
 def _build_dir(platform: str) -> Path:
+    if platform == "windows":
+        return Path(os.environ.get("ORTOPS_WINDOWS_BUILD_DIR", ROOT / "build" / "windows" / "build"))
     if platform == "aarch64":
         return Path(os.environ.get("ORTOPS_ARM64_BUILD_DIR", ROOT / "build" / "arm64" / "build"))
     if "ORTOPS_BUILD_DIR" in os.environ:
@@ -86,38 +91,56 @@ class Example:
     prefix: Path
     programs: Path
     model: Path
-    emulator: list[str]  # qemu-aarch64 and its arguments for a cross build, else empty
+    emulator: list[str]  # qemu-aarch64 or Wine and its arguments for a cross build, else empty
+    windows: bool = False
+
+    @property
+    def library(self) -> Path:
+        return self.prefix / "lib" / ("ortops.dll" if self.windows else "libortops.so")
+
+    def program(self, name: str) -> Path:
+        return self.programs / (f"{name}.exe" if self.windows else name)
 
     def run(
         self, program: str, *args: str | Path, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
-        return _run([*self.emulator, self.programs / program, *args], env=env)
+        return _run([*self.emulator, self.program(program), *args], env=env)
 
 
-@pytest.fixture(scope="module", params=["native", "aarch64"])
+@pytest.fixture(scope="module", params=["native", "aarch64", "windows"])
 def example(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Example:
     """Installs the build into a prefix and builds examples/cpp against it.
 
     "native" uses the build the other tests use; "aarch64" the cross build of
-    scripts/test_arm64.sh, whose programs run under qemu-aarch64.
+    scripts/test_arm64.sh, whose programs run under qemu-aarch64; "windows" the MinGW-w64
+    cross build of scripts/test_windows.sh, whose programs run under Wine.
     """
     platform: str = request.param
+    windows = platform == "windows"
+    if windows and not ("ORTOPS_WINDOWS_BUILD_DIR" in os.environ and "WINEPATH" in os.environ):
+        pytest.skip("scripts/test_windows.sh runs this (ORTOPS_WINDOWS_BUILD_DIR, WINEPATH: the build, the runtime)")
     build = _build_dir(platform)
     if not (build / "CMakeCache.txt").exists():
-        made_by = "scripts/test_arm64.sh" if platform == "aarch64" else "scripts/setup.sh"
-        pytest.skip(f"no {platform} CMake build in {build} ({made_by} makes one)")
+        made_by = {"aarch64": "scripts/test_arm64.sh", "windows": "scripts/test_windows.sh"}.get(platform)
+        pytest.skip(f"no {platform} CMake build in {build} ({made_by or 'scripts/setup.sh'} makes one)")
     cache = _cache(build)
     source = Path(cache["CMAKE_HOME_DIRECTORY"])
     ort_include = Path(cache["ORTOPS_ORT_INCLUDE_DIR"])
     ort_lib = Path(cache.get("ORTOPS_ORT_LIBRARY_DIR") or source / ".deps" / "onnxruntime" / "lib")
-    if not (ort_include / "onnxruntime_cxx_api.h").exists() or not (ort_lib / "libonnxruntime.so").exists():
-        pytest.skip(f"needs ONNX Runtime headers in {ort_include} and libonnxruntime.so in {ort_lib}")
+    # What a program links: libonnxruntime.so, or for Windows an import library of onnxruntime.dll.
+    runtime_library = "libonnxruntime.dll.a" if windows else "libonnxruntime.so"
+    if not (ort_include / "onnxruntime_cxx_api.h").exists() or not (ort_lib / runtime_library).exists():
+        pytest.skip(f"needs ONNX Runtime headers in {ort_include} and {runtime_library} in {ort_lib}")
     compiler = _compiler(build)
     if compiler is None or not compiler.exists():
         pytest.skip(f"the C++ compiler of {build} is not installed: {compiler}")
     toolchain = cache.get("CMAKE_TOOLCHAIN_FILE", "")
     emulator: list[str] = []
-    if toolchain:
+    if windows:
+        if not Path(cache.get("ORTOPS_WINE64", "-")).exists():
+            pytest.skip("the cross build has no Wine to run its programs")
+        emulator = [str(ROOT / "scripts" / "wine.sh")]
+    elif toolchain:
         if not Path(cache.get("ORTOPS_QEMU_AARCH64", "-")).exists():
             pytest.skip("the cross build has no qemu-aarch64 to run its programs")
         emulator = [cache["ORTOPS_QEMU_AARCH64"], "-L", cache["ORTOPS_QEMU_LD_PREFIX"]]
@@ -144,12 +167,13 @@ def example(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     if toolchain:
         configure.append(f"-DCMAKE_TOOLCHAIN_FILE={toolchain}")
     out = _check(_run(configure))
-    assert f"ortops library: {prefix / 'lib' / 'libortops.so'}" in out, out
+    example = Example(prefix, tmp / "example", tmp / "nms.onnx", emulator, windows)
+    assert f"ortops library: {example.library}" in out, out
     _check(_run(["cmake", "--build", tmp / "example", "-j2"]))
 
     model = mmcv_nms_model(iou_threshold=0.5, offset=0)
     (tmp / "nms.onnx").write_bytes(model.SerializeToString())
-    return Example(prefix, tmp / "example", tmp / "nms.onnx", emulator)
+    return example
 
 
 def _inputs(boxes: list[list[float]], scores: list[float]) -> list[str]:
@@ -158,8 +182,8 @@ def _inputs(boxes: list[list[float]], scores: list[float]) -> list[str]:
 
 
 def test_install_tree_has_the_library_manifest_header_and_package(example: Example) -> None:
+    assert example.library.is_file(), example.library
     for path in (
-        "lib/libortops.so",
         "lib/libortops_static.a",
         "lib/ortops_ops.json",
         "include/ortops/ortops.h",
@@ -183,14 +207,27 @@ def test_example_reports_the_ops_error(example: Example, program: str) -> None:
     assert "mmcv.NonMaxSuppression: input 'scores'" in result.stderr, result.stderr
 
 
+def _pe_headers(path: Path) -> str:
+    """objdump -p of a Windows program or DLL (binutils' objdump reads PE files)."""
+    return _check(_run(["objdump", "-p", path]))
+
+
 def test_neither_program_links_libortops_so(example: Example) -> None:
     for program in ("run_model", "run_model_static"):
-        needed = _check(_run(["readelf", "-d", example.programs / program]))
-        assert "libonnxruntime" in needed and "ortops" not in needed, needed
+        if example.windows:
+            needed = "\n".join(re.findall(r"DLL Name: (\S+)", _pe_headers(example.program(program))))
+        else:
+            needed = _check(_run(["readelf", "-d", example.program(program)]))
+        assert "onnxruntime" in needed and "ortops" not in needed, needed
 
 
 def test_static_program_exports_only_the_entry_point_of_ortops(example: Example) -> None:
-    dynamic = _check(_run(["nm", "-D", "--defined-only", "-C", example.programs / "run_model_static"]))
+    if example.windows:  # the export directory's name table: "\t[   0] RegisterCustomOps"
+        table = _pe_headers(example.program("run_model_static")).split("[Ordinal/Name Pointer] Table", 1)[-1]
+        symbols = re.findall(r"^\t\[\s*\d+\] (\S+)$", table.split("\n\n", 1)[0], re.MULTILINE)
+        assert symbols == ["RegisterCustomOps"], symbols
+        return
+    dynamic = _check(_run(["nm", "-D", "--defined-only", "-C", example.program("run_model_static")]))
     symbols = [line.split(maxsplit=2)[-1] for line in dynamic.splitlines() if line.strip()]
     assert "RegisterCustomOps" in symbols
     assert not [s for s in symbols if "ortops" in s], symbols
@@ -198,11 +235,19 @@ def test_static_program_exports_only_the_entry_point_of_ortops(example: Example)
 
 def test_bare_library_name_fails_unless_on_the_loader_path(example: Example) -> None:
     # What the README warns about: RegisterCustomOpsLibrary("libortops.so") is a dlopen of
-    # that name, which searches only the loader's paths.
-    args = ["--library", "libortops.so", example.model, *_inputs(BOXES, SCORES)]
-    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
-    assert example.run("run_model", *args, env=env).returncode == 1
-    env["LD_LIBRARY_PATH"] = str(example.prefix / "lib")
+    # that name, which searches only the loader's paths. On Windows, LoadLibraryEx of
+    # "ortops.dll" searches the program's folder, the system's and PATH, to which WINEPATH
+    # adds (it names the runtime's folder already: the program needs onnxruntime.dll).
+    args = ["--library", example.library.name, example.model, *_inputs(BOXES, SCORES)]
+    env = dict(os.environ)
+    if example.windows:
+        runtime = env["WINEPATH"]
+        assert example.run("run_model", *args, env=env).returncode == 1
+        env["WINEPATH"] = f"{runtime};{example.prefix / 'lib'}"
+    else:
+        env.pop("LD_LIBRARY_PATH", None)
+        assert example.run("run_model", *args, env=env).returncode == 1
+        env["LD_LIBRARY_PATH"] = str(example.prefix / "lib")
     assert _check(example.run("run_model", *args, env=env)).strip() == EXPECTED_LINE
 
 

@@ -1,4 +1,4 @@
-"""The installable wheel (scripts/build_wheel.sh): its tag, its glibc needs, and a torch-free install.
+"""The installable wheels (scripts/build_wheel.sh): tags, glibc needs, a torch-free install, Windows.
 
 The wheel is built from the library these tests already use (ORTOPS_PREBUILT_DIR, no
 compiling), then checked independently of auditwheel: the glibc symbol versions the library
@@ -8,6 +8,10 @@ it runs an mmcv::NonMaxSuppression file whose kept indices are worked out by han
 then the same file runs with the wheel's library in an older userland (Debian 11: glibc 2.31,
 Python 3.9, onnxruntime 1.17.3), assembled once from Debian and PyPI packages into
 .deps/old-userland and started through its own dynamic loader (no chroot, no root needed).
+The win_amd64 wheel is built from the Windows cross build that scripts/test_windows.sh makes
+(and runs those tests with): its tag and contents, its DLL's imports and exports as objdump
+reads them, the package finding the DLL as on Windows, and the DLL running the same file
+under Wine in ONNX Runtime's Windows build.
 """
 
 from __future__ import annotations
@@ -486,3 +490,106 @@ def test_wheel_runs_in_an_older_userland(wheel: Path, old_userland: tuple[Path, 
     assert old >= _glibc_of_tag(_pins()["ORTOPS_WHEEL_PLATFORM"])
     assert Path(result["library"]).is_relative_to(tmp_path / "wheel"), result["library"]
     assert result["indices"] == EXPECTED
+
+
+# ------------------------------------------------------------------------------------ Windows
+# The win_amd64 wheel (scripts/build_wheel.sh windows) of the Windows cross build that
+# scripts/test_windows.sh makes, names in ORTOPS_WINDOWS_BUILD_DIR, and runs these tests with.
+WINDOWS_BUILD = os.environ.get("ORTOPS_WINDOWS_BUILD_DIR")
+# DLLs of every 64-bit Windows (api-ms-win-* are its API sets).
+WINDOWS_SYSTEM_DLLS = {"kernel32.dll", "msvcrt.dll", "ucrtbase.dll", "advapi32.dll", "ntdll.dll"}
+
+
+@pytest.fixture(scope="module")
+def windows_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not WINDOWS_BUILD:
+        pytest.skip("scripts/test_windows.sh runs this (ORTOPS_WINDOWS_BUILD_DIR names its cross build)")
+    if not (WHEEL_VENV / "bin" / "pip").is_file():
+        pytest.skip("the wheel tools are not installed: scripts/setup.sh creates .venv-wheel")
+    out = tmp_path_factory.mktemp("windows-wheel")
+    env = {**os.environ, "ORTOPS_PREBUILT_DIR": WINDOWS_BUILD, "ORTOPS_WHEEL_DIR": str(out)}
+    run = subprocess.run(["bash", str(BUILD_WHEEL), "windows"], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-4000:]
+    wheels = sorted(out.glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_windows_wheel_is_tagged_py3_none_win_amd64_and_carries_the_dll(windows_wheel: Path) -> None:
+    assert windows_wheel.name == f"ortops-{ortops.__version__}-py3-none-win_amd64.whl"
+    with zipfile.ZipFile(windows_wheel) as archive:
+        info = archive.read(f"ortops-{ortops.__version__}.dist-info/WHEEL").decode()
+        names = set(archive.namelist())
+        manifest = json.loads(archive.read("ortops/ortops_ops.json"))
+    assert "Tag: py3-none-win_amd64" in info.splitlines()
+    assert "Root-Is-Purelib: false" in info.splitlines()
+    assert {"ortops/ortops_ops.json", "ortops/__init__.py"} <= names
+    binaries = {name for name in names if name.endswith((".so", ".dll", ".pyd", ".dylib"))}
+    assert binaries == {"ortops/ortops.dll"}, binaries
+    assert [(op["domain"], op["name"]) for op in manifest["ops"]] == [(op.domain, op.name) for op in ortops.ops()]
+
+
+def test_windows_dll_imports_system_dlls_only_and_exports_register_custom_ops(
+    windows_wheel: Path, tmp_path: Path
+) -> None:
+    if shutil.which("objdump") is None:
+        pytest.skip("objdump (binutils) is not installed")
+    with zipfile.ZipFile(windows_wheel) as archive:
+        dll = Path(archive.extract("ortops/ortops.dll", tmp_path))
+    headers = subprocess.run(["objdump", "-p", str(dll)], capture_output=True, text=True, check=True).stdout
+    assert "file format pei-x86-64" in headers
+    imports = re.findall(r"DLL Name: (\S+)", headers)
+    assert imports, "no import table found: the parsing is broken"
+    assert {name.lower() for name in imports if not name.lower().startswith("api-ms-win-")} <= WINDOWS_SYSTEM_DLLS, (
+        imports
+    )
+    # The export directory's name table: lines "\t[   0] RegisterCustomOps" up to a blank line.
+    names = headers.split("[Ordinal/Name Pointer] Table", 1)[-1].split("\n\n", 1)[0]
+    assert re.findall(r"^\t\[\s*\d+\] (\S+)$", names, re.MULTILINE) == ["RegisterCustomOps"]
+
+
+def test_windows_wheel_package_finds_its_dll(windows_wheel: Path, tmp_path: Path) -> None:
+    # The package as Python on Windows imports it (sys.platform "win32"; the rest of the
+    # package does not depend on the platform): get_library_path() is the DLL's full path.
+    with zipfile.ZipFile(windows_wheel) as archive:
+        archive.extractall(tmp_path / "wheel")
+    script = "import sys; sys.platform = 'win32'; import ortops; print(ortops.get_library_path(), len(ortops.ops()))"
+    env = {key: value for key, value in os.environ.items() if key != "ORTOPS_LIBRARY"}
+    env["PYTHONPATH"] = str(tmp_path / "wheel")
+    run = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    path, count = run.stdout.split()
+    assert path == str(tmp_path / "wheel" / "ortops" / "ortops.dll")
+    assert int(count) == len(ortops.ops())
+
+
+def test_windows_wheel_dll_runs_an_mmcv_file_under_wine(windows_wheel: Path, tmp_path: Path) -> None:
+    # The wheel's (stripped) DLL in the Windows ONNX Runtime that WINEPATH names, through the
+    # cross-built case runner (tests/cpp/case_runner.cc).
+    from onnx import TensorProto, numpy_helper
+
+    runner = Path(WINDOWS_BUILD or "") / "tests" / "cpp" / "ortops_case_runner.exe"
+    if "WINEPATH" not in os.environ or not runner.is_file():
+        pytest.skip("needs the cross build's case runner and a Windows runtime on WINEPATH (scripts/test_windows.sh)")
+    with zipfile.ZipFile(windows_wheel) as archive:
+        dll = Path(archive.extract("ortops/ortops.dll", tmp_path))
+    case = tmp_path / "cases" / "nms"
+    case.mkdir(parents=True)
+    _mmcv_nms_file(case).rename(case / "model.onnx")
+    for k, (name, values) in enumerate((("boxes", BOXES), ("scores", SCORES))):
+        tensor = numpy_helper.from_array(np.array(values, np.float32), name)
+        (case / f"input_{k}.pb").write_bytes(tensor.SerializeToString())
+    (tmp_path / "cases" / "cases.txt").write_text("nms 1\n")
+    wine = ROOT / "scripts" / "wine.sh"
+    run = subprocess.run(
+        [str(wine), str(runner), str(dll), str(tmp_path / "cases"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert not (tmp_path / "out" / "nms" / "error.txt").exists(), (tmp_path / "out" / "nms" / "error.txt").read_text()
+    output = TensorProto()
+    output.ParseFromString((tmp_path / "out" / "nms" / "output_0.pb").read_bytes())
+    assert numpy_helper.to_array(output).tolist() == EXPECTED

@@ -502,12 +502,32 @@ def run_case(case: dict[str, Any]) -> str:
     return case_outputs(case)[0]
 
 
+def case_model(case: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The case's one-node model (an onnx.ModelProto) and its feeds (numpy arrays by input name)."""
+    import numpy as np
+    from onnx import TypeProto, helper
+
+    rng = np.random.default_rng(case["data_seed"])
+    feeds, graph_inputs = {}, []
+    for spec in case["inputs"]:
+        if not spec["name"]:
+            continue
+        feeds[spec["name"]] = _values(rng, spec["dtype"], spec["shape"], spec["fill"], spec.get("data"))
+        graph_inputs.append(
+            helper.make_tensor_value_info(spec["name"], ELEMENT_TYPES[spec["dtype"]], [None] * len(spec["shape"]))
+        )
+    node = helper.make_node(case["op"], [i["name"] for i in case["inputs"]], case["outputs"], domain=case["domain"])
+    node.attribute.extend(_attribute(name, kind, value) for name, (kind, value) in case["attributes"].items())
+    outputs = [helper.make_value_info(name, TypeProto()) for name in case["outputs"]]
+    graph = helper.make_graph([node], "fuzz", graph_inputs, outputs)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(case["domain"], 1)]
+    return helper.make_model(graph, ir_version=8, opset_imports=opsets), feeds
+
+
 def case_outputs(case: dict[str, Any]) -> tuple[str, list[Any]]:
     """Runs one case in this process: ("ok", its outputs as numpy arrays), or ("error: <first
     line>", []) when ONNX Runtime (or building the model) raised."""
-    import numpy as np
     import onnxruntime as ort
-    from onnx import TypeProto, helper
 
     import ortops
 
@@ -517,22 +537,8 @@ def case_outputs(case: dict[str, Any]) -> tuple[str, list[Any]]:
         os.kill(os.getpid(), signal.SIGSEGV)
     if case.get("selftest") == "hang":
         time.sleep(3600)
-    rng = np.random.default_rng(case["data_seed"])
     try:
-        feeds, graph_inputs = {}, []
-        for spec in case["inputs"]:
-            if not spec["name"]:
-                continue
-            feeds[spec["name"]] = _values(rng, spec["dtype"], spec["shape"], spec["fill"], spec.get("data"))
-            graph_inputs.append(
-                helper.make_tensor_value_info(spec["name"], ELEMENT_TYPES[spec["dtype"]], [None] * len(spec["shape"]))
-            )
-        node = helper.make_node(case["op"], [i["name"] for i in case["inputs"]], case["outputs"], domain=case["domain"])
-        node.attribute.extend(_attribute(name, kind, value) for name, (kind, value) in case["attributes"].items())
-        outputs = [helper.make_value_info(name, TypeProto()) for name in case["outputs"]]
-        graph = helper.make_graph([node], "fuzz", graph_inputs, outputs)
-        opsets = [helper.make_opsetid("", 17), helper.make_opsetid(case["domain"], 1)]
-        model = helper.make_model(graph, ir_version=8, opset_imports=opsets)
+        model, feeds = case_model(case)
         options = ortops.session_options()
         options.intra_op_num_threads = case["threads"]
         options.log_severity_level = 4

@@ -6,6 +6,7 @@ import importlib.metadata
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -40,6 +41,20 @@ def test_op_list_comes_from_the_table() -> None:
     names = [op.qualified_name for op in ops]
     assert len(names) == len(set(names))
     assert "mmcv::NonMaxSuppression" in names and "ortops::NMS" in names
+
+
+def test_library_path_is_absolute_even_when_the_override_is_relative(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Windows' LoadLibraryEx, as ONNX Runtime calls it, needs a full path; so does a dlopen
+    # from another working directory.
+    library = Path(ortops.get_library_path())
+    monkeypatch.chdir(library.parent)
+    monkeypatch.setenv("ORTOPS_LIBRARY", library.name)
+    assert ortops.get_library_path() == str(library)
+    monkeypatch.setenv("ORTOPS_LIBRARY", str(tmp_path / "missing.so"))
+    with pytest.raises(FileNotFoundError, match="missing.so"):
+        ortops.get_library_path()
 
 
 def test_version_is_a_string() -> None:
