@@ -57,15 +57,24 @@ inline namespace ORTOPS_ISA_NS {
 // IoU as mmdeploy's NMSMatch computes it: no offset, 1e-10 added to the union in double
 // precision (the original adds a double literal to a float expression), and the quotient
 // rounded to float (the original's return type), which is what its float threshold is
-// compared with: an IoU equal to the threshold, less the 1e-10, still reaches it.
+// compared with: an IoU equal to the threshold, less the 1e-10, still reaches it. Areas are
+// (x2 - x1) * (y2 - y1), given (a loop over many pairs computes each once).
 template <typename T>
-inline float MatchIoU(const T* a, const T* b) {
-  const T width = std::max(T(0), std::min(a[2], b[2]) - std::max(a[0], b[0]));
-  const T height = std::max(T(0), std::min(a[3], b[3]) - std::max(a[1], b[1]));
-  const T area_a = (a[2] - a[0]) * (a[3] - a[1]);
-  const T area_b = (b[2] - b[0]) * (b[3] - b[1]);
+inline float MatchIoU(T a_x1, T a_y1, T a_x2, T a_y2, T area_a, T b_x1, T b_y1, T b_x2, T b_y2, T area_b) {
+  const T width = std::max(T(0), std::min(a_x2, b_x2) - std::max(a_x1, b_x1));
+  const T height = std::max(T(0), std::min(a_y2, b_y2) - std::max(a_y1, b_y1));
   const T inter = width * height;
   return static_cast<float>(static_cast<double>(inter) / (static_cast<double>(area_a + area_b - inter) + 1e-10));
+}
+
+template <typename T>
+inline T MatchArea(const T* box) {
+  return (box[2] - box[0]) * (box[3] - box[1]);
+}
+
+template <typename T>
+inline float MatchIoU(const T* a, const T* b) {
+  return MatchIoU(a[0], a[1], a[2], a[3], MatchArea(a), b[0], b[1], b[2], b[3], MatchArea(b));
 }
 
 }  // namespace ORTOPS_ISA_NS

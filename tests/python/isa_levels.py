@@ -21,6 +21,7 @@ PER_LEVEL_TESTS = [
         "trt_nodes",
         "grid_sample",
         "nms",
+        "nms_match",
         "corner_pool",
         "cummax",
         "float16",

@@ -2,15 +2,13 @@
 #include "ops/nms/nms.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
-#include <type_traits>
 #include <vector>
 
 #include "math/box_grid.h"
 #include "math/box_iou.h"
+#include "math/score_order.h"
 #include "ops/nms/box_inputs.h"
 #include "ops/nms/suppress.h"
 
@@ -43,29 +41,6 @@ constexpr OpSchema kSchema{
 };
 
 namespace {
-
-// The boxes in descending score order, ties by lower index (a stable sort by score).
-template <typename T>
-ScratchVector<int64_t> ScoreOrder(const KernelIO& io, const T* scores, int64_t count) {
-  ScratchVector<int64_t> order = io.Vector<int64_t>(static_cast<size_t>(count));
-  if constexpr (std::is_same_v<T, float>) {
-    // One integer key per box: the score's bits mapped to an order-reversed unsigned key
-    // (scores are not NaN; + 0.0f makes -0 equal +0, as the comparison of scores has it),
-    // then the index, so an unstable sort of the keys is the stable sort by score.
-    ScratchVector<uint64_t> keys = io.Vector<uint64_t>(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) {
-      const uint32_t bits = std::bit_cast<uint32_t>(scores[i] + 0.0f);
-      const uint32_t ascending = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
-      keys[static_cast<size_t>(i)] = (uint64_t{~ascending} << 32) | static_cast<uint64_t>(i);
-    }
-    std::sort(keys.begin(), keys.end());
-    for (int64_t i = 0; i < count; ++i) order[static_cast<size_t>(i)] = static_cast<int64_t>(keys[i] & 0xffffffffu);
-  } else {
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
-  }
-  return order;
-}
 
 // Kept boxes in a uniform grid (math/box_grid.h), each cell's boxes stored one array per
 // coordinate, so that a query tests a cell's boxes in vector lanes (AnySuppresses). A box is
