@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "math/box_iou.h"
+#include "math/mmdeploy_rotated_iou.h"
 #include "math/multiclass_nms.h"
 #include "math/rotated_box.h"
 #include "ops/batched_nms/batched_nms.h"
@@ -116,21 +117,24 @@ constexpr OpSchema kTrtRotatedSchema{
         "mmdeploy's batched multi-class NMS of rotated boxes for TensorRT (`TRTBatchedRotatedNMSop`, "
         "written by mmdeploy's TensorRT export of `multiclass_nms_rotated`, e.g. for mmrotate models), "
         "with fixed-size, padded outputs. " ORTOPS_TRT_BATCHED_NMS_SELECTION
-        "The IoU of rotated boxes is exact, as ortops.NMSRotated computes it: the rectangle of (cx, cy, w, "
-        "h, theta) has corners (cx, cy) + R(theta) (+-w/2, +-h/2), R = [[cos, -sin], [sin, cos]], and the "
-        "area of the intersection of two rectangles is found by polygon clipping in float64; a box with "
-        "w <= 0 or h <= 0 (or a NaN size) is empty and has IoU 0 with every box. With `clip_boxes` 1 all "
-        "five box values (theta too, as in the plugin) are clamped to [0, 1], a NaN becoming 1.",
+        "The IoU of rotated boxes is the plugin's: 1 when the w h of either box (in the element type) is "
+        "below 1e-14 (a box of zero size, a negative side or tiny sides), so that such a box, kept, "
+        "suppresses every later box of its class wherever it is (unless `iou_threshold` >= 1), and later "
+        "is suppressed by any kept box; otherwise exact, as ortops.NMSRotated computes it: the rectangle "
+        "of (cx, cy, w, h, theta) has corners (cx, cy) + R(theta) (+-w/2, +-h/2), R = [[cos, -sin], [sin, "
+        "cos]] (sides both negative give the same corners as their absolute values), and the area of the "
+        "intersection of two rectangles is found by polygon clipping in float64; a box with a NaN size is "
+        "empty and has IoU 0 with every box. With `clip_boxes` 1 all five box values (theta too, as in the "
+        "plugin) are clamped to [0, 1], a NaN becoming 1.",
     .inputs = kRotatedInputs,
     .outputs = kRotatedOutputs,
     .attributes = kTrtAttributes,
     .differences = ORTOPS_TRT_BATCHED_NMS_DIFFERENCES_COMMON
-    "The plugin computes the rotated IoU in float32 by intersecting edges and taking a convex hull, and gives "
-    "IoU 1 when either box has an area below 1e-14: a zero-size box suppresses every later box of its class "
-    "and is suppressed by any earlier one. ortops computes the IoU exactly in float64 and gives an empty box "
-    "IoU 0 (as ortops.NMSRotated), so results differ where an IoU lies within float32 rounding of the "
-    "threshold and around zero-size boxes. Otherwise the selection, order, padding and encoding are the "
-    "plugin's.",
+    "The plugin computes the rotated IoU of boxes that are not tiny in float32 on the GPU, by intersecting "
+    "edges and taking a convex hull; ortops computes it exactly in float64, so results differ where such an "
+    "IoU lies within float32 rounding of the threshold (with sides below about 1e-3, the plugin's fixed "
+    "tolerances move its IoU further). Tiny boxes are the plugin's (IoU 1). Otherwise the selection, order, "
+    "padding and encoding are the plugin's.",
 };
 
 #undef ORTOPS_TRT_BATCHED_NMS_SELECTION
@@ -235,18 +239,28 @@ class TrtBatchedNmsKernel : public KernelBase {
     };
 
     if constexpr (kRotated) {
-      // Corners and bounds of every box once; pairs only read them.
+      // Corners and bounds of every box once; pairs only read them. The plugin's IoU is 1 for
+      // a pair with a tiny box (mmdeploy_rotated::TrtRotatedTiny), else that of the two
+      // rectangles, which for sides of either sign are those of their absolute values.
       const auto total = static_cast<size_t>(batch * count * layout.per_class);
       Scratch<RotatedRect> rects = io.Allocate<RotatedRect>(total);
+      Scratch<char> tiny = io.Allocate<char>(total);
       io.ParallelForRanges(total, 64, [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) std::construct_at(&rects[i], MakeRotatedRect(boxes.data + 5 * i));
+        for (size_t i = begin; i < end; ++i) {
+          const T* box = boxes.data + 5 * i;
+          const T corners_of[5] = {box[0], box[1], std::abs(box[2]), std::abs(box[3]), box[4]};
+          std::construct_at(&rects[i], MakeRotatedRect(corners_of));
+          tiny[i] = mmdeploy_rotated::TrtRotatedTiny(box);
+        }
       });
-      const auto rect = [&](int64_t b, int64_t n, int64_t c) -> const RotatedRect& {
-        return rects[static_cast<size_t>((b * count + n) * layout.per_class + (shared ? 0 : c))];
+      const auto slot = [&](int64_t b, const NmsCandidate<T>& c) {
+        return static_cast<size_t>((b * count + c.box) * layout.per_class + (shared ? 0 : c.cls));
       };
       const double threshold = iou_threshold_;
       const auto suppresses = [&](int64_t b, const NmsCandidate<T>& kept, const NmsCandidate<T>& candidate) {
-        return RotatedIoU(rect(b, kept.box, kept.cls), rect(b, candidate.box, candidate.cls)) > threshold;
+        const size_t k = slot(b, kept), c = slot(b, candidate);
+        if (tiny[k] || tiny[c]) return 1.0 > threshold;
+        return RotatedIoU(rects[k], rects[c]) > threshold;
       };
       MulticlassNms<T>(io, config, batch, count, classes, passes, score_at, suppresses, emit);
     } else {
