@@ -2,10 +2,13 @@
 #include "ops/nms_rotated/nms_rotated.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "math/box_grid.h"
@@ -132,6 +135,14 @@ class NmsRotatedKernel : public KernelBase {
         if (compat_) raw[i] = mmdeploy_rotated::MakeRawBox(box);
       }
     });
+    // Boxes of zero sides (points) with the same centre give the same IoUs in the original's
+    // arithmetic, whatever their angle: numbered groups of them, per image.
+    Scratch<int64_t> point_group = io.Allocate<int64_t>(compat_ ? total_boxes : 0);
+    ScratchVector<int64_t> point_groups = io.Vector<int64_t>(compat_ ? static_cast<size_t>(batch) : 0);
+    io.ParallelFor(point_groups.size(), [&](size_t b) {
+      point_groups[b] = GroupPoints(io, boxes.data + 5 * count * static_cast<int64_t>(b), count,
+                                    point_group.data() + count * static_cast<int64_t>(b));
+    });
     // Only boxes whose bounds overlap can have an IoU above a threshold >= 0; the grid needs
     // finite bounds (float64 boxes near the largest double can overflow them).
     bool use_grid = iou_threshold_ >= 0;
@@ -144,7 +155,8 @@ class NmsRotatedKernel : public KernelBase {
     io.ParallelFor(kept.size(), [&](size_t pair) {
       const int64_t b = static_cast<int64_t>(pair) / classes;
       const Boxes batch_boxes{rects.data() + b * count, compat_ ? raw.data() + b * count : nullptr,
-                              proper.data() + b * count};
+                              proper.data() + b * count, compat_ ? point_group.data() + b * count : nullptr,
+                              compat_ ? point_groups[static_cast<size_t>(b)] : 0};
       const T* score = scores.data + static_cast<int64_t>(pair) * count;
       if (use_grid) {
         SelectOneClassWithGrid(io, batch_boxes, bounds.data() + 4 * b * count, score, count, kept[pair]);
@@ -170,12 +182,35 @@ class NmsRotatedKernel : public KernelBase {
   using RawBox = mmdeploy_rotated::RawBox<T>;
 
   // One image's boxes: all as rectangles, and in mmdeploy's domain also in raw form, with
-  // whether each is proper (always, in ortops' domain).
+  // whether each is proper (always, in ortops' domain) and, for points, their group.
   struct Boxes {
     const RotatedRect* rects;
     const RawBox* raw;
     const char* proper;
+    const int64_t* point_group;  // -1: not a point
+    int64_t point_groups;
   };
+
+  // Numbers the points (w = h = 0) among `count` boxes by their centre's bits, from 0; other
+  // boxes get -1. Returns how many groups.
+  static int64_t GroupPoints(const KernelIO& io, const T* box, int64_t count, int64_t* group) {
+    using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+    const auto centre = [&](int64_t i) {
+      return std::pair{std::bit_cast<Bits>(box[5 * i]), std::bit_cast<Bits>(box[5 * i + 1])};
+    };
+    ScratchVector<int64_t> points(io.Allocator<int64_t>());
+    for (int64_t i = 0; i < count; ++i) {
+      group[i] = -1;
+      if (box[5 * i + 2] == T(0) && box[5 * i + 3] == T(0)) points.push_back(i);
+    }
+    std::sort(points.begin(), points.end(), [&](int64_t a, int64_t b) { return centre(a) < centre(b); });
+    int64_t groups = 0;
+    for (size_t p = 0; p < points.size(); ++p) {
+      if (p > 0 && centre(points[p]) != centre(points[p - 1])) ++groups;
+      group[points[p]] = groups;
+    }
+    return points.empty() ? 0 : groups + 1;
+  }
 
   // Whether kept box k suppresses box i: the exact IoU, or, in mmdeploy's domain when either
   // box is not proper, the original's float32 IoU of (k, i) compared as it compares it.
@@ -187,8 +222,11 @@ class NmsRotatedKernel : public KernelBase {
   // Greedy NMS testing each box against the kept boxes whose bounds share a grid cell with it.
   // The kept set is the same as the plain scan's; kept boxes at or below the score threshold
   // stay in the grid (they suppress) but are not emitted. Boxes that are not proper can
-  // suppress or be suppressed by boxes anywhere: a kept one is tested by every later box,
-  // and one that is not kept tests every kept box.
+  // suppress or be suppressed by boxes anywhere: a kept one is tested by every later box, and
+  // one that is not kept tests every kept box. Points of one group decide alike: a kept
+  // group is tested through its first kept point only, and a point tests only the kept boxes
+  // that came after the last point of its group was tested (a group suppressed once stays
+  // suppressed), so that hundreds of zero rows cost little more than one.
   void SelectOneClassWithGrid(const KernelIO& io, const Boxes& boxes, const double* bounds, const T* score,
                               int64_t count, ScratchVector<int64_t>& kept) const {
     const T score_threshold = static_cast<T>(score_threshold_);
@@ -196,8 +234,13 @@ class NmsRotatedKernel : public KernelBase {
     // A kept box spanning several cells is visited once per shared cell: test it only once.
     ScratchVector<int64_t> tested_for = io.Vector<int64_t>(static_cast<size_t>(count), -1);
     ScratchVector<int64_t> all_kept(io.Allocator<int64_t>()), improper_kept(io.Allocator<int64_t>());
+    // Per point group: how many of all_kept its points have tested (-1: suppressed), and
+    // whether one of them is kept.
+    ScratchVector<int64_t> group_tested = io.Vector<int64_t>(static_cast<size_t>(boxes.point_groups));
+    ScratchVector<char> group_kept = io.Vector<char>(static_cast<size_t>(boxes.point_groups));
     for (const int64_t i : ScoreOrder(io, score, count)) {
       const auto suppresses = [&](int64_t k) { return Suppresses(boxes, k, i); };
+      const int64_t group = boxes.point_group != nullptr ? boxes.point_group[i] : -1;
       bool suppressed;
       if (boxes.proper[i]) {
         suppressed =
@@ -207,14 +250,19 @@ class NmsRotatedKernel : public KernelBase {
               last = i;
               return suppresses(k);
             });
+      } else if (group >= 0) {
+        int64_t& tested = group_tested[static_cast<size_t>(group)];
+        suppressed = tested < 0 || std::any_of(all_kept.begin() + tested, all_kept.end(), suppresses);
+        tested = suppressed ? -1 : static_cast<int64_t>(all_kept.size());
       } else {
         suppressed = std::any_of(all_kept.begin(), all_kept.end(), suppresses);
       }
       if (suppressed) continue;
       if (boxes.proper[i]) {
         grid.Insert(i);
-      } else {
+      } else if (group < 0 || !group_kept[static_cast<size_t>(group)]) {
         improper_kept.push_back(i);
+        if (group >= 0) group_kept[static_cast<size_t>(group)] = 1;
       }
       if (compat_) all_kept.push_back(i);
       if (score[i] > score_threshold) kept.push_back(i);

@@ -649,7 +649,11 @@ def test_zero_rows_of_a_two_stage_export() -> None:
     decides; two of them never suppress each other (0 / 0). ortops' node keeps them all."""
     rng = np.random.default_rng(9)
     real, _ = case(rng, 1, 1, 30)
-    boxes = np.concatenate([real, np.tile(np.array(ZERO_ROW, np.float32), (1, 20, 1))], 1)
+    zero_rows = np.tile(np.array(ZERO_ROW, np.float32), (1, 20, 1))
+    zero_rows[0, :, 4] = rng.uniform(-3, 3, 20)  # the angle regressed for a zero roi
+    zero_rows[0, ::3, :2] = -0.0
+    zero_rows[0, 1::5, :2] = real[0, 1::5, :2][:4]  # a few at real boxes' centres
+    boxes = np.concatenate([real, zero_rows], 1)
     scores = np.concatenate([rng.uniform(0, 1, (1, 1, 30)), np.full((1, 1, 20), 0.376)], 2).astype(np.float32)
     scores = np.concatenate([scores, np.concatenate([scores[:, :, :30] * 0.3, scores[:, :, 30:]], 2)], 1)
     got = nms(boxes, scores, 0.1, 0.05, "mmdeploy")
