@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <type_traits>
 
 #include "core/kernel_io.h"
 
@@ -58,12 +59,32 @@ struct MulticlassNmsConfig {
   bool ties_class_first = false;
 };
 
+// For groups with many candidates and a large `max_output`, where testing each candidate
+// against every kept one of its group costs up to candidates x max_output IoUs (a region
+// proposal stage: thousands of each), an op may give a faster structure for the kept
+// candidates of a group: make_index(b, set) receives the group's NMS set (its best pre_topk,
+// in no order) and returns an object with
+//   Usable() -> bool               whether it stands for `suppresses` on this set (finite
+//                                  boxes, a threshold at which disjoint boxes cannot suppress);
+//                                  if not, the group runs the plain loop
+//   Suppressed(candidate) -> bool  whether an added candidate suppresses this one
+//   Keep(candidate)                adds a candidate
+// NoGroupIndex (the default) gives none.
+struct NoGroupIndex {};
+
+// A group takes the index from this many candidates in its NMS set, when max_output lets at
+// least kIndexedMinimumOutput of them be kept (below that, the plain loop tests few kept
+// candidates and stops early).
+inline constexpr size_t kIndexedMinimumSet = 256;
+inline constexpr size_t kIndexedMinimumOutput = 64;
+
 namespace multiclass_nms_detail {
 
 template <typename T, bool kClassFirst, typename Passes, typename ScoreAt, typename Activate, typename Suppresses,
-          typename Emit>
+          typename Emit, typename MakeIndex>
 void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes, int64_t num_classes,
-         Passes& passes, ScoreAt& score_at, Activate& activate, Suppresses& suppresses, Emit& emit) {
+         Passes& passes, ScoreAt& score_at, Activate& activate, Suppresses& suppresses, Emit& emit,
+         MakeIndex& make_index) {
   using Candidate = NmsCandidate<T>;
   // A lambda rather than a function pointer, so that the sorts inline it.
   const auto ranks_before = [](const Candidate& a, const Candidate& b) {
@@ -77,10 +98,10 @@ void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, i
   const auto limit = static_cast<size_t>(std::max<int64_t>(config.max_output, 0));
 
   // Greedy NMS of one group's candidates, in place: the kept ones end up at the front, in
-  // order; returns how many. Sorts a growing chunk at a time.
-  auto select_group = [&](int64_t b, std::span<Candidate> candidates) -> size_t {
-    size_t size = candidates.size();
-    if (config.pre_topk >= 0) size = std::min(size, static_cast<size_t>(config.pre_topk));
+  // order; returns how many. Sorts a growing chunk at a time, partitioning the candidates
+  // before `partition_end`. keeps(candidate, kept) decides whether the next candidate in
+  // rank order is kept, given the `kept` ones already at the front.
+  const auto Greedy = [&](std::span<Candidate> candidates, size_t size, auto partition_end, auto&& keeps) {
     const auto first = candidates.begin();
     size_t kept = 0, sorted = 0, chunk = std::max<size_t>(2 * limit, 64);
     for (size_t next = 0; next < size && kept < limit; ++next) {
@@ -88,17 +109,45 @@ void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, i
         const size_t end = std::min(size, sorted + chunk);
         // Partition the best `end` of all candidates (not only of the first `size`: the
         // pre-top-k are the best ones), then sort the new chunk.
-        if (end < candidates.size()) std::nth_element(first + sorted, first + end, candidates.end(), ranks_before);
-        std::sort(first + sorted, first + end, ranks_before);
+        const auto chunk_end = first + static_cast<std::ptrdiff_t>(end);
+        if (chunk_end < partition_end) std::nth_element(first + sorted, chunk_end, partition_end, ranks_before);
+        std::sort(first + sorted, chunk_end, ranks_before);
         sorted = end;
         chunk *= 2;
       }
       const Candidate candidate = candidates[next];
-      bool suppressed = false;
-      for (size_t k = 0; k < kept && !suppressed; ++k) suppressed = suppresses(b, candidates[k], candidate);
-      if (!suppressed) candidates[kept++] = candidate;
+      if (keeps(candidate, kept)) candidates[kept++] = candidate;
     }
     return kept;
+  };
+
+  auto select_group = [&](int64_t b, std::span<Candidate> candidates) -> size_t {
+    size_t size = candidates.size();
+    if (config.pre_topk >= 0) size = std::min(size, static_cast<size_t>(config.pre_topk));
+    const auto first = candidates.begin();
+    // With an index, the group's NMS set is partitioned off first (the index is built for it);
+    // the chunks below then partition within it, which selects the same best `end`.
+    auto partition_end = candidates.end();
+    if constexpr (!std::is_same_v<MakeIndex, NoGroupIndex>) {
+      if (size >= kIndexedMinimumSet && limit >= kIndexedMinimumOutput) {
+        if (size < candidates.size()) std::nth_element(first, first + size, candidates.end(), ranks_before);
+        partition_end = first + static_cast<std::ptrdiff_t>(size);
+        auto index = make_index(b, std::span<const Candidate>(candidates.data(), size));
+        if (index.Usable()) {
+          return Greedy(candidates, size, partition_end, [&](const Candidate& candidate, size_t) {
+            if (index.Suppressed(candidate)) return false;
+            index.Keep(candidate);
+            return true;
+          });
+        }
+      }
+    }
+    return Greedy(candidates, size, partition_end, [&](const Candidate& candidate, size_t kept) {
+      for (size_t k = 0; k < kept; ++k) {
+        if (suppresses(b, candidates[k], candidate)) return false;
+      }
+      return true;
+    });
   };
 
   // The candidates among boxes [begin, end) of image b, appended in box order. A block of
@@ -228,12 +277,13 @@ template <typename T, typename Passes, typename ScoreAt, typename Activate, type
 void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes,
                    int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Activate&& activate,
                    Suppresses&& suppresses, Emit&& emit) {
+  NoGroupIndex none;
   if (config.ties_class_first) {
     multiclass_nms_detail::Run<T, true>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
-                                        suppresses, emit);
+                                        suppresses, emit, none);
   } else {
     multiclass_nms_detail::Run<T, false>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
-                                         suppresses, emit);
+                                         suppresses, emit, none);
   }
 }
 
@@ -242,6 +292,22 @@ void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_
                    int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Suppresses&& suppresses, Emit&& emit) {
   MulticlassNms<T>(
       io, config, batch, num_boxes, num_classes, passes, score_at, [](T score) { return score; }, suppresses, emit);
+}
+
+// The same with make_index(b, std::span<const NmsCandidate<T>>) for large groups (see
+// NoGroupIndex above); `suppresses` still decides in the groups the index does not take.
+template <typename T, typename Passes, typename ScoreAt, typename Activate, typename Suppresses, typename Emit,
+          typename MakeIndex>
+void MulticlassNmsIndexed(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes,
+                          int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Activate&& activate,
+                          Suppresses&& suppresses, Emit&& emit, MakeIndex&& make_index) {
+  if (config.ties_class_first) {
+    multiclass_nms_detail::Run<T, true>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
+                                        suppresses, emit, make_index);
+  } else {
+    multiclass_nms_detail::Run<T, false>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
+                                         suppresses, emit, make_index);
+  }
 }
 
 }  // namespace ortops

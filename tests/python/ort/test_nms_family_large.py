@@ -502,3 +502,54 @@ def test_thread_counts_agree(threads: int) -> None:
     attributes = dict(iou_threshold=0.6, score_threshold=0.1, max_output_boxes=900, pre_topk=-1)
     got = run("BatchedNMS", "ortops", {"boxes": boxes, "scores": scores}, tb.OUTPUTS, threads=threads, **attributes)
     tb.assert_outputs_equal(got, batched_nms_reference(boxes, scores, **attributes))
+
+
+# ---------------------------------------------------------------- mmdeploy::TRTBatchedRotatedNMS
+
+
+def _far_apart(a, b) -> bool:
+    """Rectangles whose circumscribed circles do not meet (their IoU is exactly 0)."""
+    reach = (np.hypot(float(a[2]), float(a[3])) + np.hypot(float(b[2]), float(b[3]))) / 2
+    return np.hypot(float(a[0]) - float(b[0]), float(a[1]) - float(b[1])) > reach * 1.001
+
+
+_TRT_ROTATED_IOU = tb.trt_rotated_iou
+
+
+def rotated_iou(kept, candidate) -> float:
+    """tb.trt_rotated_iou, skipping the polygons of rectangles far apart."""
+    tiny = any(box[2] * box[3] < 1e-14 for box in (kept, candidate))
+    if not tiny and _far_apart(np.abs(kept), np.abs(candidate)):
+        return 0.0
+    return _TRT_ROTATED_IOU(kept, candidate)
+
+
+@pytest.mark.parametrize("iou", [0.3, 0.6])
+def test_trt_rotated_groups_of_hundreds(iou: float) -> None:
+    """Two classes of 300 rotated boxes each, clustered, with zero-size, one-side-negative and
+    tiny boxes (IoU 1 with every box), kept early and late."""
+    rng = np.random.default_rng(int(iou * 10))
+    boxes, scores = tb.rotated_case(60 + int(iou * 10), 1, 300, 2, False, np.float32)
+    boxes[:, :, :, :2] *= 3  # spread the clusters over a larger image
+    kind = rng.integers(0, 40, boxes.shape[:3])
+    boxes[kind == 0, 2:4] = 0
+    boxes[kind == 1, 2] *= -1
+    boxes[kind == 2, 2:4] *= 1e-8
+    scores = rng.uniform(0, 1, scores.shape).astype(np.float32)
+    proper = boxes[0, :, 0][np.abs(boxes[0, :, 0, 2] * boxes[0, :, 0, 3]) >= 1e-14]
+    limit = float(np.float32(iou))
+    margin = min(
+        abs(tb.references.rotated_iou(np.abs(a), np.abs(b)) - limit)
+        for i, a in enumerate(proper)
+        for b in proper[:i]
+        if not _far_apart(np.abs(a), np.abs(b))
+    )
+    assert margin > 1e-6
+    attributes = {"keep_topk": 400, "topk": -1, "iou_threshold": iou, "score_threshold": 0.05}
+    got = tb.trt_rotated(boxes, scores, **attributes)
+    tb.trt_rotated_iou = rotated_iou  # the reference's rotated IoU, faster
+    try:
+        expected = tb.reference_trt(boxes, scores, rotated=True, **attributes)
+    finally:
+        tb.trt_rotated_iou = _TRT_ROTATED_IOU
+    tb.assert_outputs_equal(got, expected)
