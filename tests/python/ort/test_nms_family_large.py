@@ -536,6 +536,7 @@ def test_trt_rotated_groups_of_hundreds(iou: float) -> None:
     boxes[kind == 1, 2] *= -1
     boxes[kind == 2, 2:4] *= 1e-8
     scores = rng.uniform(0, 1, scores.shape).astype(np.float32)
+    scores[0, np.nonzero(kind[0, :, 0] == 0)[0][0], 1] = 1.0  # class 1's best is a zero-size box
     proper = boxes[0, :, 0][np.abs(boxes[0, :, 0, 2] * boxes[0, :, 0, 3]) >= 1e-14]
     limit = float(np.float32(iou))
     margin = min(
