@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <type_traits>
 
@@ -59,24 +60,23 @@ struct MulticlassNmsConfig {
   bool ties_class_first = false;
 };
 
-// For groups with many candidates and a large `max_output`, where testing each candidate
-// against every kept one of its group costs up to candidates x max_output IoUs (a region
-// proposal stage: thousands of each), an op may give a faster structure for the kept
-// candidates of a group: make_index(b, set) receives the group's NMS set (its best pre_topk,
-// in no order) and returns an object with
+// For groups with many candidates of which many are kept, where testing each candidate
+// against every kept one of its group costs up to candidates x kept IoUs (a region proposal
+// stage: thousands of each), an op may give a faster structure for the kept candidates of a
+// group: make_index(b, set) receives the candidates that may still be kept (a superset, in no
+// order) and returns an object with
 //   Usable() -> bool               whether it stands for `suppresses` on this set (finite
 //                                  boxes, a threshold at which disjoint boxes cannot suppress);
-//                                  if not, the group runs the plain loop
+//                                  if not, the group goes on with the plain loop
 //   Suppressed(candidate) -> bool  whether an added candidate suppresses this one
 //   Keep(candidate)                adds a candidate
-// NoGroupIndex (the default) gives none.
+// A group takes it once it has kept kIndexAfterKept candidates by the plain loop (a detection
+// head, with few kept per group, never pays for building it), if its NMS set has at least
+// kIndexedMinimumSet. NoGroupIndex (the default) gives none.
 struct NoGroupIndex {};
 
-// A group takes the index from this many candidates in its NMS set, when max_output lets at
-// least kIndexedMinimumOutput of them be kept (below that, the plain loop tests few kept
-// candidates and stops early).
 inline constexpr size_t kIndexedMinimumSet = 256;
-inline constexpr size_t kIndexedMinimumOutput = 64;
+inline constexpr size_t kIndexAfterKept = 64;
 
 namespace multiclass_nms_detail {
 
@@ -124,30 +124,45 @@ void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, i
   auto select_group = [&](int64_t b, std::span<Candidate> candidates) -> size_t {
     size_t size = candidates.size();
     if (config.pre_topk >= 0) size = std::min(size, static_cast<size_t>(config.pre_topk));
-    const auto first = candidates.begin();
-    // With an index, the group's NMS set is partitioned off first (the index is built for it);
-    // the chunks below then partition within it, which selects the same best `end`.
-    auto partition_end = candidates.end();
-    if constexpr (!std::is_same_v<MakeIndex, NoGroupIndex>) {
-      if (size >= kIndexedMinimumSet && limit >= kIndexedMinimumOutput) {
-        if (size < candidates.size()) std::nth_element(first, first + size, candidates.end(), ranks_before);
-        partition_end = first + static_cast<std::ptrdiff_t>(size);
-        auto index = make_index(b, std::span<const Candidate>(candidates.data(), size));
-        if (index.Usable()) {
-          return Greedy(candidates, size, partition_end, [&](const Candidate& candidate, size_t) {
-            if (index.Suppressed(candidate)) return false;
-            index.Keep(candidate);
-            return true;
-          });
-        }
-      }
-    }
-    return Greedy(candidates, size, partition_end, [&](const Candidate& candidate, size_t kept) {
+    const auto plain_keeps = [&](const Candidate& candidate, size_t kept) {
       for (size_t k = 0; k < kept; ++k) {
         if (suppresses(b, candidates[k], candidate)) return false;
       }
       return true;
-    });
+    };
+    if constexpr (std::is_same_v<MakeIndex, NoGroupIndex>) {
+      return Greedy(candidates, size, candidates.end(), plain_keeps);
+    } else {
+      if (size < kIndexedMinimumSet || limit <= kIndexAfterKept) {
+        return Greedy(candidates, size, candidates.end(), plain_keeps);
+      }
+      // The group's NMS set is partitioned off first, so that the index can be built for the
+      // candidates at the front; the chunks then partition within it (the same best `end`).
+      const auto first = candidates.begin(), partition_end = first + static_cast<std::ptrdiff_t>(size);
+      if (size < candidates.size()) std::nth_element(first, partition_end, candidates.end(), ranks_before);
+      using Index = decltype(make_index(b, std::span<const Candidate>()));
+      std::optional<Index> index;
+      bool plain = true;
+      return Greedy(candidates, size, partition_end, [&](const Candidate& candidate, size_t kept) {
+        if (plain) {
+          if (!plain_keeps(candidate, kept)) return false;
+          if (kept + 1 == kIndexAfterKept) {
+            // The front holds the kept candidates (this one is about to join them), then
+            // processed ones, then those still to come: a superset of what may be added.
+            index.emplace(make_index(b, std::span<const Candidate>(candidates.data(), size)));
+            plain = !index->Usable();
+            if (!plain) {
+              for (size_t k = 0; k < kept; ++k) index->Keep(candidates[k]);
+              index->Keep(candidate);
+            }
+          }
+          return true;
+        }
+        if (index->Suppressed(candidate)) return false;
+        index->Keep(candidate);
+        return true;
+      });
+    }
   };
 
   // The candidates among boxes [begin, end) of image b, appended in box order. A block of
