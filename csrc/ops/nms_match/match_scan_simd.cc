@@ -14,7 +14,7 @@ namespace {
 // where some box may match is then looked at box by box. Most pairs of a detector's boxes
 // are far below the threshold.
 template <typename T>
-int64_t Scan(const MatchColumns<T>& boxes, const MatchQuery<T>& q, int64_t* out) {
+int64_t Scan(const BoxColumns<T>& boxes, const MatchQuery<T>& q, int64_t* out) {
   using Mask = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
   constexpr int64_t kBlock = 64;
   // Unions above this make band * union safe from overflow (band < 1).
@@ -51,10 +51,10 @@ int64_t Scan(const MatchColumns<T>& boxes, const MatchQuery<T>& q, int64_t* out)
 
 }  // namespace
 
-int64_t MayMatch(const MatchColumns<float>& columns, const MatchQuery<float>& query, int64_t* out) {
+int64_t MayMatch(const BoxColumns<float>& columns, const MatchQuery<float>& query, int64_t* out) {
   return Scan(columns, query, out);
 }
-int64_t MayMatch(const MatchColumns<double>& columns, const MatchQuery<double>& query, int64_t* out) {
+int64_t MayMatch(const BoxColumns<double>& columns, const MatchQuery<double>& query, int64_t* out) {
   return Scan(columns, query, out);
 }
 

@@ -139,8 +139,8 @@ class NmsMatchKernel : public KernelBase {
       const size_t first = kept + 1;
       int64_t found = 0;
       if (filter) {
-        const MatchColumns<T> later{x1.data() + first, y1.data() + first,   x2.data() + first,
-                                    y2.data() + first, area.data() + first, static_cast<int64_t>(live - first)};
+        const BoxColumns<T> later{x1.data() + first, y1.data() + first,   x2.data() + first,
+                                  y2.data() + first, area.data() + first, static_cast<int64_t>(live - first)};
         const MatchQuery<T> query{x1[kept], y1[kept], x2[kept], y2[kept], area[kept], band};
         found = ORTOPS_ISA_CALL(MayMatch, later, query, candidates.data());
       } else {
