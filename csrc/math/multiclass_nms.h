@@ -101,7 +101,7 @@ void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, i
   // order; returns how many. Sorts a growing chunk at a time, partitioning the candidates
   // before `partition_end`. keeps(candidate, kept) decides whether the next candidate in
   // rank order is kept, given the `kept` ones already at the front.
-  const auto Greedy = [&](std::span<Candidate> candidates, size_t size, auto partition_end, auto&& keeps) {
+  const auto greedy = [&](std::span<Candidate> candidates, size_t size, auto partition_end, auto&& keeps) {
     const auto first = candidates.begin();
     size_t kept = 0, sorted = 0, chunk = std::max<size_t>(2 * limit, 64);
     for (size_t next = 0; next < size && kept < limit; ++next) {
@@ -131,10 +131,10 @@ void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, i
       return true;
     };
     if constexpr (std::is_same_v<MakeIndex, NoGroupIndex>) {
-      return Greedy(candidates, size, candidates.end(), plain_keeps);
+      return greedy(candidates, size, candidates.end(), plain_keeps);
     } else {
       if (size < kIndexedMinimumSet || limit <= kIndexAfterKept) {
-        return Greedy(candidates, size, candidates.end(), plain_keeps);
+        return greedy(candidates, size, candidates.end(), plain_keeps);
       }
       // The group's NMS set is partitioned off first, so that the index can be built for the
       // candidates at the front; the chunks then partition within it (the same best `end`).
@@ -143,7 +143,7 @@ void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, i
       using Index = decltype(make_index(b, std::span<const Candidate>()));
       std::optional<Index> index;
       bool plain = true;
-      return Greedy(candidates, size, partition_end, [&](const Candidate& candidate, size_t kept) {
+      return greedy(candidates, size, partition_end, [&](const Candidate& candidate, size_t kept) {
         if (plain) {
           if (!plain_keeps(candidate, kept)) return false;
           if (kept + 1 == kIndexAfterKept) {

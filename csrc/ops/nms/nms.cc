@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "math/box_grid.h"
 #include "math/box_iou.h"
 #include "math/score_order.h"
 #include "ops/nms/box_inputs.h"
