@@ -22,7 +22,6 @@ PER_LEVEL_TESTS = [
         "grid_sample",
         "nms",
         "nms_match",
-        "batched_nms",
         "nms_family_large",
         "corner_pool",
         "cummax",
