@@ -65,8 +65,10 @@ class GridCells {
   int64_t size() const { return columns_ * rows_; }
   size_t Index(int64_t x, int64_t y) const { return static_cast<size_t>(y * columns_ + x); }
 
-  Range Of(int64_t i) const {
-    const T* b = boxes_ + 4 * i;
+  Range Of(int64_t i) const { return OfBox(boxes_ + 4 * i); }
+
+  // The cells of any box (x1, y1, x2, y2), for boxes looked up by their coordinates.
+  Range OfBox(const T* b) const {
     const double x1 = b[0], y1 = b[1], x2 = double(b[2]) + double(offset_), y2 = double(b[3]) + double(offset_);
     if (x2 <= x1 || y2 <= y1) return {1, 0, 1, 0};
     return {Column(x1), Column(x2), Row(y1), Row(y2)};

@@ -33,8 +33,7 @@ ORTOPS_HD inline bool BoxesIntersect(const T* a, const T* b, T offset) {
 // Taking coordinates one by one lets a loop over boxes stored one array per coordinate
 // vectorise it (the operand order of each min and max is kept, so NaN and -0 pick alike).
 template <typename T>
-ORTOPS_HD inline T BoxIoU(T a_x1, T a_y1, T a_x2, T a_y2, T area_a, T b_x1, T b_y1, T b_x2, T b_y2, T area_b,
-                          T offset) {
+ORTOPS_HD inline T BoxIoU(T a_x1, T a_y1, T a_x2, T a_y2, T area_a, T b_x1, T b_y1, T b_x2, T b_y2, T area_b, T offset) {
   const T left = std::max(a_x1, b_x1);
   const T top = std::max(a_y1, b_y1);
   const T right = std::min(a_x2, b_x2);
@@ -59,15 +58,24 @@ inline namespace ORTOPS_ISA_NS {
 // IoU as mmdeploy's NMSMatch computes it: no offset, 1e-10 added to the union in double
 // precision (the original adds a double literal to a float expression), and the quotient
 // rounded to float (the original's return type), which is what its float threshold is
-// compared with: an IoU equal to the threshold, less the 1e-10, still reaches it.
+// compared with: an IoU equal to the threshold, less the 1e-10, still reaches it. Areas are
+// (x2 - x1) * (y2 - y1), given (a loop over many pairs computes each once).
 template <typename T>
-ORTOPS_HD inline float MatchIoU(const T* a, const T* b) {
-  const T width = std::max(T(0), std::min(a[2], b[2]) - std::max(a[0], b[0]));
-  const T height = std::max(T(0), std::min(a[3], b[3]) - std::max(a[1], b[1]));
-  const T area_a = (a[2] - a[0]) * (a[3] - a[1]);
-  const T area_b = (b[2] - b[0]) * (b[3] - b[1]);
+ORTOPS_HD inline float MatchIoU(T a_x1, T a_y1, T a_x2, T a_y2, T area_a, T b_x1, T b_y1, T b_x2, T b_y2, T area_b) {
+  const T width = std::max(T(0), std::min(a_x2, b_x2) - std::max(a_x1, b_x1));
+  const T height = std::max(T(0), std::min(a_y2, b_y2) - std::max(a_y1, b_y1));
   const T inter = width * height;
   return static_cast<float>(static_cast<double>(inter) / (static_cast<double>(area_a + area_b - inter) + 1e-10));
+}
+
+template <typename T>
+ORTOPS_HD inline T MatchArea(const T* box) {
+  return (box[2] - box[0]) * (box[3] - box[1]);
+}
+
+template <typename T>
+ORTOPS_HD inline float MatchIoU(const T* a, const T* b) {
+  return MatchIoU(a[0], a[1], a[2], a[3], MatchArea(a), b[0], b[1], b[2], b[3], MatchArea(b));
 }
 
 }  // namespace ORTOPS_ISA_NS
@@ -76,80 +84,43 @@ ORTOPS_HD inline float MatchIoU(const T* a, const T* b) {
 namespace ortops {
 inline namespace ORTOPS_ISA_NS {
 
+// The IoUs of the TensorRT plugins below are written without branches (each test a select),
+// so that a loop over many kept boxes one array per coordinate vectorises them
+// (ops/nms/suppress_simd.cc); the pointer and struct forms are for single pairs.
+
 // IoU as the detection-output NMS of TensorRT's batchedNMSPlugin computes it (jaccardOverlap,
 // which mmdeploy's TRTBatchedNMS inherits), with its offset 0: 0 unless the boxes overlap with
-// positive width and height, and an inverted box (x2 < x1 or y2 < y1) has area 0. `kept` and
-// `candidate` in the original's operand order. A NaN coordinate gives 0 or NaN.
+// positive width and height, and an inverted box (x2 < x1 or y2 < y1) has area 0
+// (DetectionOutputArea). `kept` and `candidate` in the original's operand order. A NaN
+// coordinate gives 0 or NaN.
+template <typename T>
+ORTOPS_HD inline T DetectionOutputArea(const T* box) {
+  return box[2] < box[0] || box[3] < box[1] ? T(0) : (box[2] - box[0]) * (box[3] - box[1]);
+}
+
+template <typename T>
+ORTOPS_HD inline T DetectionOutputIoU(T k_x1, T k_y1, T k_x2, T k_y2, T area_k, T c_x1, T c_y1, T c_x2, T c_y2, T area_c) {
+  const T width = std::min(k_x2, c_x2) - std::max(k_x1, c_x1);
+  const T height = std::min(k_y2, c_y2) - std::max(k_y1, c_y1);
+  const T inter = width * height;
+  const T iou = inter / (area_k + area_c - inter);
+  return (width > T(0)) & (height > T(0)) ? iou : T(0);
+}
+
 template <typename T>
 ORTOPS_HD inline T DetectionOutputIoU(const T* kept, const T* candidate) {
-  const T width = std::min(kept[2], candidate[2]) - std::max(kept[0], candidate[0]);
-  const T height = std::min(kept[3], candidate[3]) - std::max(kept[1], candidate[1]);
-  if (!(width > 0 && height > 0)) return T(0);
-  const auto area = [](const T* box) {
-    return box[2] < box[0] || box[3] < box[1] ? T(0) : (box[2] - box[0]) * (box[3] - box[1]);
-  };
-  const T inter = width * height;
-  return inter / (area(kept) + area(candidate) - inter);
+  return DetectionOutputIoU(kept[0], kept[1], kept[2], kept[3], DetectionOutputArea(kept), candidate[0], candidate[1],
+                            candidate[2], candidate[3], DetectionOutputArea(candidate));
 }
-
-}  // namespace ORTOPS_ISA_NS
-
-// The two TensorRT namespaces below are not in the level's inline namespace (they would be
-// ambiguous with the ops' namespaces of the same names): no *_simd.cc may use them as they
-// are.
-
-// IoU as TensorRT's EfficientNMS_TRT plugin computes it (efficientNMSInference.cu/.cuh), in
-// float. A box is four corner coordinates (v0, v1, v2, v3): (v0, v2) on one axis, (v1, v3) on
-// the other (the plugin calls them y1, x1, y2, x2 but treats x-first boxes alike). Each
-// comparison is written as the original's, so NaN takes the same branches.
-namespace trt_efficient_nms {
-
-// Puts each axis's pair in increasing order, by the plugin's arithmetic swap
-// (lo = lo - hi; hi = lo + hi; lo = hi - lo), which in float is not always an exact swap.
-ORTOPS_HD inline void ReorderCorners(float* box) {
-  auto order = [](float& lo, float& hi) {
-    if (lo > hi) {
-      lo = lo - hi;
-      hi = lo + hi;
-      lo = hi - lo;
-    }
-  };
-  order(box[0], box[2]);
-  order(box[1], box[3]);
-}
-
-// 0 for a box without positive extent on both axes.
-ORTOPS_HD inline float CornerArea(const float* box) {
-  const float extent_0 = box[2] - box[0];
-  const float extent_1 = box[3] - box[1];
-  if (extent_0 <= 0.0f) return 0.0f;
-  if (extent_1 <= 0.0f) return 0.0f;
-  return extent_0 * extent_1;
-}
-
-// IoU of two reordered boxes given their CornerArea: 0 when the intersection or the union
-// is not positive. The plugin passes the lower-ranked box first; with NaN the order matters.
-ORTOPS_HD inline float IoU(const float* a, float area_a, const float* b, float area_b) {
-  const float intersection[4] = {a[0] > b[0] ? a[0] : b[0], a[1] > b[1] ? a[1] : b[1], a[2] < b[2] ? a[2] : b[2],
-                                 a[3] < b[3] ? a[3] : b[3]};
-  const float intersection_area = CornerArea(intersection);
-  if (intersection_area <= 0.0f) return 0.0f;
-  const float union_area = area_a + area_b - intersection_area;
-  if (union_area <= 0.0f) return 0.0f;
-  return intersection_area / union_area;
-}
-
-}  // namespace trt_efficient_nms
 
 // IoU as TensorRT's BatchedNMS_TRT plugin computes it (allClassNMS.cu since TensorRT 7.1,
 // Caffe semantics since 8.2), in float. Unlike DetectionOutputIoU above (the older kernel
 // mmdeploy's TRTBatchedNMS kept), each box's corners are sorted first and pixel boxes count
 // one more pixel per side. Boxes are (x1, y1, x2, y2) with the corners in either order; min
 // and max are CUDA's fminf / fmaxf, which ignore a NaN operand (std::fmin / std::fmax do too).
-namespace trt_batched_nms {
 
 // A box with its corners sorted per axis (xmin, ymin, xmax, ymax) and its size.
-struct SortedBox {
+struct TrtBatchedBox {
   float corner[4];
   float size;
 };
@@ -157,8 +128,8 @@ struct SortedBox {
 // `pixel_sizes`: not normalized, so a box's width and height each count one more pixel.
 // (The original adds this 1 to the sizes whenever the boxes are not normalized; to the
 // intersection only with Caffe semantics as well.)
-ORTOPS_HD inline SortedBox SortBox(const float* box, bool pixel_sizes) {
-  SortedBox s;
+ORTOPS_HD inline TrtBatchedBox SortTrtBatchedBox(const float* box, bool pixel_sizes) {
+  TrtBatchedBox s;
   s.corner[0] = std::fmin(box[0], box[2]);
   s.corner[1] = std::fmin(box[1], box[3]);
   s.corner[2] = std::fmax(box[0], box[2]);
@@ -173,25 +144,98 @@ ORTOPS_HD inline SortedBox SortBox(const float* box, bool pixel_sizes) {
   return s;
 }
 
-// `intersection_plus_one`: Caffe semantics on unnormalized boxes, where the intersection's
-// width and height get +1 (even for disjoint boxes, whose intersection is the empty box
-// [0, 0, 0, 0]: their IoU is then 1 / (size_a + size_b - 1), not 0).
-ORTOPS_HD inline float IoU(const SortedBox& a, const SortedBox& b, bool intersection_plus_one) {
-  float intersection[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (!(b.corner[0] > a.corner[2] || b.corner[2] < a.corner[0] || b.corner[1] > a.corner[3] ||
-        b.corner[3] < a.corner[1])) {
-    intersection[0] = std::fmax(a.corner[0], b.corner[0]);
-    intersection[1] = std::fmax(a.corner[1], b.corner[1]);
-    intersection[2] = std::fmin(a.corner[2], b.corner[2]);
-    intersection[3] = std::fmin(a.corner[3], b.corner[3]);
-  }
-  const float plus = intersection_plus_one ? 1.0f : 0.0f;
-  const float width = intersection[2] - intersection[0] + plus;
-  const float height = intersection[3] - intersection[1] + plus;
-  if (!(width > 0.0f && height > 0.0f)) return 0.0f;
-  const float intersection_size = width * height;
-  return intersection_size / (a.size + b.size - intersection_size);
+// `plus`: 1 with Caffe semantics on unnormalized boxes, where the intersection's width and
+// height get +1 (even for disjoint boxes, whose intersection is the empty box [0, 0, 0, 0]:
+// their IoU is then 1 / (size_a + size_b - 1), not 0); else 0. `kFinite`: the coordinates are
+// known not to be NaN, so plain min / max (which vectorise) stand for fmin / fmax.
+template <bool kFinite = false, typename T>
+ORTOPS_HD inline T TrtBatchedIoU(T a_x1, T a_y1, T a_x2, T a_y2, T size_a, T b_x1, T b_y1, T b_x2, T b_y2, T size_b, T plus) {
+  const auto larger = [](T x, T y) {
+    if constexpr (kFinite) {
+      return std::max(x, y);
+    } else {
+      return std::fmax(x, y);
+    }
+  };
+  const auto smaller = [](T x, T y) {
+    if constexpr (kFinite) {
+      return std::min(x, y);
+    } else {
+      return std::fmin(x, y);
+    }
+  };
+  const bool disjoint = (b_x1 > a_x2) | (b_x2 < a_x1) | (b_y1 > a_y2) | (b_y2 < a_y1);
+  const T left = disjoint ? T(0) : larger(a_x1, b_x1), top = disjoint ? T(0) : larger(a_y1, b_y1);
+  const T right = disjoint ? T(0) : smaller(a_x2, b_x2), bottom = disjoint ? T(0) : smaller(a_y2, b_y2);
+  const T width = right - left + plus;
+  const T height = bottom - top + plus;
+  const T intersection = width * height;
+  const T iou = intersection / (size_a + size_b - intersection);
+  return (width > T(0)) & (height > T(0)) ? iou : T(0);
 }
 
-}  // namespace trt_batched_nms
+// Whether TrtBatchedIoU(a, b) > threshold, for boxes without NaN of which disjoint ones are
+// known not to pass (plus 0, or 1 / (size_a + size_b - 1) <= threshold for every pair): the
+// IoU of the others, computed as TrtBatchedIoU computes it, needs no selects.
+template <typename T>
+ORTOPS_HD inline bool TrtBatchedAbove(T a_x1, T a_y1, T a_x2, T a_y2, T size_a, T b_x1, T b_y1, T b_x2, T b_y2, T size_b, T plus,
+                            T threshold) {
+  const bool disjoint = (b_x1 > a_x2) | (b_x2 < a_x1) | (b_y1 > a_y2) | (b_y2 < a_y1);
+  const T width = std::min(a_x2, b_x2) - std::max(a_x1, b_x1) + plus;
+  const T height = std::min(a_y2, b_y2) - std::max(a_y1, b_y1) + plus;
+  const T intersection = width * height;
+  const T iou = intersection / (size_a + size_b - intersection);
+  return !disjoint & (width > T(0)) & (height > T(0)) & (iou > threshold);
+}
+
+ORTOPS_HD inline float TrtBatchedIoU(const TrtBatchedBox& a, const TrtBatchedBox& b, bool intersection_plus_one) {
+  return TrtBatchedIoU(a.corner[0], a.corner[1], a.corner[2], a.corner[3], a.size, b.corner[0], b.corner[1],
+                       b.corner[2], b.corner[3], b.size, intersection_plus_one ? 1.0f : 0.0f);
+}
+
+// IoU as TensorRT's EfficientNMS_TRT plugin computes it (efficientNMSInference.cu/.cuh), in
+// float. A box is four corner coordinates (v0, v1, v2, v3): (v0, v2) on one axis, (v1, v3) on
+// the other (the plugin calls them y1, x1, y2, x2 but treats x-first boxes alike). Each
+// comparison is written as the original's, so NaN takes the same branches.
+
+// Puts each axis's pair in increasing order, by the plugin's arithmetic swap
+// (lo = lo - hi; hi = lo + hi; lo = hi - lo), which in float is not always an exact swap.
+ORTOPS_HD inline void EfficientReorder(float* box) {
+  auto order = [](float& lo, float& hi) {
+    if (lo > hi) {
+      lo = lo - hi;
+      hi = lo + hi;
+      lo = hi - lo;
+    }
+  };
+  order(box[0], box[2]);
+  order(box[1], box[3]);
+}
+
+// 0 for a box without positive extent on both axes.
+template <typename T>
+ORTOPS_HD inline T EfficientArea(T v0, T v1, T v2, T v3) {
+  const T extent_0 = v2 - v0;
+  const T extent_1 = v3 - v1;
+  return (extent_0 <= T(0)) | (extent_1 <= T(0)) ? T(0) : extent_0 * extent_1;
+}
+
+ORTOPS_HD inline float EfficientArea(const float* box) { return EfficientArea(box[0], box[1], box[2], box[3]); }
+
+// IoU of two reordered boxes given their EfficientArea: 0 when the intersection or the union
+// is not positive. The plugin passes the lower-ranked box first; with NaN the order matters.
+template <typename T>
+ORTOPS_HD inline T EfficientIoU(T a_0, T a_1, T a_2, T a_3, T area_a, T b_0, T b_1, T b_2, T b_3, T area_b) {
+  const T intersection =
+      EfficientArea(a_0 > b_0 ? a_0 : b_0, a_1 > b_1 ? a_1 : b_1, a_2 < b_2 ? a_2 : b_2, a_3 < b_3 ? a_3 : b_3);
+  const T union_area = area_a + area_b - intersection;
+  const T iou = intersection / union_area;
+  return (intersection <= T(0)) | (union_area <= T(0)) ? T(0) : iou;
+}
+
+ORTOPS_HD inline float EfficientIoU(const float* a, float area_a, const float* b, float area_b) {
+  return EfficientIoU(a[0], a[1], a[2], a[3], area_a, b[0], b[1], b[2], b[3], area_b);
+}
+
+}  // namespace ORTOPS_ISA_NS
 }  // namespace ortops

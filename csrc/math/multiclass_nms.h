@@ -19,7 +19,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
+#include <type_traits>
 
 #include "core/kernel_io.h"
 
@@ -58,12 +60,31 @@ struct MulticlassNmsConfig {
   bool ties_class_first = false;
 };
 
+// For groups with many candidates of which many are kept, where testing each candidate
+// against every kept one of its group costs up to candidates x kept IoUs (a region proposal
+// stage: thousands of each), an op may give a faster structure for the kept candidates of a
+// group: make_index(b, set) receives the candidates that may still be kept (a superset, in no
+// order) and returns an object with
+//   Usable() -> bool               whether it stands for `suppresses` on this set (finite
+//                                  boxes, a threshold at which disjoint boxes cannot suppress);
+//                                  if not, the group goes on with the plain loop
+//   Suppressed(candidate) -> bool  whether an added candidate suppresses this one
+//   Keep(candidate)                adds a candidate
+// A group takes it once it has kept kIndexAfterKept candidates by the plain loop (a detection
+// head, with few kept per group, never pays for building it), if its NMS set has at least
+// kIndexedMinimumSet. NoGroupIndex (the default) gives none.
+struct NoGroupIndex {};
+
+inline constexpr size_t kIndexedMinimumSet = 256;
+inline constexpr size_t kIndexAfterKept = 64;
+
 namespace multiclass_nms_detail {
 
 template <typename T, bool kClassFirst, typename Passes, typename ScoreAt, typename Activate, typename Suppresses,
-          typename Emit>
+          typename Emit, typename MakeIndex>
 void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes, int64_t num_classes,
-         Passes& passes, ScoreAt& score_at, Activate& activate, Suppresses& suppresses, Emit& emit) {
+         Passes& passes, ScoreAt& score_at, Activate& activate, Suppresses& suppresses, Emit& emit,
+         MakeIndex& make_index) {
   using Candidate = NmsCandidate<T>;
   // A lambda rather than a function pointer, so that the sorts inline it.
   const auto ranks_before = [](const Candidate& a, const Candidate& b) {
@@ -77,10 +98,10 @@ void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, i
   const auto limit = static_cast<size_t>(std::max<int64_t>(config.max_output, 0));
 
   // Greedy NMS of one group's candidates, in place: the kept ones end up at the front, in
-  // order; returns how many. Sorts a growing chunk at a time.
-  auto select_group = [&](int64_t b, std::span<Candidate> candidates) -> size_t {
-    size_t size = candidates.size();
-    if (config.pre_topk >= 0) size = std::min(size, static_cast<size_t>(config.pre_topk));
+  // order; returns how many. Sorts a growing chunk at a time, partitioning the candidates
+  // before `partition_end`. keeps(candidate, kept) decides whether the next candidate in
+  // rank order is kept, given the `kept` ones already at the front.
+  const auto greedy = [&](std::span<Candidate> candidates, size_t size, auto partition_end, auto&& keeps) {
     const auto first = candidates.begin();
     size_t kept = 0, sorted = 0, chunk = std::max<size_t>(2 * limit, 64);
     for (size_t next = 0; next < size && kept < limit; ++next) {
@@ -88,17 +109,60 @@ void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, i
         const size_t end = std::min(size, sorted + chunk);
         // Partition the best `end` of all candidates (not only of the first `size`: the
         // pre-top-k are the best ones), then sort the new chunk.
-        if (end < candidates.size()) std::nth_element(first + sorted, first + end, candidates.end(), ranks_before);
-        std::sort(first + sorted, first + end, ranks_before);
+        const auto chunk_end = first + static_cast<std::ptrdiff_t>(end);
+        if (chunk_end < partition_end) std::nth_element(first + sorted, chunk_end, partition_end, ranks_before);
+        std::sort(first + sorted, chunk_end, ranks_before);
         sorted = end;
         chunk *= 2;
       }
       const Candidate candidate = candidates[next];
-      bool suppressed = false;
-      for (size_t k = 0; k < kept && !suppressed; ++k) suppressed = suppresses(b, candidates[k], candidate);
-      if (!suppressed) candidates[kept++] = candidate;
+      if (keeps(candidate, kept)) candidates[kept++] = candidate;
     }
     return kept;
+  };
+
+  auto select_group = [&](int64_t b, std::span<Candidate> candidates) -> size_t {
+    size_t size = candidates.size();
+    if (config.pre_topk >= 0) size = std::min(size, static_cast<size_t>(config.pre_topk));
+    const auto plain_keeps = [&](const Candidate& candidate, size_t kept) {
+      for (size_t k = 0; k < kept; ++k) {
+        if (suppresses(b, candidates[k], candidate)) return false;
+      }
+      return true;
+    };
+    if constexpr (std::is_same_v<MakeIndex, NoGroupIndex>) {
+      return greedy(candidates, size, candidates.end(), plain_keeps);
+    } else {
+      if (size < kIndexedMinimumSet || limit <= kIndexAfterKept) {
+        return greedy(candidates, size, candidates.end(), plain_keeps);
+      }
+      // The group's NMS set is partitioned off first, so that the index can be built for the
+      // candidates at the front; the chunks then partition within it (the same best `end`).
+      const auto first = candidates.begin(), partition_end = first + static_cast<std::ptrdiff_t>(size);
+      if (size < candidates.size()) std::nth_element(first, partition_end, candidates.end(), ranks_before);
+      using Index = decltype(make_index(b, std::span<const Candidate>()));
+      std::optional<Index> index;
+      bool plain = true;
+      return greedy(candidates, size, partition_end, [&](const Candidate& candidate, size_t kept) {
+        if (plain) {
+          if (!plain_keeps(candidate, kept)) return false;
+          if (kept + 1 == kIndexAfterKept) {
+            // The front holds the kept candidates (this one is about to join them), then
+            // processed ones, then those still to come: a superset of what may be added.
+            index.emplace(make_index(b, std::span<const Candidate>(candidates.data(), size)));
+            plain = !index->Usable();
+            if (!plain) {
+              for (size_t k = 0; k < kept; ++k) index->Keep(candidates[k]);
+              index->Keep(candidate);
+            }
+          }
+          return true;
+        }
+        if (index->Suppressed(candidate)) return false;
+        index->Keep(candidate);
+        return true;
+      });
+    }
   };
 
   // The candidates among boxes [begin, end) of image b, appended in box order. A block of
@@ -228,12 +292,13 @@ template <typename T, typename Passes, typename ScoreAt, typename Activate, type
 void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes,
                    int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Activate&& activate,
                    Suppresses&& suppresses, Emit&& emit) {
+  NoGroupIndex none;
   if (config.ties_class_first) {
     multiclass_nms_detail::Run<T, true>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
-                                        suppresses, emit);
+                                        suppresses, emit, none);
   } else {
     multiclass_nms_detail::Run<T, false>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
-                                         suppresses, emit);
+                                         suppresses, emit, none);
   }
 }
 
@@ -242,6 +307,22 @@ void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_
                    int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Suppresses&& suppresses, Emit&& emit) {
   MulticlassNms<T>(
       io, config, batch, num_boxes, num_classes, passes, score_at, [](T score) { return score; }, suppresses, emit);
+}
+
+// The same with make_index(b, std::span<const NmsCandidate<T>>) for large groups (see
+// NoGroupIndex above); `suppresses` still decides in the groups the index does not take.
+template <typename T, typename Passes, typename ScoreAt, typename Activate, typename Suppresses, typename Emit,
+          typename MakeIndex>
+void MulticlassNmsIndexed(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes,
+                          int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Activate&& activate,
+                          Suppresses&& suppresses, Emit&& emit, MakeIndex&& make_index) {
+  if (config.ties_class_first) {
+    multiclass_nms_detail::Run<T, true>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
+                                        suppresses, emit, make_index);
+  } else {
+    multiclass_nms_detail::Run<T, false>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
+                                         suppresses, emit, make_index);
+  }
 }
 
 }  // namespace ortops

@@ -21,6 +21,8 @@ PER_LEVEL_TESTS = [
         "trt_nodes",
         "grid_sample",
         "nms",
+        "nms_match",
+        "nms_family_large",
         "corner_pool",
         "cummax",
         "float16",

@@ -10,6 +10,7 @@
 #include "math/multiclass_nms.h"
 #include "math/score_cutoff.h"
 #include "ops/batched_nms/box_layout.h"
+#include "ops/nms/group_index.h"
 
 namespace ortops::batched_nms {
 namespace {
@@ -188,12 +189,22 @@ class BatchedNmsKernel : public KernelBase {
         out_indices[row] = -1;
       }
     };
+    // Large groups test a candidate only against the kept boxes near it (ops/nms/group_index.h).
+    const auto make_index = [&](int64_t b, std::span<const NmsCandidate<A>> set) {
+      const auto box_of = [&, b](const NmsCandidate<A>& c, A box[5]) {
+        corners(b, c.box, c.cls, box);
+        box[4] = BoxArea(box, offset);
+      };
+      return nms::MakeGridGroupIndex(io, set, box_of, nms::IouRule::kBox, offset, threshold);
+    };
     if (score_activation_ == 1) {
-      MulticlassNms<A>(
-          io, config, batch, count, classes, passes, score_at, [](A score) { return Sigmoid(score); }, suppresses,
-          emit);
+      MulticlassNmsIndexed<A>(
+          io, config, batch, count, classes, passes, score_at, [](A score) { return Sigmoid(score); }, suppresses, emit,
+          make_index);
     } else {
-      MulticlassNms<A>(io, config, batch, count, classes, passes, score_at, suppresses, emit);
+      MulticlassNmsIndexed<A>(
+          io, config, batch, count, classes, passes, score_at, [](A score) { return score; }, suppresses, emit,
+          make_index);
     }
   }
 

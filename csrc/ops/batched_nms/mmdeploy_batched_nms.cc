@@ -1,15 +1,21 @@
 // mmdeploy's TensorRT batched NMS nodes, TRTBatchedNMS and TRTBatchedRotatedNMS, with the
 // contract of their plugins (mmdeploy csrc/mmdeploy/backend_ops/tensorrt/batched_nms,
 // batched_rotated_nms and common_impl/nms, derived from TensorRT's batchedNMSPlugin).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <span>
 
+#include "math/box_grid.h"
 #include "math/box_iou.h"
+#include "math/mmdeploy_rotated_iou.h"
 #include "math/multiclass_nms.h"
 #include "math/rotated_box.h"
 #include "ops/batched_nms/batched_nms.h"
 #include "ops/batched_nms/box_layout.h"
+#include "ops/nms/group_index.h"
 
 namespace ortops::batched_nms {
 namespace {
@@ -116,21 +122,24 @@ constexpr OpSchema kTrtRotatedSchema{
         "mmdeploy's batched multi-class NMS of rotated boxes for TensorRT (`TRTBatchedRotatedNMSop`, "
         "written by mmdeploy's TensorRT export of `multiclass_nms_rotated`, e.g. for mmrotate models), "
         "with fixed-size, padded outputs. " ORTOPS_TRT_BATCHED_NMS_SELECTION
-        "The IoU of rotated boxes is exact, as ortops.NMSRotated computes it: the rectangle of (cx, cy, w, "
-        "h, theta) has corners (cx, cy) + R(theta) (+-w/2, +-h/2), R = [[cos, -sin], [sin, cos]], and the "
-        "area of the intersection of two rectangles is found by polygon clipping in float64; a box with "
-        "w <= 0 or h <= 0 (or a NaN size) is empty and has IoU 0 with every box. With `clip_boxes` 1 all "
-        "five box values (theta too, as in the plugin) are clamped to [0, 1], a NaN becoming 1.",
+        "The IoU of rotated boxes is the plugin's: 1 when the w h of either box (in the element type) is "
+        "below 1e-14 (a box of zero size, a negative side or tiny sides), so that such a box, kept, "
+        "suppresses every later box of its class wherever it is (unless `iou_threshold` >= 1), and later "
+        "is suppressed by any kept box; otherwise exact, as ortops.NMSRotated computes it: the rectangle "
+        "of (cx, cy, w, h, theta) has corners (cx, cy) + R(theta) (+-w/2, +-h/2), R = [[cos, -sin], [sin, "
+        "cos]] (sides both negative give the same corners as their absolute values), and the area of the "
+        "intersection of two rectangles is found by polygon clipping in float64; a box with a NaN size is "
+        "empty and has IoU 0 with every box. With `clip_boxes` 1 all five box values (theta too, as in the "
+        "plugin) are clamped to [0, 1], a NaN becoming 1.",
     .inputs = kRotatedInputs,
     .outputs = kRotatedOutputs,
     .attributes = kTrtAttributes,
     .differences = ORTOPS_TRT_BATCHED_NMS_DIFFERENCES_COMMON
-    "The plugin computes the rotated IoU in float32 by intersecting edges and taking a convex hull, and gives "
-    "IoU 1 when either box has an area below 1e-14: a zero-size box suppresses every later box of its class "
-    "and is suppressed by any earlier one. ortops computes the IoU exactly in float64 and gives an empty box "
-    "IoU 0 (as ortops.NMSRotated), so results differ where an IoU lies within float32 rounding of the "
-    "threshold and around zero-size boxes. Otherwise the selection, order, padding and encoding are the "
-    "plugin's.",
+    "The plugin computes the rotated IoU of boxes that are not tiny in float32 on the GPU, by intersecting "
+    "edges and taking a convex hull; ortops computes it exactly in float64, so results differ where such an "
+    "IoU lies within float32 rounding of the threshold (with sides below about 1e-3, the plugin's fixed "
+    "tolerances move its IoU further). Tiny boxes are the plugin's (IoU 1). Otherwise the selection, order, "
+    "padding and encoding are the plugin's.",
 };
 
 #undef ORTOPS_TRT_BATCHED_NMS_SELECTION
@@ -148,6 +157,78 @@ template <typename T>
 T Clip(T value) {
   return std::fmax(std::fmin(value, T(1)), T(0));
 }
+
+// The group index of math/multiclass_nms.h for rotated boxes: kept ones in a grid over their
+// axis-aligned bounds (the exact IoU of rectangles whose bounds do not overlap is 0), kept
+// tiny ones as a flag (IoU 1 with every box). `slot_of` maps a candidate to its rectangle
+// and tiny flag.
+template <typename Candidate, typename SlotOf>
+class RotatedGroupIndex {
+ public:
+  RotatedGroupIndex(const KernelIO& io, std::span<const Candidate> set, SlotOf slot_of, const RotatedRect* rects,
+                    const char* tiny, double threshold)
+      : slot_of_(slot_of),
+        rects_(rects),
+        tiny_(tiny),
+        threshold_(threshold),
+        slots_(io.Vector<size_t>(set.size())),
+        tested_for_(io.Vector<int64_t>(set.size(), -1)),
+        bounds_(io.Allocate<double>(4 * set.size())) {
+    for (size_t i = 0; i < set.size(); ++i) slots_[i] = slot_of_(set[i]);
+    std::sort(slots_.begin(), slots_.end());
+    bool finite = true;
+    for (size_t i = 0; i < set.size(); ++i) {
+      const RotatedRect& r = rects_[slots_[i]];
+      double* bound = bounds_.data() + 4 * i;
+      bound[0] = r.center.x - r.half_x, bound[1] = r.center.y - r.half_y;
+      bound[2] = r.center.x + r.half_x, bound[3] = r.center.y + r.half_y;
+      for (int k = 0; k < 4; ++k) finite &= std::isfinite(bound[k]);
+    }
+    if (finite && threshold >= 0) {
+      grid_.emplace(bounds_.data(), static_cast<int64_t>(set.size()), 0.0, io.Allocator<double>());
+    }
+  }
+
+  bool Usable() const { return grid_.has_value(); }
+
+  bool Suppressed(const Candidate& candidate) {
+    const size_t slot = slot_of_(candidate);
+    if (tiny_kept_ || (tiny_[slot] && any_kept_)) return 1.0 > threshold_;
+    if (tiny_[slot]) return false;
+    const auto i = Local(slot);
+    return grid_->AnyNear(i, [&](int64_t k) {
+      // A kept box spanning several cells is visited once per shared cell: test it once.
+      int64_t& last = tested_for_[static_cast<size_t>(k)];
+      if (last == i) return false;
+      last = i;
+      return RotatedIoU(rects_[slots_[static_cast<size_t>(k)]], rects_[slot]) > threshold_;
+    });
+  }
+
+  void Keep(const Candidate& candidate) {
+    const size_t slot = slot_of_(candidate);
+    any_kept_ = true;
+    if (tiny_[slot]) {
+      tiny_kept_ = true;
+    } else {
+      grid_->Insert(Local(slot));
+    }
+  }
+
+ private:
+  // The candidate's position among the set's rectangles, which the grid is over.
+  int64_t Local(size_t slot) const { return std::lower_bound(slots_.begin(), slots_.end(), slot) - slots_.begin(); }
+
+  SlotOf slot_of_;
+  const RotatedRect* rects_;
+  const char* tiny_;
+  double threshold_;
+  ScratchVector<size_t> slots_;  // the set's rectangles, sorted
+  ScratchVector<int64_t> tested_for_;
+  Scratch<double> bounds_;  // of the set's rectangles, which the grid reads
+  std::optional<BoxGrid<double, SessionAllocator<double>>> grid_;
+  bool any_kept_ = false, tiny_kept_ = false;
+};
 
 template <typename T, bool kRotated>
 class TrtBatchedNmsKernel : public KernelBase {
@@ -235,27 +316,52 @@ class TrtBatchedNmsKernel : public KernelBase {
     };
 
     if constexpr (kRotated) {
-      // Corners and bounds of every box once; pairs only read them.
+      // Corners and bounds of every box once; pairs only read them. The plugin's IoU is 1 for
+      // a pair with a tiny box (mmdeploy_rotated::TrtRotatedTiny), else that of the two
+      // rectangles, which for sides of either sign are those of their absolute values.
       const auto total = static_cast<size_t>(batch * count * layout.per_class);
       Scratch<RotatedRect> rects = io.Allocate<RotatedRect>(total);
+      Scratch<char> tiny = io.Allocate<char>(total);
       io.ParallelForRanges(total, 64, [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) std::construct_at(&rects[i], MakeRotatedRect(boxes.data + 5 * i));
+        for (size_t i = begin; i < end; ++i) {
+          const T* box = boxes.data + 5 * i;
+          const T corners_of[5] = {box[0], box[1], std::abs(box[2]), std::abs(box[3]), box[4]};
+          std::construct_at(&rects[i], MakeRotatedRect(corners_of));
+          tiny[i] = mmdeploy_rotated::TrtRotatedTiny(box);
+        }
       });
-      const auto rect = [&](int64_t b, int64_t n, int64_t c) -> const RotatedRect& {
-        return rects[static_cast<size_t>((b * count + n) * layout.per_class + (shared ? 0 : c))];
+      const auto slot = [&](int64_t b, const NmsCandidate<T>& c) {
+        return static_cast<size_t>((b * count + c.box) * layout.per_class + (shared ? 0 : c.cls));
       };
       const double threshold = iou_threshold_;
       const auto suppresses = [&](int64_t b, const NmsCandidate<T>& kept, const NmsCandidate<T>& candidate) {
-        return RotatedIoU(rect(b, kept.box, kept.cls), rect(b, candidate.box, candidate.cls)) > threshold;
+        const size_t k = slot(b, kept), c = slot(b, candidate);
+        if (tiny[k] || tiny[c]) return 1.0 > threshold;
+        return RotatedIoU(rects[k], rects[c]) > threshold;
       };
-      MulticlassNms<T>(io, config, batch, count, classes, passes, score_at, suppresses, emit);
+      const auto make_index = [&](int64_t b, std::span<const NmsCandidate<T>> set) {
+        return RotatedGroupIndex(
+            io, set, [&, b](const NmsCandidate<T>& c) { return slot(b, c); }, rects.data(), tiny.data(), threshold);
+      };
+      MulticlassNmsIndexed<T>(
+          io, config, batch, count, classes, passes, score_at, [](T score) { return score; }, suppresses, emit,
+          make_index);
     } else {
       const T threshold = static_cast<T>(iou_threshold_);
       const auto suppresses = [&](int64_t b, const NmsCandidate<T>& kept, const NmsCandidate<T>& candidate) {
         return DetectionOutputIoU(layout.At(b, kept.box, kept.cls), layout.At(b, candidate.box, candidate.cls)) >
                threshold;
       };
-      MulticlassNms<T>(io, config, batch, count, classes, passes, score_at, suppresses, emit);
+      const auto make_index = [&](int64_t b, std::span<const NmsCandidate<T>> set) {
+        const auto box_of = [&, b](const NmsCandidate<T>& c, T box[5]) {
+          const T* v = layout.At(b, c.box, c.cls);
+          box[0] = v[0], box[1] = v[1], box[2] = v[2], box[3] = v[3], box[4] = DetectionOutputArea(v);
+        };
+        return nms::MakeGridGroupIndex(io, set, box_of, nms::IouRule::kDetectionOutput, T(0), threshold);
+      };
+      MulticlassNmsIndexed<T>(
+          io, config, batch, count, classes, passes, score_at, [](T score) { return score; }, suppresses, emit,
+          make_index);
     }
   }
 

@@ -2,16 +2,14 @@
 #include "ops/nms/nms.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <numeric>
-#include <type_traits>
 #include <vector>
 
-#include "math/box_grid.h"
 #include "math/box_iou.h"
+#include "math/score_order.h"
 #include "ops/nms/box_inputs.h"
+#include "ops/nms/kept_box_grid.h"
 #include "ops/nms/suppress.h"
 
 namespace ortops::nms {
@@ -56,109 +54,6 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-// The boxes in descending score order, ties by lower index (a stable sort by score).
-template <typename T>
-ScratchVector<int64_t> ScoreOrder(const KernelIO& io, const T* scores, int64_t count) {
-  ScratchVector<int64_t> order = io.Vector<int64_t>(static_cast<size_t>(count));
-  if constexpr (std::is_same_v<T, float>) {
-    // One integer key per box: the score's bits mapped to an order-reversed unsigned key
-    // (scores are not NaN; + 0.0f makes -0 equal +0, as the comparison of scores has it),
-    // then the index, so an unstable sort of the keys is the stable sort by score.
-    ScratchVector<uint64_t> keys = io.Vector<uint64_t>(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) {
-      const uint32_t bits = std::bit_cast<uint32_t>(scores[i] + 0.0f);
-      const uint32_t ascending = bits & 0x80000000u ? ~bits : bits | 0x80000000u;
-      keys[static_cast<size_t>(i)] = (uint64_t{~ascending} << 32) | static_cast<uint64_t>(i);
-    }
-    std::sort(keys.begin(), keys.end());
-    for (int64_t i = 0; i < count; ++i) order[static_cast<size_t>(i)] = static_cast<int64_t>(keys[i] & 0xffffffffu);
-  } else {
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[a] > scores[b]; });
-  }
-  return order;
-}
-
-// Kept boxes in a uniform grid (math/box_grid.h), each cell's boxes stored one array per
-// coordinate, so that a query tests a cell's boxes in vector lanes (AnySuppresses). A box is
-// stored in every cell it covers (a cell's capacity is the count of all boxes covering it,
-// known before any is kept); a box over many cells in a list every query tests.
-template <typename T>
-class KeptBoxGrid {
- public:
-  // Half the median box side was the fastest cell for the scalar grid; with a cell's boxes
-  // tested in vector lanes, fewer, larger cells do better (benchmarks/bench.py nms_case).
-  static constexpr double kCellScale = 1.0;
-
-  KeptBoxGrid(const KernelIO& io, const T* boxes, int64_t count, T offset)
-      : cells_(boxes, count, offset, kCellScale, io.Allocator<T>()),
-        range_(static_cast<size_t>(count), io.Allocator<Range>()),
-        start_(io.Vector<int64_t>(static_cast<size_t>(cells_.size()) + 1)),
-        fill_(io.Allocator<int64_t>()) {
-    int64_t wide = 0;
-    for (int64_t i = 0; i < count; ++i) {
-      const Range r = range_[static_cast<size_t>(i)] = cells_.Of(i);
-      if (r.Count() > kMaxCells) {
-        ++wide;
-        continue;
-      }
-      for (int64_t y = r.y0; y <= r.y1; ++y) {
-        for (int64_t x = r.x0; x <= r.x1; ++x) ++start_[cells_.Index(x, y) + 1];
-      }
-    }
-    for (size_t c = 1; c < start_.size(); ++c) start_[c] += start_[c - 1];
-    fill_.assign(start_.begin(), start_.end() - 1);
-    wide_begin_ = wide_end_ = start_.back();
-    const auto entries = static_cast<size_t>(wide_begin_ + wide);
-    for (auto* column : {&x1_, &y1_, &x2_, &y2_, &area_}) *column = io.Allocate<T>(entries);
-  }
-
-  // Whether a kept box suppresses the candidate box i.
-  bool Suppresses(int64_t i, const nms::Candidate<T>& candidate) const {
-    if (wide_end_ > wide_begin_ && Any(wide_begin_, wide_end_, candidate)) return true;
-    const Range r = range_[static_cast<size_t>(i)];
-    for (int64_t y = r.y0; y <= r.y1; ++y) {
-      for (int64_t x = r.x0; x <= r.x1; ++x) {
-        const size_t cell = cells_.Index(x, y);
-        if (fill_[cell] > start_[cell] && Any(start_[cell], fill_[cell], candidate)) return true;
-      }
-    }
-    return false;
-  }
-
-  void Insert(int64_t i, const nms::Candidate<T>& box) {
-    const Range r = range_[static_cast<size_t>(i)];
-    if (r.Count() > kMaxCells) {
-      Store(wide_end_++, box);
-      return;
-    }
-    for (int64_t y = r.y0; y <= r.y1; ++y) {
-      for (int64_t x = r.x0; x <= r.x1; ++x) Store(fill_[cells_.Index(x, y)]++, box);
-    }
-  }
-
- private:
-  using Range = typename GridCells<T, SessionAllocator<T>>::Range;
-  static constexpr int64_t kMaxCells = GridCells<T, SessionAllocator<T>>::kMaxCellsPerBox;
-
-  bool Any(int64_t begin, int64_t end, const nms::Candidate<T>& candidate) const {
-    const nms::BoxColumns<T> kept{x1_.data() + begin, y1_.data() + begin,   x2_.data() + begin,
-                                  y2_.data() + begin, area_.data() + begin, end - begin};
-    return ORTOPS_ISA_CALL(AnySuppresses, kept, candidate);
-  }
-
-  void Store(int64_t e, const nms::Candidate<T>& box) {
-    const auto k = static_cast<size_t>(e);
-    x1_[k] = box.x1, y1_[k] = box.y1, x2_[k] = box.x2, y2_[k] = box.y2, area_[k] = box.area;
-  }
-
-  GridCells<T, SessionAllocator<T>> cells_;
-  ScratchVector<Range> range_;
-  ScratchVector<int64_t> start_, fill_;  // each cell's kept boxes: entries [start_, fill_)
-  int64_t wide_begin_ = 0, wide_end_ = 0;
-  Scratch<T> x1_, y1_, x2_, y2_, area_;
-};
-
 template <typename T>
 class NmsKernel : public KernelBase {
  public:
@@ -185,7 +80,7 @@ class NmsKernel : public KernelBase {
     ScratchVector<int64_t> kept(io.Allocator<int64_t>());
     if (threshold >= 0 && finite) {
       // Boxes that overlap by more than a non-negative threshold share a grid cell.
-      KeptBoxGrid<T> grid(io, boxes.data, count, offset);
+      nms::KeptBoxGrid<T> grid(io, boxes.data, count, offset);
       for (int64_t i : order) {
         const nms::Candidate<T> candidate = candidate_of(i);
         if (grid.Suppresses(i, candidate)) continue;

@@ -2,14 +2,19 @@
 #include "ops/nms_rotated/nms_rotated.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "math/box_grid.h"
+#include "math/mmdeploy_rotated_iou.h"
 #include "math/rotated_box.h"
+#include "math/score_order.h"
 
 namespace ortops::nms_rotated {
 namespace {
@@ -31,10 +36,13 @@ constexpr AttrSpec kAttributes[] = {
 // Where each compatibility name's node differs from the runtime that defined it.
 constexpr CompatDifferences kCompatDifferences[] = {
     {"mmdeploy",
-     "mmdeploy's kernel intersects the rectangles in float32 and sorts with an unstable sort; ortops "
-     "intersects in float64 and takes the lower index first among equal scores, so results can differ "
-     "where an IoU lies within float32 rounding of the threshold or scores tie. It computed on with NaN "
-     "or infinite values; ortops reports them as errors. It took float32 only; ortops also takes float64."},
+     "mmdeploy's kernel computes every IoU in float32 and sorts the boxes with an unstable sort. ortops "
+     "computes the IoU of two proper boxes (sides > 0, area >= 1) exactly, in float64 (its kernel moves by "
+     "about 1e-6 / area from the exact value), so results differ from it only where such an IoU lies within "
+     "that of the threshold, or where scores tie (ortops: lower index first). Pairs with a box that is not "
+     "proper decide as mmdeploy's do, zero-area boxes included (float64 inputs, which the original does not "
+     "take, run its steps in float64); the `ortops` domain gives a box with a side <= 0 IoU 0 instead. It "
+     "computed on with NaN or infinite values; ortops reports them as errors."},
 };
 
 }  // namespace
@@ -48,11 +56,21 @@ constexpr OpSchema kSchema{
         "threshold applies after suppression: a kept box scoring at or below `score_threshold` still "
         "suppresses lower-scored boxes, it just is not emitted. Rows come per batch, then per class, in "
         "score order. The rectangle of (cx, cy, w, h, theta) has corners (cx, cy) + R(theta) (+-w/2, "
-        "+-h/2), R = [[cos, -sin], [sin, cos]] (x right, y down). A box with w <= 0 or h <= 0 is empty: "
-        "its IoU with every box is 0, never NaN (mmdeploy gets 0/0 for two zero-size boxes and a negative "
-        "area for a negative size). NaN or Inf in `boxes` or `scores` is an error. mmdeploy's kernel "
-        "computes in float32 and sorts unstably; results differ from it only where an IoU lies within "
-        "rounding of the threshold or scores tie.",
+        "+-h/2), R = [[cos, -sin], [sin, cos]] (x right, y down). NaN or Inf in `boxes` or `scores` is an "
+        "error. "
+        "Boxes of zero, negative or tiny size: in `ortops::NMSRotated` a box with w <= 0 or h <= 0 is "
+        "empty, with IoU 0 with every box (never NaN), as in mmcv's `nms_rotated`: such boxes neither "
+        "suppress nor are suppressed. `mmdeploy::NMSRotated` follows mmdeploy's kernel instead, for every "
+        "pair in which a box is not proper (w > 0, h > 0 and w h >= 1): there the IoU is the original's "
+        "float32 computation, step by step and as it orders the pair (kept box, candidate): centres "
+        "shifted to their mean, edge crossings, the corners that pass its inside test, a Graham-scan hull "
+        "sorted as libstdc++'s std::sort sorts, triangle areas summed through float64. Its inside test "
+        "passes every point for a box with a side of 0, so the intersection of such a box with any box, "
+        "anywhere, is about that box's area and the union 0 or a rounding either side of it: the IoU is "
+        "+inf or huge (suppression) or hugely negative (none), as the roundings fall; two boxes of zero "
+        "sides have IoU 0 / 0 and never suppress each other. Below a square unit its fixed tolerances "
+        "move its IoU by more than a rounding. Real two-stage exports feed such boxes to this node (the "
+        "first stage's zero padding becomes zero-size rois), and the detections then match mmdeploy's.",
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = kAttributes,
@@ -82,7 +100,8 @@ class NmsRotatedKernel : public KernelBase {
   NmsRotatedKernel(const Attributes& attrs, const OpDef& def)
       : KernelBase(def),
         iou_threshold_(attrs.Float("iou_threshold")),
-        score_threshold_(attrs.Float("score_threshold")) {
+        score_threshold_(attrs.Float("score_threshold")),
+        compat_(def.compat) {
     Check(!std::isnan(iou_threshold_), "attribute 'iou_threshold' is NaN");
     Check(!std::isnan(score_threshold_), "attribute 'score_threshold' is NaN");
   }
@@ -104,16 +123,31 @@ class NmsRotatedKernel : public KernelBase {
 
     // Corners, area and bounds of every box once; each (batch, class) pair reads its batch's.
     // The axis-aligned bounds (x1, y1, x2, y2) feed the grid that finds overlap candidates.
+    // In mmdeploy's domain a box that is not proper (mmdeploy_rotated::IsProper) instead keeps
+    // its raw form, for the original's arithmetic, and stays out of the grid.
     const size_t total_boxes = static_cast<size_t>(batch * count);
     Scratch<RotatedRect> rects = io.Allocate<RotatedRect>(total_boxes);
     Scratch<double> bounds = io.Allocate<double>(4 * total_boxes);
+    Scratch<RawBox> raw = io.Allocate<RawBox>(compat_ ? total_boxes : 0);
+    Scratch<char> proper = io.Allocate<char>(total_boxes);
     io.ParallelForRanges(total_boxes, 64, [&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {
-        const RotatedRect& rect = *std::construct_at(&rects[i], MakeRotatedRect(boxes.data + 5 * i));
+        const T* box = boxes.data + 5 * i;
+        const RotatedRect& rect = *std::construct_at(&rects[i], MakeRotatedRect(box));
         double* bound = bounds.data() + 4 * i;
         bound[0] = rect.center.x - rect.half_x, bound[1] = rect.center.y - rect.half_y;
         bound[2] = rect.center.x + rect.half_x, bound[3] = rect.center.y + rect.half_y;
+        proper[i] = !compat_ || mmdeploy_rotated::IsProper(box);
+        if (compat_) raw[i] = mmdeploy_rotated::MakeRawBox(box);
       }
+    });
+    // Boxes of zero sides (points) with the same centre give the same IoUs in the original's
+    // arithmetic, whatever their angle: numbered groups of them, per image.
+    Scratch<int64_t> point_group = io.Allocate<int64_t>(compat_ ? total_boxes : 0);
+    ScratchVector<int64_t> point_groups = io.Vector<int64_t>(compat_ ? static_cast<size_t>(batch) : 0);
+    io.ParallelFor(point_groups.size(), [&](size_t b) {
+      point_groups[b] = GroupPoints(io, boxes.data + 5 * count * static_cast<int64_t>(b), count,
+                                    point_group.data() + count * static_cast<int64_t>(b));
     });
     // Only boxes whose bounds overlap can have an IoU above a threshold >= 0; the grid needs
     // finite bounds (float64 boxes near the largest double can overflow them).
@@ -126,12 +160,14 @@ class NmsRotatedKernel : public KernelBase {
                                                io.Allocator<ScratchVector<int64_t>>());
     io.ParallelFor(kept.size(), [&](size_t pair) {
       const int64_t b = static_cast<int64_t>(pair) / classes;
+      const Boxes batch_boxes{rects.data() + b * count, compat_ ? raw.data() + b * count : nullptr,
+                              proper.data() + b * count, compat_ ? point_group.data() + b * count : nullptr,
+                              compat_ ? point_groups[static_cast<size_t>(b)] : 0};
       const T* score = scores.data + static_cast<int64_t>(pair) * count;
-      const RotatedRect* batch_rects = rects.data() + b * count;
       if (use_grid) {
-        SelectOneClassWithGrid(io, batch_rects, bounds.data() + 4 * b * count, score, count, kept[pair]);
+        SelectOneClassWithGrid(io, batch_boxes, bounds.data() + 4 * b * count, score, count, kept[pair]);
       } else {
-        SelectOneClass(io, batch_rects, score, count, kept[pair]);
+        SelectOneClass(io, batch_boxes, score, count, kept[pair]);
       }
     });
 
@@ -149,56 +185,114 @@ class NmsRotatedKernel : public KernelBase {
   }
 
  private:
-  // Boxes in descending score order, ties by index (stable).
-  static ScratchVector<int64_t> ScoreOrder(const KernelIO& io, const T* score, int64_t count) {
-    ScratchVector<int64_t> order = io.Vector<int64_t>(static_cast<size_t>(count));
-    std::iota(order.begin(), order.end(), int64_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return score[x] > score[y]; });
-    return order;
+  using RawBox = mmdeploy_rotated::RawBox<T>;
+
+  // One image's boxes: all as rectangles, and in mmdeploy's domain also in raw form, with
+  // whether each is proper (always, in ortops' domain) and, for points, their group.
+  struct Boxes {
+    const RotatedRect* rects;
+    const RawBox* raw;
+    const char* proper;
+    const int64_t* point_group;  // -1: not a point
+    int64_t point_groups;
+  };
+
+  // Numbers the points (w = h = 0) among `count` boxes by their centre's bits, from 0; other
+  // boxes get -1. Returns how many groups.
+  static int64_t GroupPoints(const KernelIO& io, const T* box, int64_t count, int64_t* group) {
+    using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+    const auto centre = [&](int64_t i) {
+      return std::pair{std::bit_cast<Bits>(box[5 * i]), std::bit_cast<Bits>(box[5 * i + 1])};
+    };
+    ScratchVector<int64_t> points(io.Allocator<int64_t>());
+    for (int64_t i = 0; i < count; ++i) {
+      group[i] = -1;
+      if (box[5 * i + 2] == T(0) && box[5 * i + 3] == T(0)) points.push_back(i);
+    }
+    std::sort(points.begin(), points.end(), [&](int64_t a, int64_t b) { return centre(a) < centre(b); });
+    int64_t groups = 0;
+    for (size_t p = 0; p < points.size(); ++p) {
+      if (p > 0 && centre(points[p]) != centre(points[p - 1])) ++groups;
+      group[points[p]] = groups;
+    }
+    return points.empty() ? 0 : groups + 1;
+  }
+
+  // Whether kept box k suppresses box i: the exact IoU, or, in mmdeploy's domain when either
+  // box is not proper, the original's float32 IoU of (k, i) compared as it compares it.
+  bool Suppresses(const Boxes& boxes, int64_t k, int64_t i) const {
+    if (boxes.proper[k] && boxes.proper[i]) return RotatedIoU(boxes.rects[k], boxes.rects[i]) > double{iou_threshold_};
+    return mmdeploy_rotated::OrtRotatedIoU(boxes.raw[k], boxes.raw[i]) > static_cast<T>(iou_threshold_);
   }
 
   // Greedy NMS testing each box against the kept boxes whose bounds share a grid cell with it.
   // The kept set is the same as the plain scan's; kept boxes at or below the score threshold
-  // stay in the grid (they suppress) but are not emitted.
-  void SelectOneClassWithGrid(const KernelIO& io, const RotatedRect* rects, const double* bounds, const T* score,
+  // stay in the grid (they suppress) but are not emitted. Boxes that are not proper can
+  // suppress or be suppressed by boxes anywhere: a kept one is tested by every later box, and
+  // one that is not kept tests every kept box. Points of one group decide alike: a kept
+  // group is tested through its first kept point only, and a point tests only the kept boxes
+  // that came after the last point of its group was tested (a group suppressed once stays
+  // suppressed), so that hundreds of zero rows cost little more than one.
+  void SelectOneClassWithGrid(const KernelIO& io, const Boxes& boxes, const double* bounds, const T* score,
                               int64_t count, ScratchVector<int64_t>& kept) const {
-    const double iou_threshold = iou_threshold_;
     const T score_threshold = static_cast<T>(score_threshold_);
     BoxGrid<double, SessionAllocator<double>> grid(bounds, count, 0.0, io.Allocator<double>());
     // A kept box spanning several cells is visited once per shared cell: test it only once.
     ScratchVector<int64_t> tested_for = io.Vector<int64_t>(static_cast<size_t>(count), -1);
+    ScratchVector<int64_t> all_kept(io.Allocator<int64_t>()), improper_kept(io.Allocator<int64_t>());
+    // Per point group: how many of all_kept its points have tested (-1: suppressed), and
+    // whether one of them is kept.
+    ScratchVector<int64_t> group_tested = io.Vector<int64_t>(static_cast<size_t>(boxes.point_groups));
+    ScratchVector<char> group_kept = io.Vector<char>(static_cast<size_t>(boxes.point_groups));
     for (const int64_t i : ScoreOrder(io, score, count)) {
-      const auto suppresses = [&](int64_t k) {
-        int64_t& last = tested_for[static_cast<size_t>(k)];
-        if (last == i) return false;
-        last = i;
-        return RotatedIoU(rects[k], rects[i]) > iou_threshold;
-      };
-      if (grid.AnyNear(i, suppresses)) continue;
-      grid.Insert(i);
+      const auto suppresses = [&](int64_t k) { return Suppresses(boxes, k, i); };
+      const int64_t group = boxes.point_group != nullptr ? boxes.point_group[i] : -1;
+      bool suppressed;
+      if (boxes.proper[i]) {
+        suppressed =
+            std::any_of(improper_kept.begin(), improper_kept.end(), suppresses) || grid.AnyNear(i, [&](int64_t k) {
+              int64_t& last = tested_for[static_cast<size_t>(k)];
+              if (last == i) return false;
+              last = i;
+              return suppresses(k);
+            });
+      } else if (group >= 0) {
+        int64_t& tested = group_tested[static_cast<size_t>(group)];
+        suppressed = tested < 0 || std::any_of(all_kept.begin() + tested, all_kept.end(), suppresses);
+        tested = suppressed ? -1 : static_cast<int64_t>(all_kept.size());
+      } else {
+        suppressed = std::any_of(all_kept.begin(), all_kept.end(), suppresses);
+      }
+      if (suppressed) continue;
+      if (boxes.proper[i]) {
+        grid.Insert(i);
+      } else if (group < 0 || !group_kept[static_cast<size_t>(group)]) {
+        improper_kept.push_back(i);
+        if (group >= 0) group_kept[static_cast<size_t>(group)] = 1;
+      }
+      if (compat_) all_kept.push_back(i);
       if (score[i] > score_threshold) kept.push_back(i);
     }
   }
 
   // The same selection as a plain scan of every later box, for negative thresholds (where
   // even disjoint boxes suppress each other) and bounds that overflow.
-  void SelectOneClass(const KernelIO& io, const RotatedRect* rects, const T* score, int64_t count,
+  void SelectOneClass(const KernelIO& io, const Boxes& boxes, const T* score, int64_t count,
                       ScratchVector<int64_t>& kept) const {
     const ScratchVector<int64_t> order = ScoreOrder(io, score, count);
     ScratchVector<char> suppressed = io.Vector<char>(static_cast<size_t>(count));  // by rank
-    const double iou_threshold = iou_threshold_;
     const T score_threshold = static_cast<T>(score_threshold_);
     for (size_t rank = 0; rank < order.size(); ++rank) {
       if (suppressed[rank]) continue;
-      const RotatedRect& box = rects[order[rank]];
       for (size_t later = rank + 1; later < order.size(); ++later) {
-        if (!suppressed[later] && RotatedIoU(box, rects[order[later]]) > iou_threshold) suppressed[later] = 1;
+        if (!suppressed[later] && Suppresses(boxes, order[rank], order[later])) suppressed[later] = 1;
       }
       if (score[order[rank]] > score_threshold) kept.push_back(order[rank]);
     }
   }
 
   float iou_threshold_, score_threshold_;
+  bool compat_;  // mmdeploy's node: pairs with a degenerate box take the original's arithmetic
 };
 
 }  // namespace

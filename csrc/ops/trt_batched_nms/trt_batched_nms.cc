@@ -13,6 +13,7 @@
 #include "core/half.h"
 #include "math/box_iou.h"
 #include "math/multiclass_nms.h"
+#include "ops/nms/group_index.h"
 
 namespace ortops::trt_batched_nms {
 namespace {
@@ -175,13 +176,13 @@ class BatchedNmsKernel : public KernelBase {
     // Every box sorted and sized once for the IoU.
     const auto total_boxes = static_cast<size_t>(batch * count * columns);
     const bool pixel_sizes = !normalized_;
-    Scratch<trt_batched_nms::SortedBox> sorted = io.Allocate<trt_batched_nms::SortedBox>(total_boxes);
+    Scratch<TrtBatchedBox> sorted = io.Allocate<TrtBatchedBox>(total_boxes);
     io.ParallelForRanges(total_boxes, 64, [&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {
         const T* box = boxes.data + 4 * i;
         const float corners[4] = {static_cast<float>(box[0]), static_cast<float>(box[1]), static_cast<float>(box[2]),
                                   static_cast<float>(box[3])};
-        sorted[i] = trt_batched_nms::SortBox(corners, pixel_sizes);
+        sorted[i] = SortTrtBatchedBox(corners, pixel_sizes);
       }
     });
     auto box_index = [&](int64_t b, const NmsCandidate<float>& c) {
@@ -197,14 +198,21 @@ class BatchedNmsKernel : public KernelBase {
     const bool plus_one = !normalized_ && caffe_semantics_;
     const T* score_data = scores.data;
     const int64_t classes = num_classes_;
-    MulticlassNms<float>(
+    const auto make_index = [&](int64_t b, std::span<const NmsCandidate<float>> set) {
+      const auto box_of = [&, b](const NmsCandidate<float>& c, float box[5]) {
+        const TrtBatchedBox& s = sorted[box_index(b, c)];
+        box[0] = s.corner[0], box[1] = s.corner[1], box[2] = s.corner[2], box[3] = s.corner[3], box[4] = s.size;
+      };
+      return nms::MakeGridGroupIndex(io, set, box_of, nms::IouRule::kTrtBatched, plus_one ? 1.0f : 0.0f, iou_threshold);
+    };
+    MulticlassNmsIndexed<float>(
         io, config, batch, count, classes, [score_threshold](float score) { return score > score_threshold; },
         [score_data, count, classes](int64_t b, int64_t n, int64_t c) {
           return static_cast<float>(score_data[(b * count + n) * classes + c]);
         },
+        [](float score) { return score; },
         [&](int64_t b, const NmsCandidate<float>& kept, const NmsCandidate<float>& candidate) {
-          return trt_batched_nms::IoU(sorted[box_index(b, kept)], sorted[box_index(b, candidate)], plus_one) >
-                 iou_threshold;
+          return TrtBatchedIoU(sorted[box_index(b, kept)], sorted[box_index(b, candidate)], plus_one) > iou_threshold;
         },
         [&](int64_t b, std::span<const NmsCandidate<float>> kept) {
           num_detections[b] = static_cast<int32_t>(kept.size());
@@ -218,7 +226,8 @@ class BatchedNmsKernel : public KernelBase {
             out_scores[row] = static_cast<T>(kept[k].score);
             out_classes[row] = static_cast<T>(static_cast<float>(kept[k].cls));
           }
-        });
+        },
+        make_index);
   }
 
  private:

@@ -14,6 +14,7 @@
 #include "core/half.h"
 #include "math/box_iou.h"
 #include "math/multiclass_nms.h"
+#include "ops/nms/group_index.h"
 
 namespace ortops::trt_efficient_nms {
 namespace {
@@ -200,8 +201,8 @@ class EfficientNmsKernel : public KernelBase {
       for (size_t slot = begin; slot < end; ++slot) {
         IouBox& box = iou_boxes[slot];
         decoded(static_cast<int64_t>(slot), box.corner);
-        trt_efficient_nms::ReorderCorners(box.corner);
-        box.area = trt_efficient_nms::CornerArea(box.corner);
+        EfficientReorder(box.corner);
+        box.area = EfficientArea(box.corner);
       }
     });
 
@@ -211,16 +212,24 @@ class EfficientNmsKernel : public KernelBase {
     config.class_agnostic = class_agnostic_ != 0;
     const float score_threshold = score_threshold_, iou_threshold = iou_threshold_;
     const T* score_data = scores.data;
-    MulticlassNms<float>(
+    const auto make_index = [&](int64_t b, std::span<const NmsCandidate<float>> set) {
+      const auto box_of = [&, b](const NmsCandidate<float>& c, float box[5]) {
+        const IouBox& v = iou_boxes[static_cast<size_t>(box_slot(b, c.box, c.cls))];
+        box[0] = v.corner[0], box[1] = v.corner[1], box[2] = v.corner[2], box[3] = v.corner[3], box[4] = v.area;
+      };
+      return nms::MakeGridGroupIndex(io, set, box_of, nms::IouRule::kEfficient, 0.0f, iou_threshold);
+    };
+    MulticlassNmsIndexed<float>(
         io, config, batch, anchors_count, classes, [score_threshold](float score) { return score >= score_threshold; },
         [score_data, anchors_count, classes](int64_t b, int64_t n, int64_t c) {
           return static_cast<float>(score_data[(b * anchors_count + n) * classes + c]);
         },
+        [](float score) { return score; },
         [&](int64_t b, const NmsCandidate<float>& kept, const NmsCandidate<float>& candidate) {
           // The plugin passes the candidate first, the kept box second.
           const IouBox& lower = iou_boxes[static_cast<size_t>(box_slot(b, candidate.box, candidate.cls))];
           const IouBox& upper = iou_boxes[static_cast<size_t>(box_slot(b, kept.box, kept.cls))];
-          return trt_efficient_nms::IoU(lower.corner, lower.area, upper.corner, upper.area) >= iou_threshold;
+          return EfficientIoU(lower.corner, lower.area, upper.corner, upper.area) >= iou_threshold;
         },
         [&](int64_t b, std::span<const NmsCandidate<float>> kept) {
           num_detections[b] = static_cast<int32_t>(kept.size());
@@ -233,7 +242,8 @@ class EfficientNmsKernel : public KernelBase {
             out_scores[row] = static_cast<T>(score_activation_ ? 1.0f / (1.0f + std::exp(-score)) : score);
             out_classes[row] = kept[k].cls;
           }
-        });
+        },
+        make_index);
   }
 
  private:
@@ -246,8 +256,8 @@ class EfficientNmsKernel : public KernelBase {
       float a[4] = {static_cast<float>(anchor[0]), static_cast<float>(anchor[1]), static_cast<float>(anchor[2]),
                     static_cast<float>(anchor[3])};
       if (box_coding_ == 0) {
-        trt_efficient_nms::ReorderCorners(v);
-        trt_efficient_nms::ReorderCorners(a);
+        EfficientReorder(v);
+        EfficientReorder(a);
         for (int i = 0; i < 4; ++i) corners[i] = v[i] + a[i];
         return;
       }

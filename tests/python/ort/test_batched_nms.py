@@ -164,6 +164,14 @@ def reference_batched_nms(
     return [num, out_boxes.astype(boxes.dtype), out_scores.astype(boxes.dtype), out_classes, out_indices]
 
 
+def trt_rotated_iou(kept: list, candidate: list) -> float:
+    """The plugin's rotated IoU: 1 when either box's w * h (in its dtype) is below 1e-14,
+    else that of the rectangles, whose corners are those of the absolute sizes."""
+    if any(box[2] * box[3] < 1e-14 for box in (kept, candidate)):
+        return 1.0
+    return references.rotated_iou(*([*box[:2], abs(box[2]), abs(box[3]), box[4]] for box in (kept, candidate)))
+
+
 def reference_trt(
     boxes: np.ndarray,
     scores: np.ndarray,
@@ -182,7 +190,7 @@ def reference_trt(
     shared = per == 1
     threshold = dt(np.float32(score_threshold))
     if rotated:
-        iou: Callable[[list, list], float] = references.rotated_iou
+        iou: Callable[[list, list], float] = trt_rotated_iou
         iou_limit: float = float(np.float32(iou_threshold))
     else:
         iou, iou_limit = detection_output_iou, dt(np.float32(iou_threshold))
@@ -782,18 +790,53 @@ def test_trt_rotated_matches_reference(dtype: type, per_class: bool, topk: int) 
     assert_outputs_equal(got, reference_trt(boxes, scores, rotated=True, **attributes))
 
 
-def test_trt_rotated_clip_and_empty_boxes() -> None:
-    """clip_boxes clamps all five values (theta too); a zero-size box has IoU 0 (the plugin's 1
-    is a documented difference): it neither suppresses nor is suppressed."""
+def test_trt_rotated_clip_boxes() -> None:
+    """clip_boxes clamps all five values (theta too)."""
     boxes = np.array(
-        [[[[0.5, 0.5, 0.4, 0.4, 2.0]], [[0.5, 0.5, 0.0, 0.4, 0.0]], [[0.52, 0.5, 0.4, 0.4, 2.0]]]], np.float32
+        [[[[0.5, 0.5, 0.4, 0.4, 2.0]], [[0.5, 1.5, 0.4, 0.4, -2.0]], [[0.52, 0.5, 0.4, 0.4, 2.0]]]], np.float32
     )
     scores = np.array([[[0.9], [0.8], [0.7]]], np.float32)
     dets, labels = trt_rotated(boxes, scores, keep_topk=4, clip_boxes=1, iou_threshold=0.5, score_threshold=0.1)
     np.testing.assert_array_equal(labels[0], [0, 0, -1, -1])
     np.testing.assert_allclose(dets[0, 0], [0.5, 0.5, 0.4, 0.4, 1.0, 0.9], rtol=1e-7)
-    np.testing.assert_allclose(dets[0, 1], [0.5, 0.5, 0.0, 0.4, 0.0, 0.8], rtol=1e-7)
+    np.testing.assert_allclose(dets[0, 1], [0.5, 1.0, 0.4, 0.4, 0.0, 0.8], rtol=1e-7)
     assert (dets[0, 2:] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_trt_rotated_tiny_boxes_have_iou_one(dtype: type) -> None:
+    """As the plugin: a box whose w * h is below 1e-14 (zero, a negative side, or just tiny)
+    has IoU 1 with every box, so a kept one suppresses every later box of its class anywhere
+    and one that comes later is suppressed by any kept box; a threshold of 1 keeps them. Both
+    sides negative make the rectangle of their absolute values."""
+    far = [[[10, 10, 4, 4, 0.3]], [[90, 10, 4, 4, 0.0]], [[10, 90, 2, 6, 1.0]]]
+    tiny = [[[50, 50, 0, 0, 0.0]], [[0, 0, 1e-8, 1e-7, 0.0]], [[70, 70, -3, 2, 0.0]], [[50, 50, 3, 0, 0.5]]]
+    for t in tiny:
+        for first in (True, False):
+            boxes = np.array([[t, *far] if first else [*far, t]], dtype)
+            scores = np.array([[[0.9], [0.8], [0.7], [0.6]]], dtype)
+            dets, labels = trt_rotated(boxes, scores, keep_topk=4, iou_threshold=0.5, score_threshold=0.1)
+            assert labels[0].tolist() == ([0, -1, -1, -1] if first else [0, 0, 0, -1]), (t, first)
+            np.testing.assert_array_equal(dets[0, 0, :5], boxes[0, 0, 0])
+            dets, labels = trt_rotated(boxes, scores, keep_topk=4, iou_threshold=1.0, score_threshold=0.1)
+            assert labels[0].tolist() == [0, 0, 0, 0]
+    both_negative = np.array([[[[10, 10, 4, 4, 0.3]], [[10.5, 10, -4, -4, 0.3]]]], dtype)
+    dets, labels = trt_rotated(both_negative, np.array([[[0.9], [0.8]]], dtype), keep_topk=2, iou_threshold=0.5)
+    assert labels[0].tolist() == [0, -1]  # IoU 7/9 of two 4 x 4 squares
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_trt_rotated_with_tiny_boxes_matches_reference(seed: int) -> None:
+    boxes, scores = rotated_case(40 + seed, 2, 30, 3, seed % 2 == 1, np.float32)
+    kind = np.random.default_rng(seed).integers(0, 8, boxes.shape[:3])
+    boxes[kind == 0, 2:4] = 0
+    boxes[kind == 1, 2] *= -1
+    boxes[kind == 2, 2:4] *= -1
+    boxes[kind == 3, 2:4] *= 1e-8
+    attributes = {"keep_topk": 40, "iou_threshold": 0.3, "score_threshold": 0.15}
+    assert rotated_margin(np.abs(boxes), 0.3) > 1e-6
+    got = trt_rotated(boxes, scores, **attributes)
+    assert_outputs_equal(got, reference_trt(boxes, scores, rotated=True, **attributes))
 
 
 @pytest.mark.parametrize("threads", [1, 2])

@@ -402,3 +402,276 @@ def test_no_boxes_with_a_huge_class_count_allocates_nothing():
     scores = np.zeros((7, 1 << 31, 0), np.float32)
     (selected,) = run("NMSRotated", "mmdeploy", {"boxes": boxes, "scores": scores}, ["selected"])
     assert selected.shape == (0, 3) and selected.dtype == np.int64
+
+
+# ---------------------------------------------------------------- mmdeploy's node: degenerate boxes
+#
+# mmdeploy's kernel (csrc/mmdeploy/backend_ops/onnxruntime/nms_rotated/nms_rotated.cpp in
+# mmdeploy 1.x) computes every IoU in float32: corners from the centres shifted to the pair's
+# mean, edge crossings, the corners of each box passing an inside test of the other, a hull
+# by Graham scan after std::sort (libstdc++'s), a fan of triangles summed through double. The
+# node follows it exactly for every pair with a box that is not proper (sides > 0 and w h
+# >= 1): below that its fixed tolerances move the IoU by more than a rounding, and a box with
+# an edge of length 0 passes every point as inside. The mirror below repeats those steps on
+# numpy float32 scalars (each operation rounds as the C++ does on x86-64 without FMA).
+
+F32 = np.float32
+
+
+def _original_sort(points: list, lo: int, hi: int, before) -> None:
+    """libstdc++'s std::sort of points[lo:hi], in place: introsort's partitions around a
+    median of three while a range holds more than 16, then insertion sort of the whole."""
+
+    def partition(first: int, last: int) -> None:
+        while last - first > 16:
+            a, b, c = first + 1, first + (last - first) // 2, last - 1
+            if before(points[a], points[b]):
+                median = b if before(points[b], points[c]) else c if before(points[a], points[c]) else a
+            else:
+                median = a if before(points[a], points[c]) else c if before(points[b], points[c]) else b
+            points[first], points[median] = points[median], points[first]
+            left, right = first + 1, last
+            while True:
+                while before(points[left], points[first]):
+                    left += 1
+                right -= 1
+                while before(points[first], points[right]):
+                    right -= 1
+                if not left < right:
+                    break
+                points[left], points[right] = points[right], points[left]
+                left += 1
+            partition(left, last)
+            last = left
+
+    if hi <= lo:
+        return
+    partition(lo, hi)
+    for i in range(lo + 1, hi):
+        value, j = points[i], i
+        if i - lo < 16 and before(value, points[lo]):
+            points[lo + 1 : i + 1] = points[lo:i]
+            j = lo
+        else:
+            while before(value, points[j - 1]):
+                points[j] = points[j - 1]
+                j -= 1
+        points[j] = value
+
+
+def _sub(a, b):
+    return (a[0] - b[0], a[1] - b[1])
+
+
+def _cross(a, b):
+    return a[0] * b[1] - b[0] * a[1]
+
+
+def _dot(a, b):
+    return a[0] * b[0] + a[1] * b[1]
+
+
+def _hull_before(a, b) -> bool:
+    turn = _cross(a, b)
+    if abs(float(turn)) < 1e-6:
+        return bool(_dot(a, a) < _dot(b, b))
+    return bool(turn > 0)
+
+
+def _original_hull_area(points: list) -> np.float32:
+    n = len(points)
+    low = 0
+    for i in range(1, n):
+        if points[i][1] < points[low][1] or (points[i][1] == points[low][1] and points[i][0] < points[low][0]):
+            low = i
+    start = points[low]
+    q = [_sub(p, start) for p in points]
+    q[0], q[low] = q[low], q[0]
+    _original_sort(q, 1, n, _hull_before)
+    k = 1
+    while k < n and not float(_dot(q[k], q[k])) > 1e-8:
+        k += 1
+    if k == n:
+        return F32(0)
+    q[1] = q[k]
+    m = 2
+    for i in range(k + 1, n):
+        while m > 1 and _cross(_sub(q[i], q[m - 2]), _sub(q[m - 1], q[m - 2])) >= 0:
+            m -= 1
+        q[m] = q[i]
+        m += 1
+    if m <= 2:
+        return F32(0)
+    twice = F32(0)
+    for i in range(1, m - 1):
+        twice = F32(float(twice) + abs(float(_cross(_sub(q[i], q[0]), _sub(q[i + 1], q[0])))))
+    return F32(float(twice) / 2.0)
+
+
+def _original_corners(box, x, y) -> list:
+    theta = float(box[4])
+    c, s = F32(math.cos(theta)) * F32(0.5), F32(math.sin(theta)) * F32(0.5)
+    w, h = F32(box[2]), F32(box[3])
+    p0 = (x - s * h - c * w, y + c * h - s * w)
+    p1 = (x + s * h - c * w, y - c * h - s * w)
+    return [p0, p1, (F32(2) * x - p0[0], F32(2) * y - p0[1]), (F32(2) * x - p1[0], F32(2) * y - p1[1])]
+
+
+def original_iou(kept, candidate) -> np.float32:
+    """mmdeploy's float32 IoU of (kept box, candidate), step by step."""
+    kept, candidate = np.asarray(kept, F32), np.asarray(candidate, F32)
+    shift_x, shift_y = float(kept[0] + candidate[0]) / 2.0, float(kept[1] + candidate[1]) / 2.0
+    a = _original_corners(kept, F32(float(kept[0]) - shift_x), F32(float(kept[1]) - shift_y))
+    b = _original_corners(candidate, F32(float(candidate[0]) - shift_x), F32(float(candidate[1]) - shift_y))
+    edges_a = [_sub(a[(i + 1) % 4], a[i]) for i in range(4)]
+    edges_b = [_sub(b[(i + 1) % 4], b[i]) for i in range(4)]
+    points = []
+    with np.errstate(all="ignore"):
+        for i in range(4):
+            for j in range(4):
+                det = _cross(edges_b[j], edges_a[i])
+                if abs(float(det)) <= 1e-14:
+                    continue
+                between = _sub(b[j], a[i])
+                t_a, t_b = _cross(edges_b[j], between) / det, _cross(edges_a[i], between) / det
+                if 0 <= t_a <= 1 and 0 <= t_b <= 1:
+                    points.append((a[i][0] + edges_a[i][0] * t_a, a[i][1] + edges_a[i][1] * t_a))
+        for corners, rect, edges in ((a, b, edges_b), (b, a, edges_a)):
+            along_sq, across_sq = _dot(edges[0], edges[0]), _dot(edges[3], edges[3])
+            for p in corners:
+                offset = _sub(p, rect[0])
+                along, across = _dot(offset, edges[0]), -_dot(offset, edges[3])
+                if along >= 0 and across >= 0 and along <= along_sq and across <= across_sq:
+                    points.append(p)
+        inter = _original_hull_area(points) if len(points) > 2 else F32(0)
+        return inter / (kept[2] * kept[3] + candidate[2] * candidate[3] - inter)
+
+
+def is_proper(box) -> bool:
+    w, h = F32(box[2]), F32(box[3])
+    return bool(w > 0 and h > 0 and w * h >= 1)
+
+
+def mmdeploy_iou(kept, candidate) -> float:
+    """The node's IoU: the exact one for two proper boxes, else the original's."""
+    if is_proper(kept) and is_proper(candidate):
+        return ref_iou(kept, candidate)
+    return float(original_iou(kept, candidate))
+
+
+def degenerate_case(rng: np.random.Generator, b: int, c: int, n: int, apart: bool = False):
+    """Clustered boxes of which about half are points, segments, rows of zeros (a padded
+    first stage), sub-pixel, negative in one or both sides; distinct scores. `apart`: the
+    proper boxes on a grid too coarse for any two to overlap (their IoU is exactly 0, so a
+    threshold of 0 or 1 decides them alike in every arithmetic)."""
+    boxes, _ = case(rng, b, c, n, np.float32)
+    if apart:
+        cells = rng.permutation(n * n)[:n]
+        boxes[:, :, 0], boxes[:, :, 1] = (cells % n) * 30.0, (cells // n) * 30.0
+    kind = rng.integers(0, 10, (b, n))
+    boxes[kind == 0, 2:4] = 0
+    boxes[kind == 1, 2] = 0
+    boxes[kind == 2, 3] = 0
+    boxes[kind == 3, :4] = 0
+    boxes[kind == 4, 2:4] *= 0.05
+    boxes[kind == 5, 2:4] *= 1e-8
+    boxes[kind == 6, 2] *= -1
+    boxes[kind == 7, 2:4] *= -1
+    scores = rng.permutation(np.linspace(0.01, 1, b * c * n)).reshape(b, c, n).astype(np.float32)
+    return boxes, scores
+
+
+def proper_margin(boxes: np.ndarray, threshold: float) -> float:
+    """margin_to over the pairs of proper boxes (the others follow the original exactly)."""
+    proper = [np.array([box for box in batch if is_proper(box)]).reshape(-1, 5) for batch in boxes]
+    return min((margin_to(p[None].astype(np.float64), threshold) for p in proper), default=math.inf)
+
+
+ZERO_ROW = [0, 0, 0, 0, 0.3]
+
+
+@pytest.mark.parametrize(
+    "kept,candidate,expected",
+    [
+        ([3, 4, 0, 0, 0.2], [-5, 1, 0, 0, 1.0], "nan"),  # two points anywhere: 0 / 0
+        ([10, 10, 4, 2, 0.4], [10, 10, 4, 2, 0.4], 1.0),
+        ([10, 10, 4, 4, 0.0], [10, 10, 2, 2, 0.0], 0.25),
+        ([0, 0, 2, 2, 0.0], [7, 7, 2, 2, 0.0], 0.0),
+    ],
+)
+def test_original_iou_by_hand(kept, candidate, expected) -> None:
+    got = float(original_iou(kept, candidate))
+    assert math.isnan(got) if expected == "nan" else got == pytest.approx(expected, abs=1e-6)
+
+
+def test_original_iou_of_a_point_with_a_box_anywhere_is_huge_or_nan() -> None:
+    """The point's inside test passes the box's corners wherever they are, so the intersection
+    is the box's own area and the union w h - that: 0 or a rounding away from it."""
+    rng = np.random.default_rng(2)
+    signs = set()
+    for _ in range(200):
+        box = [*rng.uniform(-500, 500, 2), *rng.uniform(1, 90, 2), rng.uniform(-3, 3)]
+        for pair in ((ZERO_ROW, box), (box, ZERO_ROW)):
+            iou = float(original_iou(*pair))
+            assert math.isnan(iou) or abs(iou) > 1e3, (pair, iou)
+            signs.add(math.copysign(1, iou) if not math.isnan(iou) else 0)
+    assert signs == {-1.0, 1.0}  # which of the two the rounding gives varies
+
+
+def test_mmdeploy_reference_agrees_with_the_one_pair_reference_on_proper_boxes() -> None:
+    boxes, _ = case(np.random.default_rng(40), 1, 1, 12)
+    for i in range(12):
+        for j in range(12):
+            assert original_iou(boxes[0, i], boxes[0, j]) == pytest.approx(ref_iou(boxes[0, i], boxes[0, j]), abs=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("iou", [-0.5, 0.0, 0.3, 0.7, 1.0])
+def test_mmdeploy_degenerate_boxes_follow_the_original(seed: int, iou: float) -> None:
+    """Every pair with a box that is not proper decides as mmdeploy's float32 code decides,
+    whichever of the two is kept; ortops' own node keeps its IoU of 0 for such boxes."""
+    apart = iou in (0.0, 1.0)
+    boxes, scores = degenerate_case(np.random.default_rng(seed), 2, 2, 18, apart)
+    assert apart or proper_margin(boxes, iou) > IOU_MARGIN
+    got = nms(boxes, scores, iou, 0.1, "mmdeploy")
+    np.testing.assert_array_equal(got, references.nms_rotated(boxes, scores, iou, 0.1, iou=mmdeploy_iou))
+    if 0 < iou < 1:
+        sized = [batch[(batch[:, 2] > 0) & (batch[:, 3] > 0)] for batch in boxes]
+        assert min(margin_to(b[None].astype(np.float64), iou) for b in sized) > IOU_MARGIN
+        expected = references.nms_rotated(boxes, scores, iou, 0.1, iou=ref_iou)
+        np.testing.assert_array_equal(nms(boxes, scores, iou, 0.1, "ortops"), expected)
+
+
+def test_zero_rows_of_a_two_stage_export() -> None:
+    """As in an oriented R-CNN: the first stage pads with zero rows, the second scores them
+    (here all at 0.376, below some real detections and above others). In mmdeploy's node each
+    is suppressed by a kept box, or kept and then suppresses later boxes, as the original
+    decides; two of them never suppress each other (0 / 0). ortops' node keeps them all."""
+    rng = np.random.default_rng(9)
+    real, _ = case(rng, 1, 1, 30)
+    zero_rows = np.tile(np.array(ZERO_ROW, np.float32), (1, 20, 1))
+    zero_rows[0, :, 4] = rng.uniform(-3, 3, 20)  # the angle regressed for a zero roi
+    zero_rows[0, ::3, :2] = -0.0
+    zero_rows[0, 1::5, :2] = real[0, 1::5, :2][:4]  # a few at real boxes' centres
+    boxes = np.concatenate([real, zero_rows], 1)
+    scores = np.concatenate([rng.uniform(0, 1, (1, 1, 30)), np.full((1, 1, 20), 0.376)], 2).astype(np.float32)
+    scores = np.concatenate([scores, np.concatenate([scores[:, :, :30] * 0.3, scores[:, :, 30:]], 2)], 1)
+    got = nms(boxes, scores, 0.1, 0.05, "mmdeploy")
+    np.testing.assert_array_equal(got, references.nms_rotated(boxes, scores, 0.1, 0.05, iou=mmdeploy_iou))
+    clean = nms(boxes, scores, 0.1, 0.05, "ortops")
+    zero_rows = [(rows[:, 1] == c) & (rows[:, 2] >= 30) for rows in (got, clean) for c in (0, 1)]
+    assert [int(m.sum()) for m in zero_rows[2:]] == [20, 20]  # ortops: kept, IoU 0
+    # Class 0: real boxes come first and suppress most zero rows. Class 1: the zero rows come
+    # first, none suppresses another, and they suppress real boxes.
+    assert zero_rows[0].sum() < 20 and zero_rows[1].sum() == 20
+    real_in_class_1 = [int(((rows[:, 1] == 1) & (rows[:, 2] < 30)).sum()) for rows in (got, clean)]
+    assert real_in_class_1[0] < real_in_class_1[1]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_mmdeploy_degenerate_boxes_many(threads: int) -> None:
+    """Enough boxes for the overlap grid, with not-proper boxes kept early and late."""
+    boxes, scores = degenerate_case(np.random.default_rng(77), 1, 3, 70)
+    assert proper_margin(boxes, 0.4) > IOU_MARGIN
+    got = nms(boxes, scores, 0.4, 0.0, "mmdeploy", threads)
+    np.testing.assert_array_equal(got, references.nms_rotated(boxes, scores, 0.4, 0.0, iou=mmdeploy_iou))
