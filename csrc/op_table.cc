@@ -71,14 +71,14 @@ constexpr OpDef kOpTable[] = {
   {kMmcvDomain,     "MMCVModulatedDeformConv2d", 1,     kCpuOnly,   &deform_conv::kModulatedSchema,  &deform_conv::MakeModulated,  kCompat},
   {kMmdeployDomain, "MMCVModulatedDeformConv2d", 1,     kCpuOnly,   &deform_conv::kModulatedSchema,  &deform_conv::MakeModulated,  kCompat},
   {kMmcvDomain,     "MMCVDeformConv2d",          1,     kCpuOnly,   &deform_conv::kV1Schema,         &deform_conv::MakeV1,         kCompat},
-  {kOrtopsDomain,   "GroupNorm",                 1,     kCpuOnly,   &group_norm::kSchema,            &group_norm::Make},
+  {kOrtopsDomain,   "GroupNorm",                 1,     OnCuda(group_norm::MakeDevice),  &group_norm::kSchema,            &group_norm::Make},
   {kOrtopsDomain,   "MatrixInverse",             1,     kCpuOnly,   &matrix_inverse::kSchema,        &matrix_inverse::Make},
   // mmdeploy's nodes that only its TensorRT plugins ran.
   {kMmdeployDomain, "MMCVDeformConv2d",              1,   kCpuOnly,   &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},
   {kMmdeployDomain, "GatherTopk",                    1,   kCpuOnly,   &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
   {kMmdeployDomain, "GridPriorsTRT",                 1,   kCpuOnly,   &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
   {kMmdeployDomain, "TRTBicubicInterpolate",         1,   kCpuOnly,   &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
-  {kMmdeployDomain, "TRTInstanceNormalization",      1,   kCpuOnly,   &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},
+  {kMmdeployDomain, "TRTInstanceNormalization",      1,   OnCuda(group_norm::MakeInstanceNormDevice),  &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},
   {kMmdeployDomain, "ScaledDotProductAttentionTRT",  1,   kCpuOnly,   &scaled_dot_product_attention::kSchema,    &scaled_dot_product_attention::Make,     kCompat},
   // Multi-scale deformable attention: one kernel, a schema per row (mmdeploy's has im2col_step).
   {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, kCpuOnly, &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
