@@ -72,7 +72,7 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "MMCVModulatedDeformConv2d", 1,     kCpuOnly,   &deform_conv::kModulatedSchema,  &deform_conv::MakeModulated,  kCompat},
   {kMmcvDomain,     "MMCVDeformConv2d",          1,     kCpuOnly,   &deform_conv::kV1Schema,         &deform_conv::MakeV1,         kCompat},
   {kOrtopsDomain,   "GroupNorm",                 1,     OnCuda(group_norm::MakeDevice),  &group_norm::kSchema,            &group_norm::Make},
-  {kOrtopsDomain,   "MatrixInverse",             1,     kCpuOnly,   &matrix_inverse::kSchema,        &matrix_inverse::Make},
+  {kOrtopsDomain,   "MatrixInverse",             1,     OnCuda(matrix_inverse::MakeDevice),  &matrix_inverse::kSchema,        &matrix_inverse::Make},
   // mmdeploy's nodes that only its TensorRT plugins ran.
   {kMmdeployDomain, "MMCVDeformConv2d",              1,   kCpuOnly,   &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},
   {kMmdeployDomain, "GatherTopk",                    1,   kCpuOnly,   &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
