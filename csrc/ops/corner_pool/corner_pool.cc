@@ -47,23 +47,16 @@ class CornerPoolKernel : public KernelBase {
   using Element = T;
   static constexpr const OpSchema& kSchema = corner_pool::kSchema;
 
-  CornerPoolKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), mode_(attrs.Int("mode")) {
-    Check(mode_ >= 0 && mode_ <= 3, "attribute 'mode' must be 0 (top), 1 (bottom), 2 (left) or 3 (right), got ", mode_);
-  }
+  CornerPoolKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), direction_(attrs) {}
 
   void Compute(const KernelIO& io) const {
     const ConstTensor<T> input = io.Input<T>(0, 4);
-    const int64_t planes = input.dim(0) * input.dim(1), height = input.dim(2), width = input.dim(3);
-    const bool vertical = mode_ <= 1;
-    const scan::Layout layout =
-        vertical ? scan::Layout{planes, height, width} : scan::Layout{planes * height, width, 1};
-    const bool reverse = mode_ == 0 || mode_ == 2;  // top and left scan toward the start
     T* output = io.Output<T>(0, input.shape);
-    scan::CumulativeExtreme<T, true>(io, input.data, output, nullptr, layout, reverse);
+    scan::CumulativeExtreme<T, true>(io, input.data, output, nullptr, direction_.LayoutOf(input), direction_.reverse());
   }
 
  private:
-  int64_t mode_;
+  Direction direction_;
 };
 
 }  // namespace

@@ -53,17 +53,7 @@ class CumulativeKernel : public KernelBase {
 
   void Compute(const KernelIO& io) const {
     const ConstTensor<T> input = io.Input<T>(0);
-    const auto rank = static_cast<int64_t>(input.rank());
-    const int64_t axes = rank == 0 ? 1 : rank;
-    Check(dim_ >= -axes && dim_ < axes, "attribute 'dim' = ", dim_, " is out of range for input 'input' of rank ", rank,
-          " (shape ", ShapeText{input.shape}, ")");
-    const int64_t axis = dim_ < 0 ? dim_ + axes : dim_;
-    scan::Layout layout{1, 1, 1};
-    for (int64_t a = 0; a < rank; ++a) {
-      if (a < axis) layout.outer *= input.dim(static_cast<size_t>(a));
-      if (a == axis) layout.length = input.dim(static_cast<size_t>(a));
-      if (a > axis) layout.inner *= input.dim(static_cast<size_t>(a));
-    }
+    const scan::Layout layout = LayoutAlong(input, dim_);
     T* values = io.Output<T>(0, input.shape);
     int64_t* indices = io.Output<int64_t>(1, input.shape);
     scan::CumulativeExtreme<T, kMax>(io, input.data, values, indices, layout, false);

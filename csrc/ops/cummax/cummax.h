@@ -1,9 +1,32 @@
 #pragma once
 
 #include "core/custom_op.h"
+#include "ops/cummax/scan_rows.h"
 
 namespace ortops::cummax {
 extern const OpSchema kSchema;
 std::vector<OpPtr> MakeMax(const OpDef& def);
 std::vector<OpPtr> MakeMin(const OpDef& def);
+std::vector<OpPtr> MakeMaxDevice(const OpDef& def);
+std::vector<OpPtr> MakeMinDevice(const OpDef& def);
+
+// `input` viewed as [outer, length, inner] along attribute `dim` (negative counts from the
+// end; a rank-0 input is one element, scanned along dim 0 or -1), checked as both kernels
+// check it.
+template <typename T>
+scan::Layout LayoutAlong(const ConstTensor<T>& input, int64_t dim) {
+  const auto rank = static_cast<int64_t>(input.rank());
+  const int64_t axes = rank == 0 ? 1 : rank;
+  Check(dim >= -axes && dim < axes, "attribute 'dim' = ", dim, " is out of range for input 'input' of rank ", rank,
+        " (shape ", ShapeText{input.shape}, ")");
+  const int64_t axis = dim < 0 ? dim + axes : dim;
+  scan::Layout layout{1, 1, 1};
+  for (int64_t a = 0; a < rank; ++a) {
+    if (a < axis) layout.outer *= input.dim(static_cast<size_t>(a));
+    if (a == axis) layout.length = input.dim(static_cast<size_t>(a));
+    if (a > axis) layout.inner *= input.dim(static_cast<size_t>(a));
+  }
+  return layout;
+}
+
 }  // namespace ortops::cummax

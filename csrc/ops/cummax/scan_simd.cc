@@ -21,41 +21,6 @@
 namespace ortops::scan::ORTOPS_ISA_NS {
 namespace {
 
-// Whether the running extreme moves to `candidate`: it is at least as good, or NaN. Once
-// the current value is NaN every comparison with it is false, so only a NaN takes over.
-// Written without branches so the loops below vectorise.
-// float16 compares by integer keys in float's order (magnitude, negated when the sign is
-// set, so -0 and +0 tie), which vectorises where converting to float would not.
-template <typename T, bool kMax>
-inline bool Takes(T candidate, T current) {
-  if constexpr (std::is_same_v<T, Half>) {
-    const int32_t c = candidate.bits & 0x7fff, k = current.bits & 0x7fff;
-    const int32_t c_key = candidate.bits & 0x8000 ? -c : c, k_key = current.bits & 0x8000 ? -k : k;
-    const bool better = kMax ? c_key >= k_key : c_key <= k_key;
-    return (c > 0x7c00) | ((k <= 0x7c00) & better);  // NaN takes over; after a NaN only a NaN
-  } else {
-    const bool better = kMax ? candidate >= current : candidate <= current;
-    if constexpr (std::is_floating_point_v<T>) {
-      return better | (candidate != candidate);
-    } else {
-      return better;
-    }
-  }
-}
-
-// take ? a : b, on the bits for float16 (a select of two structs would copy through memory
-// and keep the loops below scalar).
-template <typename T>
-inline T Pick(bool take, T a, T b) {
-  if constexpr (std::is_same_v<T, Half>) {
-    Half h;
-    h.bits = take ? a.bits : b.bits;
-    return h;
-  } else {
-    return take ? a : b;
-  }
-}
-
 // Steps [first_step, length) of one contiguous line (in scan order), continuing from the
 // running extreme `best` at `best_index`; the running state is kept in registers.
 template <typename T, bool kMax>
@@ -65,8 +30,8 @@ void LineSteps(const T* in, T* out, int64_t* index, int64_t length, bool reverse
   int64_t position = reverse ? length - 1 - first_step : first_step;
   for (int64_t s = first_step; s < length; ++s, position += step) {
     const T candidate = in[position];
-    const bool take = Takes<T, kMax>(candidate, best);
-    best = Pick(take, candidate, best);
+    const bool take = rule::Takes<T, kMax>(candidate, best);
+    best = rule::Pick(take, candidate, best);
     best_index = take ? position : best_index;
     out[position] = best;
     if (index) index[position] = best_index;
@@ -438,12 +403,13 @@ void Columns(const ScanArgs<T>& a, int64_t o, int64_t begin, int64_t end) {
       if (index) std::fill(index + begin, index + end, position);
     } else if (index) {
       for (int64_t k = begin; k < end; ++k) {
-        const bool take = Takes<T, kMax>(in[k], previous[k]);
-        out[k] = Pick(take, in[k], previous[k]);
+        const bool take = rule::Takes<T, kMax>(in[k], previous[k]);
+        out[k] = rule::Pick(take, in[k], previous[k]);
         index[k] = take ? position : previous_index[k];
       }
     } else {
-      for (int64_t k = begin; k < end; ++k) out[k] = Pick(Takes<T, kMax>(in[k], previous[k]), in[k], previous[k]);
+      for (int64_t k = begin; k < end; ++k)
+        out[k] = rule::Pick(rule::Takes<T, kMax>(in[k], previous[k]), in[k], previous[k]);
     }
     previous = out;
     previous_index = index;

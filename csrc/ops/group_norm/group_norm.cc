@@ -2,8 +2,6 @@
 // channel, also mmdeploy's TRTInstanceNormalization.
 #include "ops/group_norm/group_norm.h"
 
-#include <cmath>
-
 #include "ops/group_norm/normalize.h"
 
 namespace ortops::group_norm {
@@ -66,9 +64,6 @@ constexpr OpSchema kInstanceNormSchema{
 
 namespace {
 
-// kInstance: num_groups is C, the input's channel count (TRTInstanceNormalization).
-enum class Grouping { kAttribute, kInstance };
-
 template <typename T, Grouping kGrouping>
 class NormKernel : public KernelBase {
  public:
@@ -76,47 +71,24 @@ class NormKernel : public KernelBase {
   static constexpr const OpSchema& kSchema =
       kGrouping == Grouping::kInstance ? kInstanceNormSchema : group_norm::kSchema;
 
-  NormKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
-        num_groups_(kGrouping == Grouping::kInstance ? 1 : attrs.Int("num_groups")),
-        epsilon_(attrs.Float("epsilon")) {
-    Check(num_groups_ >= 1, "attribute 'num_groups' must be at least 1, got ", num_groups_);
-    Check(std::isfinite(epsilon_) && epsilon_ >= 0, "attribute 'epsilon' must be finite and >= 0, got ", epsilon_);
-  }
+  NormKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs, kGrouping) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> x = io.Input<T>(0);
-    Check(x.rank() >= 2, "input 'X' must have rank 2 or more ([N, C, ...]), got shape ", ShapeText{x.shape});
-    const int64_t batch = x.dim(0), channels = x.dim(1);
-    const int64_t num_groups = kGrouping == Grouping::kInstance ? channels : num_groups_;
-    Check(kGrouping == Grouping::kInstance || channels % num_groups_ == 0, "input 'X' has C = ", channels,
-          " channels, not divisible by num_groups = ", num_groups_, " (shape ", ShapeText{x.shape}, ")");
-    const T* scale = PerChannel(io, 1, "scale", channels);
-    const T* bias = PerChannel(io, 2, "bias", channels);
-
-    T* y = io.Output<T>(0, x.shape);
-    if (x.size() == 0) return;  // also C = 0, where instance norm has no groups
-    int64_t spatial = 1;
-    for (size_t axis = 2; axis < x.rank(); ++axis) spatial *= x.dim(axis);
-    const int64_t group_channels = channels / num_groups;
-    io.ParallelFor(static_cast<size_t>(batch * num_groups), [&](size_t task) {
+    const NormInputs<T> in = ReadNormInputs<T>(io, kGrouping, attributes_);
+    T* y = io.Output<T>(0, in.x.shape);
+    if (in.x.size() == 0) return;  // also C = 0, where instance norm has no groups
+    const int64_t channels = in.channels, num_groups = in.groups, group_channels = in.group_channels;
+    io.ParallelFor(static_cast<size_t>(in.batch * num_groups), [&](size_t task) {
       const int64_t n = static_cast<int64_t>(task) / num_groups, g = static_cast<int64_t>(task) % num_groups;
-      const int64_t first_channel = g * group_channels, first = (n * channels + first_channel) * spatial;
-      ORTOPS_ISA_CALL(NormalizeGroup, Group<T>{x.data + first, y + first, scale + first_channel, bias + first_channel,
-                                               group_channels, spatial, static_cast<double>(epsilon_)});
+      const int64_t first_channel = g * group_channels, first = (n * channels + first_channel) * in.spatial;
+      ORTOPS_ISA_CALL(NormalizeGroup,
+                      Group<T>{in.x.data + first, y + first, in.scale + first_channel, in.bias + first_channel,
+                               group_channels, in.spatial, static_cast<double>(attributes_.epsilon)});
     });
   }
 
  private:
-  static const T* PerChannel(const KernelIO& io, size_t index, const char* name, int64_t channels) {
-    const ConstTensor<T> t = io.Input<T>(index);
-    Check(t.rank() == 1 && t.dim(0) == channels, "input '", name, "' must have shape [C] = [", channels, "], got ",
-          ShapeText{t.shape});
-    return t.data;
-  }
-
-  int64_t num_groups_;
-  float epsilon_;
+  NormAttributes attributes_;
 };
 
 template <typename T>

@@ -12,7 +12,7 @@ namespace {
 // and thread count), whose independent chains the compiler turns into vector adds: a single
 // running sum waits on each add's latency, which held the op to a quarter of memory speed.
 // 32 lanes are four chains of 8 doubles at AVX-512, enough to cover the add's latency.
-constexpr int64_t kLanes = 32;
+using stats::kLanes;
 
 template <typename T, typename Term>
 double LaneSum(const T* in, int64_t count, Term term) {
@@ -22,10 +22,7 @@ double LaneSum(const T* in, int64_t count, Term term) {
     for (int64_t lane = 0; lane < kLanes; ++lane) partial[lane] += term(static_cast<double>(in[i + lane]));
   }
   for (int64_t i = whole; i < count; ++i) partial[i - whole] += term(static_cast<double>(in[i]));
-  for (int64_t width = kLanes / 2; width > 0; width /= 2) {
-    for (int64_t lane = 0; lane < width; ++lane) partial[lane] += partial[lane + width];
-  }
-  return partial[0];
+  return stats::AddLanes(partial, kLanes);
 }
 
 template <typename T>
@@ -33,16 +30,13 @@ void Normalize(const Group<T>& g) {
   const int64_t size = g.channels * g.spatial;
   const auto count = static_cast<double>(size);
   const double mean = LaneSum(g.in, size, [](double v) { return v; }) / count;
-  const double squares = LaneSum(g.in, size, [mean](double v) { return (v - mean) * (v - mean); });
-  const double inv_std = 1.0 / std::sqrt(squares / count + g.epsilon);
+  const double squares = LaneSum(g.in, size, [mean](double v) { return stats::SquaredDeviation(v, mean); });
+  const double inv_std = stats::InverseStd(squares, count, g.epsilon);
   for (int64_t c = 0; c < g.channels; ++c) {
-    // (x - mean) in float64: the fused float form x * a + b that PyTorch uses cancels
-    // catastrophically when the mean is large against the spread.
     const double factor = inv_std * static_cast<double>(g.scale[c]), beta = static_cast<double>(g.bias[c]);
     const T* __restrict src = g.in + c * g.spatial;
     T* __restrict dst = g.out + c * g.spatial;
-    for (int64_t i = 0; i < g.spatial; ++i)
-      dst[i] = static_cast<T>((static_cast<double>(src[i]) - mean) * factor + beta);
+    for (int64_t i = 0; i < g.spatial; ++i) dst[i] = stats::Normalized(src[i], mean, factor, beta);
   }
 }
 

@@ -1,10 +1,10 @@
 // Inverse of a batch of square matrices: LU factorisation with partial pivoting, then solves.
 #include "ops/matrix_inverse/matrix_inverse.h"
 
-#include <cmath>
 #include <cstdint>
-#include <utility>
 #include <vector>
+
+#include "ops/matrix_inverse/lu.h"
 
 namespace ortops::matrix_inverse {
 namespace {
@@ -38,100 +38,6 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-// Outcome of one matrix, kept per matrix so that the error names the lowest failing index
-// whatever order the threads finish in.
-enum class Outcome : uint8_t { kInverted, kNotFinite, kSingular };
-
-// Scratch for one matrix at a time, in float64: the LU factors and the solution, row-major.
-struct Workspace {
-  double* lu;
-  double* solution;
-  int64_t* original_row;  // original_row[k]: the input row that pivoting moved to row k
-};
-
-// Factors the m x m row-major `lu` in place into P A = L U: U on and above the diagonal, the
-// unit lower triangle L below it. Right-looking, so every update is a contiguous row axpy.
-// Returns false at the first exactly zero pivot (LAPACK reports it as info > 0).
-bool FactorLu(double* lu, int64_t* original_row, int64_t m) {
-  for (int64_t r = 0; r < m; ++r) original_row[r] = r;
-  for (int64_t k = 0; k < m; ++k) {
-    int64_t pivot = k;
-    double largest = std::abs(lu[k * m + k]);
-    for (int64_t r = k + 1; r < m; ++r) {
-      const double candidate = std::abs(lu[r * m + k]);
-      if (candidate > largest) {  // strictly greater: the first maximum wins, as in LAPACK's idamax
-        pivot = r;
-        largest = candidate;
-      }
-    }
-    if (largest == 0.0) return false;
-    double* pivot_row = lu + k * m;
-    if (pivot != k) {
-      double* other = lu + pivot * m;
-      for (int64_t c = 0; c < m; ++c) std::swap(pivot_row[c], other[c]);
-      std::swap(original_row[k], original_row[pivot]);
-    }
-    const double pivot_value = pivot_row[k];
-    for (int64_t r = k + 1; r < m; ++r) {
-      double* row = lu + r * m;
-      const double multiplier = row[k] / pivot_value;
-      row[k] = multiplier;
-      if (multiplier == 0.0) continue;
-      for (int64_t c = k + 1; c < m; ++c) row[c] -= multiplier * pivot_row[c];
-    }
-  }
-  return true;
-}
-
-// Computes X = U^-1 L^-1 into `solution`, so that A^-1 = X P. Forward substitution L Z = I
-// (row i of Z is zero beyond column i, so each update stops there), then back substitution
-// U X = Z. Every step subtracts a multiple of a solution row: contiguous and vectorisable.
-// Solving against P I, as getrs does, only adds exact zeros, so the rounding is the same.
-void SolveForInverse(const double* lu, double* solution, int64_t m) {
-  for (int64_t i = 0; i < m; ++i) {
-    double* row = solution + i * m;
-    for (int64_t c = 0; c < m; ++c) row[c] = 0.0;
-    row[i] = 1.0;
-    for (int64_t k = 0; k < i; ++k) {
-      const double factor = lu[i * m + k];
-      if (factor == 0.0) continue;
-      const double* solved = solution + k * m;
-      for (int64_t c = 0; c <= k; ++c) row[c] -= factor * solved[c];
-    }
-  }
-  for (int64_t i = m - 1; i >= 0; --i) {
-    double* row = solution + i * m;
-    for (int64_t k = i + 1; k < m; ++k) {
-      const double factor = lu[i * m + k];
-      if (factor == 0.0) continue;
-      const double* solved = solution + k * m;
-      for (int64_t c = 0; c < m; ++c) row[c] -= factor * solved[c];
-    }
-    const double reciprocal_pivot = 1.0 / lu[i * m + i];
-    for (int64_t c = 0; c < m; ++c) row[c] *= reciprocal_pivot;
-  }
-}
-
-template <typename T>
-Outcome Invert(const T* matrix, T* inverse, int64_t m, const Workspace& work) {
-  const int64_t size = m * m;
-  bool finite = true;
-  for (int64_t i = 0; i < size; ++i) {
-    finite &= std::isfinite(matrix[i]);
-    work.lu[i] = static_cast<double>(matrix[i]);
-  }
-  if (!finite) return Outcome::kNotFinite;
-  if (!FactorLu(work.lu, work.original_row, m)) return Outcome::kSingular;
-  SolveForInverse(work.lu, work.solution, m);
-  // A^-1 = X P: column k of X is column original_row[k] of the inverse.
-  for (int64_t r = 0; r < m; ++r) {
-    const double* solved = work.solution + r * m;
-    T* out = inverse + r * m;
-    for (int64_t k = 0; k < m; ++k) out[work.original_row[k]] = static_cast<T>(solved[k]);
-  }
-  return Outcome::kInverted;
-}
-
 template <typename T>
 class MatrixInverseKernel : public KernelBase {
  public:
@@ -141,14 +47,9 @@ class MatrixInverseKernel : public KernelBase {
   MatrixInverseKernel(const Attributes&, const OpDef& def) : KernelBase(def) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> x = io.Input<T>(0);
-    const size_t rank = x.rank();
-    Check(rank >= 2, "input 'X' must have rank 2 or more ([..., M, M]), got shape ", ShapeText{x.shape});
-    const int64_t m = x.dim(rank - 1);
-    Check(x.dim(rank - 2) == m, "input 'X' must hold square matrices ([..., M, M]), got shape ", ShapeText{x.shape});
-    int64_t batch = 1;
-    for (size_t axis = 0; axis + 2 < rank; ++axis) batch *= x.dim(axis);
-
+    const Matrices<T> in = ReadMatrices<T>(io);
+    const ConstTensor<T>& x = in.x;
+    const int64_t m = in.m, batch = in.batch;
     T* y = io.Output<T>(0, x.shape);
     if (x.size() == 0) return;
     const size_t matrix_size = static_cast<size_t>(m * m);
@@ -162,11 +63,7 @@ class MatrixInverseKernel : public KernelBase {
         outcomes[b] = Invert(x.data + b * matrix_size, y + b * matrix_size, m, work);
       }
     });
-    for (size_t b = 0; b < outcomes.size(); ++b) {
-      Check(outcomes[b] != Outcome::kNotFinite, "input 'X' contains NaN or infinity (matrix ", b, " of ", batch,
-            ", shape ", ShapeText{x.shape}, ")");
-      Check(outcomes[b] != Outcome::kSingular, "matrix ", b, " of ", batch, " in input 'X' is singular");
-    }
+    for (size_t b = 0; b < outcomes.size(); ++b) CheckOutcome(outcomes[b], static_cast<int64_t>(b), batch, x.shape);
   }
 };
 

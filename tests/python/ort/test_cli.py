@@ -132,7 +132,7 @@ def test_inspect_model_with_tensorrt_plugin(tmp_path) -> None:
     ops = {(c["domain"], c["op_type"]): c for c in report["custom_ops"]}
     assert set(ops) == {("mmcv", "cummax"), ("TRT", "PyramidROIAlign_TRT")}
     assert ops["mmcv", "cummax"]["implemented"] and ops["mmcv", "cummax"]["count"] == 1
-    assert ops["mmcv", "cummax"]["execution_providers"] == ["CPUExecutionProvider"]
+    assert ops["mmcv", "cummax"]["execution_providers"] == ["CPUExecutionProvider", "CUDAExecutionProvider"]
     assert not ops["TRT", "PyramidROIAlign_TRT"]["implemented"] and ops["TRT", "PyramidROIAlign_TRT"]["count"] == 2
     assert [(p["node"], p["kind"]) for p in report["problems"]] == [("trt", "unknown-op"), ("trt2", "unknown-op")]
 

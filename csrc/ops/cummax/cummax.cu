@@ -1,0 +1,44 @@
+// CumMax / CumMin's device path: one thread per line along `dim` (scan_device.h), with the
+// CPU kernel's layout, checks and step rule, so the same values, bits and indices.
+#include "device/device_kernel.h"
+#include "ops/cummax/cummax.h"
+#include "ops/cummax/scan_device.h"
+
+namespace ortops::cummax {
+namespace {
+
+template <typename T, bool kMax>
+class CumulativeDeviceKernel : public device::DeviceKernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = cummax::kSchema;
+
+  CumulativeDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), dim_(attrs.Int("dim")) {}
+
+  void Compute(const device::DeviceIO& io) const {
+    const ConstTensor<T> input = io.Input<T>(0);
+    const scan::Layout layout = LayoutAlong(input, dim_);
+    T* values = io.Output<T>(0, input.shape);
+    int64_t* indices = io.Output<int64_t>(1, input.shape);
+    scan::CumulativeExtremeOnDevice<T, kMax>(io, input.data, values, indices, layout, false);
+  }
+
+ private:
+  int64_t dim_;
+};
+
+template <typename T>
+using CumMaxDeviceKernel = CumulativeDeviceKernel<T, true>;
+template <typename T>
+using CumMinDeviceKernel = CumulativeDeviceKernel<T, false>;
+
+}  // namespace
+
+std::vector<OpPtr> MakeMaxDevice(const OpDef& def) {
+  return MakeOps<CumMaxDeviceKernel, float, double, int64_t, Half>(def);
+}
+std::vector<OpPtr> MakeMinDevice(const OpDef& def) {
+  return MakeOps<CumMinDeviceKernel, float, double, int64_t, Half>(def);
+}
+
+}  // namespace ortops::cummax
