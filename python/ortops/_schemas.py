@@ -70,16 +70,18 @@ def shape_rule(op: OpInfo, output: int) -> list[str] | None:
     return dims
 
 
-def _bind_symbols(op: OpInfo, shapes: list[list[Any] | None]) -> dict[str, Any]:
+def bind_symbols(op: OpInfo, shapes: list[list[Any] | None], known: Callable[[Any], bool]) -> dict[str, Any]:
     """Each symbol of the inputs' documented shapes bound to the dim it has in this node
     ("..." to the dims it stands for, wherever it is, in the first input documented with it);
-    unknown dims stay unbound.
+    dims that are not ``known`` stay unbound. ``shapes`` are the node's inputs' dims (None:
+    rank unknown): ONNX dims in a schema's inference, torch sizes for ``ortops.torch``.
     A symbol that several inputs (the values of a variadic one) document is bound by the first."""
     symbols: dict[str, Any] = {}
     for spec, dims in zip(op.node_inputs(len(shapes)), shapes):
         documented = _dims(spec.doc)
         if documented is None or dims is None:
             continue
+        dims = list(dims)
         if "..." in documented:
             at, count = documented.index("..."), len(dims) - (len(documented) - 1)
             if count < 0:
@@ -90,9 +92,13 @@ def _bind_symbols(op: OpInfo, shapes: list[list[Any] | None]) -> dict[str, Any]:
         if len(documented) != len(dims):
             continue  # the kernel reports the rank; inference just learns nothing
         for name, dim in zip(documented, dims):
-            if _IDENTIFIER.match(name) and (dim.HasField("dim_value") or dim.HasField("dim_param")):
+            if _IDENTIFIER.match(name) and known(dim):
                 symbols.setdefault(name, dim)
     return symbols
+
+
+def _known_dim(dim: Any) -> bool:
+    return dim.HasField("dim_value") or dim.HasField("dim_param")
 
 
 def _known_value(name: str, symbols: dict[str, Any], attribute: Callable[[str], int | None]) -> int | None:
@@ -148,7 +154,7 @@ def _infer(op: OpInfo) -> Callable[[Any], None]:
             t = ctx.get_input_type(i) if ctx.has_input(i) else None
             known = t is not None and t.HasField("tensor_type") and t.tensor_type.HasField("shape")
             shapes.append(list(t.tensor_type.shape.dim) if known else None)
-        symbols = _bind_symbols(op, shapes)
+        symbols = bind_symbols(op, shapes, _known_dim)
 
         def attribute(name: str) -> int | None:
             """An int attribute's value (the schema's default when absent); None: not an attribute."""

@@ -3,39 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-import onnxscript
 import torch
 
-import ortops
-
-#: The custom domain and opset version that exported nodes use.
-DOMAIN = "ortops"
-OPSET_VERSION = 1
-
-# onnxscript resolves ops through onnx.defs, so the ortops schemas must be known first.
-ortops.register_onnx_schemas()
-
-#: onnxscript opset for the ``torch.export``-based exporter's translation functions.
-onnx_opset = onnxscript.values.Opset(DOMAIN, OPSET_VERSION)
+from ortops.torch._op import (  # noqa: F401 (re-exported)
+    DOMAIN,
+    OPSET_VERSION,
+    ExportedOp,
+    _exported,
+    custom_translation_table,
+    exported_ops,
+    onnx_opset,
+    typed,
+)
 
 # The TorchScript exporter applies a registered symbolic from this ONNX opset on.
 _MIN_DEFAULT_OPSET = 11
-
-
-@dataclass(frozen=True)
-class ExportedOp:
-    """A torch op of ortops and the ONNX node it exports to."""
-
-    torch_op: torch._ops.OpOverload
-    onnx_op: str  # name in the ortops domain
-    function: Callable[..., Any]  # the public wrapper users call
-    translation: Callable[..., Any]
-
-
-_exported: dict[str, ExportedOp] = {}
 
 
 def register_export(
@@ -54,31 +38,6 @@ def register_export(
     """
     torch.onnx.register_custom_op_symbolic(op._schema.name, symbolic, _MIN_DEFAULT_OPSET)
     _exported[onnx_op] = ExportedOp(op, onnx_op, function, translation)
-
-
-def typed(value: Any, like: Any, *, sizes: list[int | None] | None = None, dtype: torch.dtype | None = None) -> Any:
-    """Gives a custom node's output in a TorchScript export graph the type of ``like``.
-
-    With ``sizes`` and ``dtype`` the shape and element type are replaced. Without a type the
-    exporter warns that shape inference is missing and cannot propagate shapes past the node.
-    """
-    node_type = like.type()
-    if dtype is not None:
-        node_type = node_type.with_dtype(dtype)
-    if sizes is not None:
-        node_type = node_type.with_sizes(sizes)
-    value.setType(node_type)
-    return value
-
-
-def exported_ops() -> tuple[ExportedOp, ...]:
-    """Every registered torch op with its ONNX op, in registration order."""
-    return tuple(_exported.values())
-
-
-def custom_translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
-    """The ``custom_translation_table`` for ``torch.onnx.export(..., dynamo=True)``."""
-    return {e.torch_op: e.translation for e in _exported.values()}
 
 
 #: The newest ONNX IR version and default-domain opset each ONNX Runtime release reads.

@@ -27,8 +27,8 @@ _IR_VERSION = 8  # read by every supported runtime
 _DEFAULT_OPSET = 17
 
 # Every element type an ortops kernel takes; which op takes which comes from the manifest.
-_TORCH_TYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "int64": torch.int64}
-_TYPE_NAMES = {dtype: name for name, dtype in _TORCH_TYPES.items()}
+TORCH_TYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "int64": torch.int64}
+_TYPE_NAMES = {dtype: name for name, dtype in TORCH_TYPES.items()}
 _NUMPY_TYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int64: np.int64}
 _ONNX_TYPES = {
     torch.float32: TensorProto.FLOAT,
@@ -49,7 +49,8 @@ def op_info(onnx_op: str) -> ortops.OpInfo:
     raise KeyError(f"ortops::{onnx_op} is not in the op manifest")
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
+    """The manifest's name of a torch dtype ("float32"), or torch's for the others."""
     return _TYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
 
 
@@ -64,7 +65,7 @@ def check_dtypes(onnx_op: str, function: str, *tensors: torch.Tensor) -> None:
     info = op_info(onnx_op)
     shared: torch.dtype | None = None
     for spec, tensor in zip(info.node_inputs(len(tensors)), tensors):
-        name = _dtype_name(tensor.dtype)
+        name = dtype_name(tensor.dtype)
         if name not in spec.types:
             raise ValueError(
                 f"ortops.{function}: {spec.name} is {name}, but ortops::{onnx_op} takes "
@@ -74,7 +75,7 @@ def check_dtypes(onnx_op: str, function: str, *tensors: torch.Tensor) -> None:
             if shared is not None and tensor.dtype != shared:
                 raise ValueError(
                     f"ortops.{function}: {spec.name} is {name}, but the inputs before it are "
-                    f"{_dtype_name(shared)}; they must share one dtype"
+                    f"{dtype_name(shared)}; they must share one dtype"
                 )
             shared = tensor.dtype
 
@@ -203,7 +204,7 @@ def run(
             binding.bind_output(spec.name, "cpu")
             results.append(None)
             continue
-        dtype = shared if len(spec.types) > 1 else _TORCH_TYPES[spec.types[0]]
+        dtype = shared if len(spec.types) > 1 else TORCH_TYPES[spec.types[0]]
         out = torch.empty(tuple(shape), dtype=dtype)
         binding.bind_output(spec.name, "cpu", 0, _NUMPY_TYPES[dtype], list(out.shape), out.data_ptr())
         results.append(out)
@@ -218,4 +219,4 @@ def _to_torch(value: ort.OrtValue) -> torch.Tensor:
 
 
 def _from_numpy(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(array) if array.size else torch.empty(array.shape, dtype=_TORCH_TYPES[str(array.dtype)])
+    return torch.from_numpy(array) if array.size else torch.empty(array.shape, dtype=TORCH_TYPES[str(array.dtype)])

@@ -41,8 +41,7 @@ from torch.onnx import symbolic_helper
 
 from ortops.torch.deform_conv import _symbolic as deform_conv_symbolic
 from ortops.torch.deform_conv import _translation as deform_conv_translation
-from ortops.torch.nms import _symbolic as nms_symbolic
-from ortops.torch.nms import _translation as nms_translation
+from ortops.torch.nms import NMS
 from ortops.torch.roi_align import _symbolic as roi_align_symbolic
 from ortops.torch.roi_align import _translation as roi_align_translation
 
@@ -74,7 +73,7 @@ def _adaptive(sampling_ratio: int) -> int:
 
 
 def _nms_translation(dets, scores, iou_threshold: float):  # noqa: ANN001, ANN202 (onnxscript values)
-    return nms_translation(dets, scores, iou_threshold, 0)
+    return NMS.translation(dets, scores, iou_threshold, 0)
 
 
 def _roi_align_translation(  # noqa: ANN202 (onnxscript values)
@@ -137,7 +136,7 @@ def translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
 
 @symbolic_helper.parse_args("v", "v", "f")
 def _nms_symbolic(g, boxes, scores, iou_threshold):  # noqa: ANN001, ANN202 (TorchScript graph values)
-    return nms_symbolic(g, boxes, scores, iou_threshold, 0)
+    return NMS.symbolic(g, boxes, scores, iou_threshold, 0)
 
 
 @symbolic_helper.parse_args("v", "v", "f", "i", "i", "i", "b")
