@@ -453,7 +453,7 @@ def _with_args_section(doc: str, args: list[tuple[str, str]]) -> str:
     """``doc`` with an "Args:" section (Google style) before its "Returns:" (or at its end)."""
     lines = ["    Args:"]
     for name, text in args:
-        lines += textwrap.wrap(f"{name}: {text}", 116, initial_indent=" " * 8, subsequent_indent=" " * 12)
+        lines += textwrap.wrap(f"{name}: {text}", 100, initial_indent=" " * 8, subsequent_indent=" " * 12)
     section = "\n".join(lines) + "\n\n"
     at = doc.find("    Returns:")
     if at < 0:

@@ -42,8 +42,7 @@ from torch.onnx import symbolic_helper
 from ortops.torch.deform_conv import _symbolic as deform_conv_symbolic
 from ortops.torch.deform_conv import _translation as deform_conv_translation
 from ortops.torch.nms import NMS
-from ortops.torch.roi_align import _symbolic as roi_align_symbolic
-from ortops.torch.roi_align import _translation as roi_align_translation
+from ortops.torch.roi_align import ROI_ALIGN
 
 # The first opset of the TorchScript rules here. torchvision registers its own for nms at 11
 # and for roi_align at 11 and 16; ours replace every one of them while they are active.
@@ -86,7 +85,7 @@ def _roi_align_translation(  # noqa: ANN202 (onnxscript values)
     aligned: bool,
 ):
     attributes = (spatial_scale, _adaptive(sampling_ratio), "avg", int(bool(aligned)))
-    return roi_align_translation(input, rois, pooled_height, pooled_width, *attributes)
+    return ROI_ALIGN.translation(input, rois, pooled_height, pooled_width, *attributes)
 
 
 def _deform_conv2d_translation(  # noqa: ANN202 (onnxscript values)
@@ -142,7 +141,7 @@ def _nms_symbolic(g, boxes, scores, iou_threshold):  # noqa: ANN001, ANN202 (Tor
 @symbolic_helper.parse_args("v", "v", "f", "i", "i", "i", "b")
 def _roi_align_symbolic(g, input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):  # noqa: ANN001, ANN202
     attributes = (spatial_scale, _adaptive(sampling_ratio), "avg", int(aligned))
-    return roi_align_symbolic(g, input, rois, pooled_height, pooled_width, *attributes)
+    return ROI_ALIGN.symbolic(g, input, rois, pooled_height, pooled_width, *attributes)
 
 
 @symbolic_helper.parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
