@@ -39,8 +39,7 @@ from onnxscript import ir
 from onnxscript.onnx_opset import opset18 as onnx18
 from torch.onnx import symbolic_helper
 
-from ortops.torch.deform_conv import _symbolic as deform_conv_symbolic
-from ortops.torch.deform_conv import _translation as deform_conv_translation
+from ortops.torch.deform_conv import DEFORM_CONV2D
 from ortops.torch.nms import NMS
 from ortops.torch.roi_align import ROI_ALIGN
 
@@ -107,7 +106,7 @@ def _deform_conv2d_translation(  # noqa: ANN202 (onnxscript values)
     if not use_mask:  # torchvision passes a placeholder [N, 1] of zeros; the node's "none" is [0]
         mask = onnx18.Constant(value=ir.tensor([], dtype=input.dtype))
     geometry = ([stride_h, stride_w], [pad_h, pad_w], [dilation_h, dilation_w])
-    return deform_conv_translation(input, offset, weight, bias, mask, *geometry, groups, offset_groups)
+    return DEFORM_CONV2D.translation(input, offset, weight, bias, mask, *geometry, groups, offset_groups)
 
 
 def translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
@@ -166,7 +165,7 @@ def _deform_conv2d_symbolic(  # noqa: ANN202 (TorchScript graph values)
         dtype = input.type().dtype() if input.type().scalarType() is not None else torch.float32
         mask = g.op("Constant", value_t=torch.empty((0,), dtype=dtype))
     geometry = ([stride_h, stride_w], [pad_h, pad_w], [dilation_h, dilation_w])
-    return deform_conv_symbolic(g, input, offset, weight, bias, mask, *geometry, groups, offset_groups)
+    return DEFORM_CONV2D.symbolic(g, input, offset, weight, bias, mask, *geometry, groups, offset_groups)
 
 
 _SYMBOLICS: dict[str, Callable[..., Any]] = {
