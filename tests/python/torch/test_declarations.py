@@ -68,8 +68,9 @@ def test_public_defaults_are_the_nodes(name: str) -> None:
 @pytest.mark.parametrize("name", list(DECLARED))
 def test_public_docstring_lists_every_argument(name: str) -> None:
     function = DECLARED[name].function
-    doc = inspect.cleandoc(function.__doc__ or "")
-    section = doc[doc.index("Args:") :]
+    doc = inspect.cleandoc(function.__doc__ or "") + "\n\n"
+    start = doc.index("Args:")
+    section = doc[start : doc.index("\n\n", start)]
     listed = re.findall(r"^    (\w+): ", section, flags=re.MULTILINE)
     assert listed == list(inspect.signature(function).parameters)
 
