@@ -54,32 +54,6 @@ def dtype_name(dtype: torch.dtype) -> str:
     return _TYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
 
 
-def check_dtypes(onnx_op: str, function: str, *tensors: torch.Tensor) -> None:
-    """Raises ``ValueError`` unless the kernel of ``ortops::<onnx_op>`` takes these dtypes.
-
-    ``tensors`` are the node's inputs in order. Inputs that accept several element types
-    must share one. Called by the eager ops and by their fake (export-time) implementations,
-    so a model with a dtype the op's kernels lack (float16 for the NMS family) fails at export
-    with the op and the dtype named, instead of exporting a file that ONNX Runtime will not load.
-    """
-    info = op_info(onnx_op)
-    shared: torch.dtype | None = None
-    for spec, tensor in zip(info.node_inputs(len(tensors)), tensors):
-        name = dtype_name(tensor.dtype)
-        if name not in spec.types:
-            raise ValueError(
-                f"ortops.{function}: {spec.name} is {name}, but ortops::{onnx_op} takes "
-                f"{' or '.join(spec.types)}; cast it before the op"
-            )
-        if len(spec.types) > 1:
-            if shared is not None and tensor.dtype != shared:
-                raise ValueError(
-                    f"ortops.{function}: {spec.name} is {name}, but the inputs before it are "
-                    f"{dtype_name(shared)}; they must share one dtype"
-                )
-            shared = tensor.dtype
-
-
 def _attribute(kind: str, value: Any) -> Any:
     """A Python value as the attribute type the manifest names (so helper stores that type)."""
     if kind == "int":

@@ -39,6 +39,7 @@ from onnxscript import ir
 from onnxscript.onnx_opset import opset18 as onnx18
 from torch.onnx import symbolic_helper
 
+from ortops.torch import _runtime
 from ortops.torch.deform_conv import DEFORM_CONV2D
 from ortops.torch.nms import NMS
 from ortops.torch.roi_align import ROI_ALIGN
@@ -291,15 +292,13 @@ def export(model: torch.nn.Module, args: tuple[Any, ...], f: Any = None, *, dyna
     dynamic one; Mask R-CNN's mask pasting does not export). With ``dynamo=False`` the export
     runs inside :func:`torchvision_ops`. Returns what ``torch.onnx.export`` returns.
     """
-    from ortops.torch._export import export as ortops_export  # noqa: PLC0415 (avoids an import cycle)
-
     if dynamo:
         table = translation_table()
         table.update(kwargs.pop("custom_translation_table", None) or {})
         with _traceable_torchvision():
-            return ortops_export(model, args, f, dynamo=True, custom_translation_table=table, **kwargs)
+            return _runtime.export(model, args, f, dynamo=True, custom_translation_table=table, **kwargs)
     with torchvision_ops():
-        return ortops_export(model, args, f, dynamo=False, **kwargs)
+        return _runtime.export(model, args, f, dynamo=False, **kwargs)
 
 
 __all__ = ["export", "torchvision_ops", "translation_table"]
