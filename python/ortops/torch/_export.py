@@ -40,8 +40,10 @@ def export(
     ``dynamo=True``).
 
     Raises:
-        ValueError: for an opset newer than ``target_runtime`` implements, or (from the op)
-            an input dtype that ortops' kernels do not take, e.g. float16.
+        ValueError: for an opset newer than ``target_runtime`` implements, or an input an op
+            refuses (a float16 input of an op whose kernels lack float16, ...): the op's own
+            one-line message, as its eager call gives it, with torch.onnx.export's report on
+            the failure kept as the error's ``__context__`` instead of printed before it.
     """
     export_function = tv.export if torchvision else _runtime.export
     return export_function(model, args, f, dynamo=dynamo, target_runtime=target_runtime, **kwargs)

@@ -6,6 +6,7 @@ knows nothing of torchvision, so that neither of those imports the other's modul
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -22,6 +23,9 @@ RUNTIME_LIMITS: dict[tuple[int, int], tuple[int, int]] = {
 }
 #: The oldest runtime ortops supports, and the default target of :func:`export`.
 OLDEST_RUNTIME = "1.17"
+
+# How an op's own error starts (see ortops.torch._op): "ortops.nms: boxes is float16, ...".
+_OP_ERROR = re.compile(r"^ortops\.\w+: ")
 
 
 def _limits(target_runtime: str | None) -> tuple[int, int] | None:
@@ -73,6 +77,32 @@ def _lower_ir_version(model: Any, ir_version: int) -> None:
     model.ir_version = ir_version
 
 
+def _op_error(error: BaseException) -> str | None:
+    """The message of the ortops op error behind an exporter's error, if one is."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ValueError) and _OP_ERROR.match(str(cause)):
+            return str(cause)
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _torch_onnx_export(*args: Any, **kwargs: Any) -> Any:
+    """``torch.onnx.export``; an ortops op's refusal (float16 for the NMS family, ...) comes
+    out as that op's one-line ValueError, as its eager call gives it. The dynamo exporter
+    wraps it in its own report, which a traceback prints first with every chained error's
+    frames (about 250 lines); that report stays reachable as the error's ``__context__``."""
+    try:
+        return torch.onnx.export(*args, **kwargs)
+    except Exception as error:
+        message = _op_error(error)
+        if message is None:
+            raise
+        raise ValueError(message) from None
+
+
 def export(
     model: torch.nn.Module,
     args: tuple[Any, ...],
@@ -89,7 +119,7 @@ def export(
         opsets = {DOMAIN: OPSET_VERSION}
         opsets.update(kwargs.pop("custom_opsets", None) or {})
         kwargs["custom_opsets"] = opsets
-        return torch.onnx.export(model, args, f, dynamo=False, **kwargs)
+        return _torch_onnx_export(model, args, f, dynamo=False, **kwargs)
     table = custom_translation_table()
     table.update(kwargs.pop("custom_translation_table", None) or {})
     kwargs["custom_translation_table"] = table
@@ -99,7 +129,7 @@ def export(
         "keep_initializers_as_inputs": kwargs.pop("keep_initializers_as_inputs", False),
         "external_data": kwargs.pop("external_data", True),
     }
-    program = torch.onnx.export(model, args, None, dynamo=True, **kwargs)
+    program = _torch_onnx_export(model, args, None, dynamo=True, **kwargs)
     if limits is not None:
         _check_opset(program.model.opset_imports.get("", None), limits, target_runtime)
         _lower_ir_version(program.model, limits[0])

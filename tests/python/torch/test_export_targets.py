@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import subprocess
+import traceback
 import warnings
 from pathlib import Path
 
@@ -126,6 +127,26 @@ def test_float16_fails_at_export_naming_the_op_and_dtype(exporter: str) -> None:
         chain.append(str(e))
         e = e.__cause__ or e.__context__
     assert any("ortops.nms: boxes is float16, but ortops::NMS takes float32 or float64" in m for m in chain), chain
+
+
+def test_a_dynamo_export_error_shows_the_ops_reason_first() -> None:
+    """torch.onnx.export's report (torch.export's failure and its chained errors, ~250 lines
+    with their tracebacks) came first and the op's one line at its end."""
+
+    class Half(torch.nn.Module):
+        def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            return ortops.torch.nms(boxes, scores, 0.5)
+
+    boxes = torch.tensor([[0.0, 0, 2, 2], [1, 1, 3, 3]]).half()
+    with pytest.raises(ValueError) as error, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ortops.torch.export(Half(), (boxes, torch.tensor([0.9, 0.8]).half()), io.BytesIO())
+    reason = "ortops.nms: boxes is float16, but ortops::NMS takes float32 or float64; cast it before the op"
+    assert str(error.value) == reason
+    printed = "".join(traceback.format_exception(type(error.value), error.value, error.value.__traceback__))
+    assert printed.rstrip().endswith(f"ValueError: {reason}")
+    assert len(printed.splitlines()) < 40, printed  # the reason, not the exporter's report before it
+    assert "torch.export" in str(error.value.__context__)  # which is still there for who wants it
 
 
 def test_the_eager_op_rejects_float16_with_the_same_message() -> None:
