@@ -122,13 +122,18 @@ def _session(
 
 @contextlib.contextmanager
 def _kernel_errors() -> Iterator[None]:
-    """Turns an ONNX Runtime error into ValueError with the kernel's own "ortops.Op: ..." text."""
+    """Turns an ONNX Runtime error into ValueError with the kernel's own "ortops.Op: ..." text:
+    a run's ("... Status Message: ortops.Op: ...") or, for an attribute the kernel refuses,
+    the session creation's ("... Exception during initialization: ortops.Op: ...")."""
     try:
         yield
     except Exception as error:  # onnxruntime raises RuntimeError or its own Fail/InvalidArgument
         text = str(error)
-        marker = "Status Message: "
-        raise ValueError(text[text.index(marker) + len(marker) :].strip() if marker in text else text) from None
+        for marker in ("Status Message: ", "Exception during initialization: "):
+            if marker in text:
+                text = text[text.index(marker) + len(marker) :].strip()
+                break
+        raise ValueError(text) from None
 
 
 def run(
@@ -148,19 +153,21 @@ def run(
             None for the whole list: every output is sized by the kernel.
 
     Raises:
-        ValueError: with the kernel's message ("ortops.Op: ...") for inputs it rejects.
+        ValueError: with the kernel's message ("ortops.Op: ...") for inputs or attributes it
+            rejects.
     """
     info = op_info(onnx_op)
     inputs = [t.contiguous() for t in inputs]
     names = _input_names(info, len(inputs))
     specs = info.node_inputs(len(inputs))
-    session = _session(
-        onnx_op,
-        tuple(t.dtype for t in inputs),
-        tuple(t.dim() for t in inputs),
-        tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attributes.items())),
-        torch.get_num_threads(),
-    )
+    with _kernel_errors():
+        session = _session(
+            onnx_op,
+            tuple(t.dtype for t in inputs),
+            tuple(t.dim() for t in inputs),
+            tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attributes.items())),
+            torch.get_num_threads(),
+        )
     if output_shapes is None:
         # Outputs the kernel sizes (the NMS family's indices) are small: a plain run over
         # zero-copy numpy views of the inputs costs less than binding them.

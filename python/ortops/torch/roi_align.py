@@ -82,11 +82,12 @@ def _sampling_grids(
             )
         grids.append(grid.long())
     grid = torch.stack(grids, 1)
-    taps = _MAX_TAPS_PER_ROI // (out_h * out_w)
-    if bool((grid.prod(1) > taps).any()):
+    over = grid.prod(1) > _MAX_TAPS_PER_ROI // (out_h * out_w)
+    if bool(over.any()):
+        grid_h, grid_w = grid[int(over.nonzero()[0, 0])].tolist()
         raise BadArgument(
-            f"a roi needs {int(grid.prod(1).max())} samples per bin, more than this op allows ({taps} at an "
-            f"output size of {out_h} x {out_w}); lower sampling_ratio or check the rois"
+            f"a roi needs {grid_h} x {grid_w} samples per bin, more than this op allows; lower 'sampling_ratio' "
+            "or check the rois"
         )
     return grid
 
