@@ -159,7 +159,8 @@ class Op:
         args: the torch op's arguments in order; every input and attribute of the node
             is one of them.
         check: checks of the arguments (``BadArgument`` with the reason), run on every
-            eager call, before the kernel or the reference.
+            eager call, before the kernel or the reference; it takes the arguments it looks
+            at, by name.
         check_at_export: also run ``check`` at export, on fake tensors (it must then read no
             tensor values).
         reference: the op in differentiable torch ops, with the op's arguments: it runs
@@ -188,12 +189,16 @@ class Op:
         self.args = tuple(args)
         self.info = kernel.op_info(onnx_op)
         self.check = check
+        self._check_args = list(inspect.signature(check).parameters) if check is not None else []
         self.check_at_export = check_at_export
         self.reference = reference
         self.public_args = dict(public_args or {})
         self.function: Callable[..., Any] | None = None
         self._by_node_name = {a.node_name: a for a in self.args}
         self._positions = {a.name: i for i, a in enumerate(self.args)}
+        unknown = [name for name in self._check_args if name not in self._positions]
+        if unknown:
+            raise TypeError(f"ortops.torch.{name}: its check takes {unknown}, which the op does not")
         # The node input whose element type the outputs of several types take (there is one
         # type parameter per op; inputs that accept several types must share one).
         self._type_input = next((i for i, spec in enumerate(self.info.inputs) if len(spec.types) > 1), 0)
@@ -313,11 +318,14 @@ class Op:
 
     # ---- eager and fake ----------------------------------------------------------------------
 
+    def _check(self, args: Sequence[Any]) -> None:
+        if self.check is not None:
+            self.check(*(args[self._positions[name]] for name in self._check_args))
+
     def _eager(self, *args: Any) -> Any:
         with self.errors():
             self.check_dtypes(args)
-            if self.check is not None:
-                self.check(*args)
+            self._check(args)
             return self._run(args)
 
     def _run(self, args: Sequence[Any]) -> Any:
@@ -343,8 +351,8 @@ class Op:
     def _fake(self, *args: Any) -> Any:
         with self.errors():
             self.check_dtypes(args)
-            if self.check is not None and self.check_at_export:
-                self.check(*args)
+            if self.check_at_export:
+                self._check(args)
             inputs = [t for _, t in self._node_inputs(args)]
             ctx = torch.library.get_ctx()
             sizes: dict[str, Any] = {}

@@ -105,14 +105,15 @@ def _torch_onnx_export(*args: Any, **kwargs: Any) -> Any:
 
 def export(
     model: torch.nn.Module,
-    args: tuple[Any, ...],
-    f: Any = None,
+    args: tuple,
+    f: Any,
     *,
-    dynamo: bool = True,
+    dynamo: bool,
     target_runtime: str | None = OLDEST_RUNTIME,
     **kwargs: Any,
 ) -> Any:
-    """:func:`ortops.torch.export` without its ``torchvision`` switch (which the caller has set up)."""
+    """:func:`ortops.torch.export` (whose arguments these are) without its ``torchvision``
+    switch, which the caller has set up."""
     limits = _limits(target_runtime)
     _check_opset(kwargs.get("opset_version"), limits, target_runtime)
     if not dynamo:

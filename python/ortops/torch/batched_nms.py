@@ -23,9 +23,7 @@ def _check(
     score_threshold: float,
     max_output_boxes: int,
     pre_topk: int,
-    class_agnostic: bool,
     box_coding: int,
-    score_activation: bool,
     background_class: int,
     offset: int,
 ) -> None:

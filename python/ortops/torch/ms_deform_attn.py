@@ -8,13 +8,7 @@ import torch
 from ortops.torch._op import Arg, BadArgument, Op
 
 
-def _check(
-    value: torch.Tensor,
-    spatial_shapes: torch.Tensor,
-    level_start_index: torch.Tensor,
-    sampling_locations: torch.Tensor,
-    attention_weights: torch.Tensor,
-) -> None:
+def _check(value: torch.Tensor, spatial_shapes: torch.Tensor, level_start_index: torch.Tensor) -> None:
     """The kernel's checks of the levels, for the torch implementation (the kernel makes them
     itself, with its own messages)."""
     if value.device.type == "cpu":

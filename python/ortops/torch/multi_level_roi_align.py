@@ -136,10 +136,9 @@ MULTI_LEVEL_ROI_ALIGN = Op(
             "``Tensor[R, 5]`` rois as (batch_index, x1, y1, x2, y2) in image coordinates, float32; every value "
             "must be finite and the batch index name an image.",
         ),
-        Arg("output_height", int),
-        Arg("output_width", int),
+        *single.OUTPUT_SIZE,
         Arg("featmap_strides", list[float], "the stride of each level (one per feature map)."),
-        Arg("sampling_ratio", int, "samples per bin along each axis; 0: adaptive, ceil(roi size / output size)."),
+        single.SAMPLING_RATIO,
         Arg("finest_scale", int, "roi scale under which a roi stays on the finest level."),
         Arg("roi_scale_factor", float, "multiplies each roi's width and height after its level is chosen."),
         Arg("pool_mode", str, '``"avg"`` or ``"max"`` (largest bilinearly interpolated sample of a bin).'),
@@ -148,7 +147,7 @@ MULTI_LEVEL_ROI_ALIGN = Op(
     check=_check,
     reference=_reference,
     differentiable=(0,),
-    public_args={"output_size": "pooled size, ``int`` or ``(height, width)``."},
+    public_args=single.OUTPUT_SIZE_DOC,
 )
 
 
@@ -179,16 +178,14 @@ def multi_level_roi_align(
     Differentiable with respect to ``features`` (not ``rois``). float32 only: the ONNX node
     is registered for float32 alone.
     """
-    height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
     return MULTI_LEVEL_ROI_ALIGN(
         list(features),
         rois,
-        int(height),
-        int(width),
+        *single.pooled_size(output_size),
         [float(s) for s in featmap_strides],
         int(sampling_ratio),
         int(finest_scale),
         float(roi_scale_factor),
         pool_mode,
-        int(bool(aligned)),
+        int(aligned),
     )

@@ -7,7 +7,7 @@ import torch
 from ortops.torch._op import Arg, BadArgument, Op
 
 
-def _check(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, offset: int) -> None:
+def _check(boxes: torch.Tensor, scores: torch.Tensor) -> None:
     if boxes.dim() != 2 or boxes.shape[1] != 4:
         raise BadArgument(f"boxes must have shape [N, 4], got {list(boxes.shape)}")
     if scores.shape != boxes.shape[:1]:

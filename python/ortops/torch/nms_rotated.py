@@ -8,7 +8,7 @@ from ortops.torch._boxes import check_batched_boxes_and_scores
 from ortops.torch._op import Arg, BadArgument, Op
 
 
-def _check(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, score_threshold: float) -> None:
+def _check(boxes: torch.Tensor, scores: torch.Tensor) -> None:
     check_batched_boxes_and_scores(boxes, scores, 5)
     if not bool(torch.isfinite(boxes).all()) or not bool(torch.isfinite(scores).all()):
         raise BadArgument("boxes and scores must be finite (no NaN or Inf)")

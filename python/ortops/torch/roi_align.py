@@ -16,6 +16,20 @@ _MAX_SAMPLES_PER_AXIS = 1 << 16
 _MAX_TAPS_PER_ROI = 1 << 24
 
 
+#: The public functions of RoIAlign's family take ``output_size``; their ops, its two sides.
+OUTPUT_SIZE = (Arg("output_height", int), Arg("output_width", int))
+OUTPUT_SIZE_DOC = {"output_size": "pooled size, ``int`` or ``(height, width)``."}
+SAMPLING_RATIO = Arg(
+    "sampling_ratio", int, "samples per bin along each axis; 0: adaptive, ceil(roi size / output size)."
+)
+
+
+def pooled_size(output_size: int | tuple[int, int]) -> tuple[int, int]:
+    """``output_size`` as (height, width)."""
+    height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
+    return int(height), int(width)
+
+
 def check_pooling(output_height: int, output_width: int, sampling_ratio: int) -> None:
     """The kernels' bounds on the pooled size and the samples per bin (RoIAlign's family)."""
     if output_height < 1 or output_width < 1 or output_height > _MAX_TAPS_PER_ROI // output_width:
@@ -48,7 +62,6 @@ def _check(
     rois: torch.Tensor,
     output_height: int,
     output_width: int,
-    spatial_scale: float,
     sampling_ratio: int,
     mode: str,
     aligned: int,
@@ -215,15 +228,14 @@ ROI_ALIGN = Op(
             "the batch index is truncated toward zero and must name an image, and every value must be finite "
             "(else ``ValueError``, as the kernel's error).",
         ),
-        Arg("output_height", int),
-        Arg("output_width", int),
+        *OUTPUT_SIZE,
         Arg(
             "spatial_scale",
             float,
             "multiplies roi coordinates to give feature-map coordinates (the exported node stores it as a float32 "
             "attribute).",
         ),
-        Arg("sampling_ratio", int, "samples per bin along each axis; 0: adaptive, ceil(roi size / output size)."),
+        SAMPLING_RATIO,
         Arg(
             "mode",
             str,
@@ -235,7 +247,7 @@ ROI_ALIGN = Op(
     check=_check,
     reference=_reference,
     differentiable=(0,),
-    public_args={"output_size": "pooled size, ``int`` or ``(height, width)``."},
+    public_args=OUTPUT_SIZE_DOC,
 )
 
 
@@ -257,7 +269,6 @@ def roi_align(
     CPU tensors run ortops' kernel; others a torch implementation of the same semantics.
     Differentiable with respect to ``input`` (not ``rois``, as torchvision's).
     """
-    height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
     return ROI_ALIGN(
-        input, rois, int(height), int(width), float(spatial_scale), int(sampling_ratio), mode, int(bool(aligned))
+        input, rois, *pooled_size(output_size), float(spatial_scale), int(sampling_ratio), mode, int(aligned)
     )

@@ -8,6 +8,7 @@ import torch
 
 from ortops.torch._op import Arg, BadArgument, Op
 from ortops.torch._sampling import roi_align_sample
+from ortops.torch.roi_align import OUTPUT_SIZE, OUTPUT_SIZE_DOC, SAMPLING_RATIO, pooled_size
 
 
 def _reference(
@@ -52,7 +53,7 @@ def _reference(
     return out
 
 
-def _check(input: torch.Tensor, rois: torch.Tensor, *attributes: object) -> None:
+def _check(input: torch.Tensor, rois: torch.Tensor) -> None:
     if input.dim() != 4 or rois.dim() != 2 or rois.shape[1] != 6:
         raise BadArgument(f"need input [N, C, H, W] and rois [R, 6], got {list(input.shape)} and {list(rois.shape)}")
 
@@ -63,17 +64,16 @@ ROI_ALIGN_ROTATED = Op(
     [
         Arg("input", torch.Tensor, "``Tensor[N, C, H, W]`` feature maps, float32, float64 or float16."),
         Arg("rois", torch.Tensor, "``Tensor[R, 6]`` rois as (batch_index, cx, cy, w, h, theta), theta in radians."),
-        Arg("output_height", int),
-        Arg("output_width", int),
+        *OUTPUT_SIZE,
         Arg("spatial_scale", float, "multiplies roi centres and sizes to give feature-map coordinates."),
-        Arg("sampling_ratio", int, "samples per bin along each axis; 0: adaptive, ceil(roi size / output size)."),
+        SAMPLING_RATIO,
         Arg("aligned", int, "shift the scaled centre by -0.5 pixel (True), or the legacy behaviour (False)."),
         Arg("clockwise", int, "theta turns clockwise."),
     ],
     check=_check,
     reference=_reference,
     differentiable=(0,),
-    public_args={"output_size": "pooled size, ``int`` or ``(height, width)``."},
+    public_args=OUTPUT_SIZE_DOC,
 )
 
 
@@ -92,14 +92,7 @@ def roi_align_rotated(
     Returns:
         ``Tensor[R, C, output_height, output_width]``.
     """
-    height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
+    size = pooled_size(output_size)
     return ROI_ALIGN_ROTATED(
-        input,
-        rois,
-        int(height),
-        int(width),
-        float(spatial_scale),
-        int(sampling_ratio),
-        int(bool(aligned)),
-        int(bool(clockwise)),
+        input, rois, *size, float(spatial_scale), int(sampling_ratio), int(aligned), int(clockwise)
     )

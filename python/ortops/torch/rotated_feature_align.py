@@ -8,7 +8,7 @@ from ortops.torch._op import Arg, BadArgument, Op
 from ortops.torch._sampling import roi_align_sample
 
 
-def _check(features: torch.Tensor, best_rbboxes: torch.Tensor, spatial_scale: float, points: int) -> None:
+def _check(features: torch.Tensor, best_rbboxes: torch.Tensor, points: int) -> None:
     if features.dim() != 4:
         raise BadArgument(f"features must be [N, C, H, W], got {list(features.shape)}")
     n, _, h, w = features.shape
