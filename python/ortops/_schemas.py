@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ def _onnx_type(name: str) -> str:
 # An input or output doc starts with its shape in backticks: `[R, C, output_height, output_width]`.
 _SHAPE = re.compile(r"^`\[([^\]]*)\]`")
 _SAME_SHAPE = "same shape"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _dims(doc: str) -> list[str] | None:
@@ -70,15 +69,17 @@ def shape_rule(op: OpInfo, output: int) -> list[str] | None:
     return dims
 
 
-def bind_symbols(op: OpInfo, shapes: list[list[Any] | None], known: Callable[[Any], bool]) -> dict[str, Any]:
-    """Each symbol of the inputs' documented shapes bound to the dim it has in this node
-    ("..." to the dims it stands for, wherever it is, in the first input documented with it);
-    dims that are not ``known`` stay unbound. ``shapes`` are the node's inputs' dims (None:
-    rank unknown): ONNX dims in a schema's inference, torch sizes for ``ortops.torch``.
-    A symbol that several inputs (the values of a variadic one) document is bound by the first."""
+def bind_symbols(
+    documented_shapes: Sequence[list[str] | None], shapes: Sequence[Sequence[Any] | None], known: Callable[[Any], bool]
+) -> dict[str, Any]:
+    """Each symbol of the inputs' documented shapes (their ``_dims``) bound to the dim it has
+    in this node ("..." to the dims it stands for, wherever it is, in the first input
+    documented with it); dims that are not ``known`` stay unbound. ``shapes`` are the node's
+    inputs' dims (None: rank unknown): ONNX dims in a schema's inference, torch sizes for
+    ``ortops.torch``. A symbol that several inputs (the values of a variadic one) document is
+    bound by the first."""
     symbols: dict[str, Any] = {}
-    for spec, dims in zip(op.node_inputs(len(shapes)), shapes):
-        documented = _dims(spec.doc)
+    for documented, dims in zip(documented_shapes, shapes):
         if documented is None or dims is None:
             continue
         dims = list(dims)
@@ -92,7 +93,7 @@ def bind_symbols(op: OpInfo, shapes: list[list[Any] | None], known: Callable[[An
         if len(documented) != len(dims):
             continue  # the kernel reports the rank; inference just learns nothing
         for name, dim in zip(documented, dims):
-            if _IDENTIFIER.match(name) and known(dim):
+            if name.isidentifier() and known(dim):
                 symbols.setdefault(name, dim)
     return symbols
 
@@ -154,7 +155,7 @@ def _infer(op: OpInfo) -> Callable[[Any], None]:
             t = ctx.get_input_type(i) if ctx.has_input(i) else None
             known = t is not None and t.HasField("tensor_type") and t.tensor_type.HasField("shape")
             shapes.append(list(t.tensor_type.shape.dim) if known else None)
-        symbols = bind_symbols(op, shapes, _known_dim)
+        symbols = bind_symbols([_dims(spec.doc) for spec in op.node_inputs(len(shapes))], shapes, _known_dim)
 
         def attribute(name: str) -> int | None:
             """An int attribute's value (the schema's default when absent); None: not an attribute."""

@@ -23,14 +23,13 @@ with the bare reason; the op adds the prefix, and rewrites the kernel's own pref
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import numbers
 import textwrap
 import types
 import typing
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -202,6 +201,18 @@ class Op:
         # The node input whose element type the outputs of several types take (there is one
         # type parameter per op; inputs that accept several types must share one).
         self._type_input = next((i for i, spec in enumerate(self.info.inputs) if len(spec.types) > 1), 0)
+        # Worked out once, for the eager calls: per node input, (its argument's position and
+        # name, variadic?); per attribute, (position, node name, a bool?); the manifest's shapes.
+        self._inputs = [
+            (self._positions[arg.name], arg.name, arg.type == Tensors)
+            for arg in (self._by_node_name[spec.name] for spec in self.info.inputs)
+        ]
+        self._attribute_args = [(i, a.node_name, a.type is bool) for i, a in enumerate(self.args) if not a.is_input]
+        self._int_attributes = tuple(a.node_name for a in self.args if a.type in (int, bool))
+        self._documented = {spec.name: _dims(spec.doc) for spec in self.info.inputs}
+        self._rules = [_compiled(shape_rule(self.info, i)) for i in range(len(self.info.outputs))]
+        # Eager calls repeat their shapes: their output shapes are remembered.
+        self._eager_shapes = functools.lru_cache(maxsize=64)(self._known_output_shapes)
 
         returns = ", ".join("Tensor" for _ in self.info.outputs)
         parameters = ", ".join(f"{_SCHEMA_TYPES[a.type]} {a.name}" for a in self.args)
@@ -212,7 +223,8 @@ class Op:
             register_no_gradient(self.custom_op, name)
         else:
             register_reference_autograd(self.custom_op, reference, differentiable)
-        self.torch_op: torch._ops.OpOverload = getattr(torch.ops.ortops, name).default
+        self._packet = getattr(torch.ops.ortops, name)  # calling it is faster than calling .default
+        self.torch_op: torch._ops.OpOverload = self._packet.default
         self.symbolic = self._make_symbolic()
         self.translation = self._make_translation()
         torch.onnx.register_custom_op_symbolic(f"{DOMAIN}::{name}", self.symbolic, _MIN_DEFAULT_OPSET)
@@ -220,17 +232,13 @@ class Op:
 
     def __call__(self, *args: Any) -> Any:
         """Calls ``torch.ops.ortops.<name>`` with the torch op's arguments."""
-        return self.torch_op(*args)
+        return self._packet(*args)
 
     # ---- errors ------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def errors(self) -> Iterator[None]:
-        """Gives a :class:`BadArgument` raised inside the op's prefix, ``ortops.<name>:``."""
-        try:
-            yield
-        except BadArgument as error:
-            raise ValueError(f"ortops.{self.name}: {error}") from None
+    def _refusal(self, error: BadArgument) -> ValueError:
+        """A :class:`BadArgument` raised inside the op, under the op's prefix ``ortops.<name>:``."""
+        return ValueError(f"ortops.{self.name}: {error}")
 
     def _kernel_message(self, text: str) -> str:
         """The kernel's message ("ortops.<OnnxOp>: ...") under the op's prefix."""
@@ -241,18 +249,16 @@ class Op:
     def _node_inputs(self, args: Sequence[Any]) -> list[tuple[str, Any]]:
         """(argument name, value) per node input, in the node's order (a variadic one expanded)."""
         pairs = []
-        for spec in self.info.inputs:
-            arg = self._by_node_name[spec.name]
-            value = args[self._positions[arg.name]]
-            if arg.type == Tensors:
-                pairs += [(f"{arg.name}[{i}]", v) for i, v in enumerate(value)]
+        for position, name, variadic in self._inputs:
+            if variadic:
+                pairs += [(f"{name}[{i}]", v) for i, v in enumerate(args[position])]
             else:
-                pairs.append((arg.name, value))
+                pairs.append((name, args[position]))
         return pairs
 
     def _attributes(self, args: Sequence[Any]) -> dict[str, Any]:
         """The node's attributes by name, bools as ints."""
-        return {a.node_name: int(v) if a.type is bool else v for a, v in zip(self.args, args) if not a.is_input}
+        return {name: int(args[i]) if is_bool else args[i] for i, name, is_bool in self._attribute_args}
 
     def check_dtypes(self, args: Sequence[Any]) -> None:
         """Raises unless the kernels of the node take these element types (the manifest's).
@@ -280,24 +286,25 @@ class Op:
                 shared = tensor.dtype
 
     def output_shapes(
-        self, input_shapes: Sequence[Sequence[Any] | None], args: Sequence[Any], unknown: Callable[[str], Any]
+        self, input_shapes: Sequence[Sequence[Any] | None], attributes: dict[str, Any], unknown: Callable[[str], Any]
     ) -> list[list[Any] | None]:
         """Each output's shape by the manifest's documented shapes (``_schemas.shape_rule``).
 
-        ``input_shapes`` are the node inputs' sizes (None: rank unknown; a None dim: unknown).
-        A symbol that no input binds (NMS's K) is ``unknown(symbol)``; an output whose rank
-        does not follow (an input of another rank than documented) is None.
+        ``input_shapes`` are the node inputs' sizes (None: rank unknown; a None dim: unknown),
+        ``attributes`` the node's (:meth:`_attributes`). A symbol that no input binds (NMS's K)
+        is ``unknown(symbol)``; an output whose rank does not follow (an input of another rank
+        than documented) is None.
         """
-        symbols = bind_symbols(self.info, list(input_shapes), lambda dim: dim is not None)
-        int_attributes = {k: v for k, v in self._attributes(args).items() if not isinstance(v, (str, list, float))}
+        documented = [self._documented[spec.name] for spec in self.info.node_inputs(len(input_shapes))]
+        symbols = bind_symbols(documented, input_shapes, _is_known)
+        int_attributes = {k: v for k, v in attributes.items() if k in self._int_attributes}
         shapes: list[list[Any] | None] = []
-        for index in range(len(self.info.outputs)):
-            rule = shape_rule(self.info, index)
+        for rule in self._rules:
             if rule is None:  # same shape as the first input
                 shapes.append(list(input_shapes[0]) if input_shapes[0] is not None else None)
                 continue
             dims: list[Any] | None = []
-            for name in rule:
+            for name, factors in rule:
                 if name == "...":
                     if "..." not in symbols:
                         dims = None
@@ -305,12 +312,19 @@ class Op:
                     dims += symbols["..."]
                     continue
                 value: Any = 1
-                for factor in (f.strip() for f in name.split("*")):
-                    known = int(factor) if factor.isdigit() else int_attributes.get(factor, symbols.get(factor))
+                for factor in factors:
+                    known = factor if isinstance(factor, int) else int_attributes.get(factor, symbols.get(factor))
                     value = None if known is None or value is None else value * known
                 dims.append(value if value is not None else unknown(name))
             shapes.append(dims)
         return shapes
+
+    def _known_output_shapes(
+        self, input_shapes: tuple[torch.Size, ...], int_attributes: tuple[int, ...]
+    ) -> list[list[int] | None]:
+        """The output shapes known before an eager run; None for one the kernel sizes (NMS's K)."""
+        shapes = self.output_shapes(input_shapes, dict(zip(self._int_attributes, int_attributes)), _no_size)
+        return [s if s is not None and None not in s else None for s in shapes]
 
     def _output_dtype(self, index: int, shared: torch.dtype | None) -> torch.dtype | None:
         types = self.info.outputs[index].types
@@ -323,10 +337,12 @@ class Op:
             self.check(*(args[self._positions[name]] for name in self._check_args))
 
     def _eager(self, *args: Any) -> Any:
-        with self.errors():
+        try:
             self.check_dtypes(args)
             self._check(args)
             return self._run(args)
+        except BadArgument as error:
+            raise self._refusal(error) from None
 
     def _run(self, args: Sequence[Any]) -> Any:
         """How the op runs eagerly: ortops' kernel for CPU tensors; for others, the torch
@@ -335,46 +351,53 @@ class Op:
         device = inputs[0].device
         if device.type != "cpu" and self.reference is not None:
             return self.reference(*args)
-        inputs = [t.cpu() for t in inputs]
-        shapes = self.output_shapes([t.shape for t in inputs], args, lambda name: None)
-        known = [s if s is not None and None not in s else None for s in shapes]
+        if device.type != "cpu":
+            inputs = [t.cpu() for t in inputs]
+        attributes = self._attributes(args)
+        sizes = tuple(attributes[name] for name in self._int_attributes)
+        known = self._eager_shapes(tuple(t.shape for t in inputs), sizes)
         try:
             # Outputs of unknown shape (NMS's K) are sized by the kernel.
-            outputs = kernel.run(
-                self.onnx_op, inputs, self._attributes(args), known if any(s is not None for s in known) else None
-            )
+            outputs = kernel.run(self.onnx_op, inputs, attributes, known if any(s is not None for s in known) else None)
         except ValueError as error:
             raise ValueError(self._kernel_message(str(error))) from None
-        outputs = [o.to(device) for o in outputs]
+        if device.type != "cpu":
+            outputs = [o.to(device) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _fake(self, *args: Any) -> Any:
-        with self.errors():
-            self.check_dtypes(args)
-            if self.check_at_export:
-                self._check(args)
-            inputs = [t for _, t in self._node_inputs(args)]
-            ctx = torch.library.get_ctx()
-            sizes: dict[str, Any] = {}
+        try:
+            return self._fake_outputs(args)
+        except BadArgument as error:
+            raise self._refusal(error) from None
 
-            def unknown(symbol: str) -> Any:
-                """A dim no input gives: data-dependent (K), unless an input documents it."""
-                factors = {f.strip() for f in symbol.split("*")}
-                documented = [spec.name for spec in self.info.inputs if factors & set(_dims(spec.doc) or ())]
-                if documented:
-                    shapes = ", ".join(f"{name} {list(t.shape)}" for name, t in self._node_inputs(args))
-                    raise BadArgument(
-                        f"{symbol} follows from the shape of {' or '.join(documented)}, but the inputs are {shapes}"
-                    )
-                if symbol not in sizes:
-                    sizes[symbol] = ctx.new_dynamic_size()
-                return sizes[symbol]
+    def _fake_outputs(self, args: Sequence[Any]) -> Any:
+        """Empty outputs of the shapes and dtypes the op gives (fake tensors, at export)."""
+        self.check_dtypes(args)
+        if self.check_at_export:
+            self._check(args)
+        inputs = [t for _, t in self._node_inputs(args)]
+        ctx = torch.library.get_ctx()
+        sizes: dict[str, Any] = {}
 
-            shapes = self.output_shapes([t.shape for t in inputs], args, unknown)
-            if any(s is None for s in shapes):
-                raise BadArgument(f"the inputs' shapes {[list(t.shape) for t in inputs]} have the wrong ranks")
-            like = inputs[self._type_input]
-            outputs = [like.new_empty(shape, dtype=self._output_dtype(i, like.dtype)) for i, shape in enumerate(shapes)]
+        def unknown(symbol: str) -> Any:
+            """A dim no input gives: data-dependent (K), unless an input documents it."""
+            factors = {f.strip() for f in symbol.split("*")}
+            documented = [name for name, dims in self._documented.items() if factors & set(dims or ())]
+            if documented:
+                shapes = ", ".join(f"{name} {list(t.shape)}" for name, t in self._node_inputs(args))
+                raise BadArgument(
+                    f"{symbol} follows from the shape of {' or '.join(documented)}, but the inputs are {shapes}"
+                )
+            if symbol not in sizes:
+                sizes[symbol] = ctx.new_dynamic_size()
+            return sizes[symbol]
+
+        shapes = self.output_shapes([t.shape for t in inputs], self._attributes(args), unknown)
+        if any(s is None for s in shapes):
+            raise BadArgument(f"the inputs' shapes {[list(t.shape) for t in inputs]} have the wrong ranks")
+        like = inputs[self._type_input]
+        outputs = [like.new_empty(shape, dtype=self._output_dtype(i, like.dtype)) for i, shape in enumerate(shapes)]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     # ---- exporters ---------------------------------------------------------------------------
@@ -395,7 +418,7 @@ class Op:
             outputs = g.op(f"{DOMAIN}::{self.onnx_op}", *values, **attributes, outputs=count)
             outputs = outputs if count > 1 else (outputs,)
             sizes = [symbolic_helper._get_tensor_sizes(v) for v in values]
-            shapes = self.output_shapes(sizes, args, lambda name: None)
+            shapes = self.output_shapes(sizes, self._attributes(args), _no_size)
             like = values[self._type_input]
             shared = like.type().dtype() if like.type().scalarType() is not None else None
             results = [
@@ -437,14 +460,23 @@ class Op:
         signature = inspect.signature(function)
         accepts = {name: _accepts(_annotation(p.annotation, function)) for name, p in signature.parameters.items()}
         names = list(signature.parameters)
+        tests = [(name, *accepts[name]) for name in names]  # by position
+
+        def refuse(name: str, value: Any) -> BadArgument:
+            return BadArgument(f"{name} must be {accepts[name][1]}, got {_describe(value)}")
 
         @functools.wraps(function)
         def checked(*args: Any, **kwargs: Any) -> Any:
-            with self.errors():
-                for name, value in (*zip(names, args), *kwargs.items()):
+            try:
+                for (name, test, _), value in zip(tests, args):
+                    if not test(value):
+                        raise refuse(name, value)
+                for name, value in kwargs.items():
                     if name in accepts and not accepts[name][0](value):
-                        raise BadArgument(f"{name} must be {accepts[name][1]}, got {_describe(value)}")
+                        raise refuse(name, value)
                 return function(*args, **kwargs)
+            except BadArgument as error:
+                raise self._refusal(error) from None
 
         docs = {a.name: a.doc for a in self.args if a.doc}
         docs.update(self.public_args)
@@ -455,6 +487,22 @@ class Op:
         self.function = checked
         _exported[self.onnx_op] = ExportedOp(self.torch_op, self.onnx_op, checked, self.translation)
         return checked
+
+
+def _compiled(rule: list[str] | None) -> list[tuple[str, list[int | str]]] | None:
+    """A shape rule's dims, each with its factors ("H * D": H and D; "4": 4) parsed once."""
+    if rule is None:
+        return None
+    return [(name, [int(f) if f.isdigit() else f for f in (f.strip() for f in name.split("*"))]) for name in rule]
+
+
+def _is_known(dim: Any) -> bool:
+    return dim is not None
+
+
+def _no_size(symbol: str) -> None:
+    """Eager calls and TorchScript: a dim no input gives is unknown (the kernel sizes it)."""
+    return None
 
 
 def _with_args_section(doc: str, args: list[tuple[str, str]]) -> str:
@@ -499,11 +547,18 @@ def _is_bool(value: Any) -> bool:
 _SCALARS: dict[Any, tuple[Callable[[Any], bool], str, str]] = {
     torch.Tensor: (lambda v: isinstance(v, torch.Tensor), "a tensor", "tensors"),
     float: (
-        lambda v: isinstance(v, (numbers.Real, torch.SymFloat, torch.SymInt)) and not isinstance(v, bool),
+        lambda v: (
+            type(v) in (float, int)
+            or (isinstance(v, (numbers.Real, torch.SymFloat, torch.SymInt)) and not isinstance(v, bool))
+        ),
         "a float",
         "floats",
     ),
-    int: (lambda v: isinstance(v, (numbers.Integral, torch.SymInt)) and not isinstance(v, bool), "an int", "ints"),
+    int: (
+        lambda v: type(v) is int or (isinstance(v, (numbers.Integral, torch.SymInt)) and not isinstance(v, bool)),
+        "an int",
+        "ints",
+    ),
     bool: (_is_bool, "a bool", "bools"),
     str: (lambda v: isinstance(v, str), "a string", "strings"),
     type(None): (lambda v: v is None, "None", "None"),
