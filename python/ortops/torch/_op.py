@@ -346,7 +346,11 @@ class Op:
 
     def _run(self, args: Sequence[Any]) -> Any:
         """How the op runs eagerly: ortops' kernel for CPU tensors; for others, the torch
-        reference, or (ops without one) the CPU kernel through copies."""
+        reference, or (ops without one) the CPU kernel through copies.
+
+        The only place that decides, for every op: a kernel for another device (an ONNX
+        Runtime session bound to CUDA memory) is one more branch here.
+        """
         inputs = [t for _, t in self._node_inputs(args)]
         device = inputs[0].device
         if device.type != "cpu" and self.reference is not None:
