@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ortops._check import import_onnx
@@ -46,7 +46,6 @@ def _onnx_type(name: str) -> str:
 # An input or output doc starts with its shape in backticks: `[R, C, output_height, output_width]`.
 _SHAPE = re.compile(r"^`\[([^\]]*)\]`")
 _SAME_SHAPE = "same shape"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _dims(doc: str) -> list[str] | None:
@@ -78,35 +77,35 @@ def shape_rule(op: OpInfo, output: int) -> list[str] | None:
     return dims
 
 
-def _bind_symbols(op: OpInfo, shapes: list[list[Any] | None]) -> dict[str, Any]:
-    """Each symbol of the inputs' documented shapes bound to the dim it has in this node (a run
-    such as "..." to the list of dims it stands for); unknown dims stay unbound.
+def bind_symbols(
+    documented_shapes: Sequence[list[str] | None], shapes: Sequence[Sequence[Any] | None], known: Callable[[Any], bool]
+) -> dict[str, Any]:
+    """Each symbol of the inputs' documented shapes (their ``_dims``) bound to the dim it has
+    in this node (a run, "..." or a named one such as "A...", to the list of dims it stands
+    for); dims that are not ``known`` stay unbound. ``shapes`` are the node's inputs' dims
+    (None: rank unknown): ONNX dims in a schema's inference, torch sizes for ``ortops.torch``.
 
     A symbol that several inputs document is bound by the first input that can bind it: an
     input whose documented shape holds two runs ("[A..., N, ...]") binds them once another
     input has bound all but one ("[A..., K]"), so inputs are visited until nothing changes.
     """
     symbols: dict[str, Any] = {}
-    pending = []
-    for spec, dims in zip(op.node_inputs(len(shapes)), shapes):
-        documented = _dims(spec.doc)
-        if documented is not None and dims is not None:
-            pending.append((documented, dims))
+    pending = [
+        (list(documented), list(dims))
+        for documented, dims in zip(documented_shapes, shapes)
+        if documented is not None and dims is not None
+    ]
     while pending:
-        ready = [
-            (documented, dims)
-            for documented, dims in pending
-            if sum(1 for t in documented if _is_variadic(t) and t not in symbols) <= 1
-        ]
+        ready = [item for item in pending if sum(1 for t in item[0] if _is_variadic(t) and t not in symbols) <= 1]
         if not ready:
             break
         for item in ready:
             pending.remove(item)
-            _bind_input(*item, symbols)
+            _bind_input(*item, symbols, known)
     return symbols
 
 
-def _bind_input(documented: list[str], dims: list[Any], symbols: dict[str, Any]) -> None:
+def _bind_input(documented: list[str], dims: list[Any], symbols: dict[str, Any], known: Callable[[Any], bool]) -> None:
     """Binds the symbols of one input's documented shape (at most one of its runs unbound)."""
     unbound = [t for t in documented if _is_variadic(t) and t not in symbols]
     fixed = sum(len(symbols[t]) if _is_variadic(t) else 1 for t in documented if t not in unbound)
@@ -122,8 +121,12 @@ def _bind_input(documented: list[str], dims: list[Any], symbols: dict[str, Any])
             continue
         dim = dims[at]
         at += 1
-        if _IDENTIFIER.match(token) and (dim.HasField("dim_value") or dim.HasField("dim_param")):
+        if _IDENTIFIER.match(token) and known(dim):
             symbols.setdefault(token, dim)
+
+
+def _known_dim(dim: Any) -> bool:
+    return dim.HasField("dim_value") or dim.HasField("dim_param")
 
 
 def _known_value(name: str, symbols: dict[str, Any], attribute: Callable[[str], int | None]) -> int | None:
@@ -179,7 +182,7 @@ def _infer(op: OpInfo) -> Callable[[Any], None]:
             t = ctx.get_input_type(i) if ctx.has_input(i) else None
             known = t is not None and t.HasField("tensor_type") and t.tensor_type.HasField("shape")
             shapes.append(list(t.tensor_type.shape.dim) if known else None)
-        symbols = _bind_symbols(op, shapes)
+        symbols = bind_symbols([_dims(spec.doc) for spec in op.node_inputs(len(shapes))], shapes, _known_dim)
 
         def attribute(name: str) -> int | None:
             """An int attribute's value (the schema's default when absent); None: not an attribute."""

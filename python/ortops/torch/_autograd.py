@@ -107,8 +107,8 @@ def register_no_gradient(op: torch._library.custom_ops.CustomOpDef, function: st
 
     def backward(ctx: Any, *grads: Any) -> Any:
         raise RuntimeError(
-            f"ortops.{function} has no gradient: it selects boxes, a step function of its inputs. "
-            "Detach its inputs (or its outputs) before calling backward."
+            f"ortops.{function}: no gradient, as it selects boxes (a step function of its inputs); "
+            "detach its inputs (or its outputs) before calling backward"
         )
 
     op.register_autograd(backward, setup_context=setup_context)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from ortops.torch._op import BadArgument
 
-def check_batched_boxes_and_scores(op: str, boxes: torch.Tensor, scores: torch.Tensor, box_size: int) -> None:
-    """Raises ValueError unless ``boxes`` is ``Tensor[B, N, box_size]`` and ``scores`` ``Tensor[B, C, N]``."""
+
+def check_batched_boxes_and_scores(boxes: torch.Tensor, scores: torch.Tensor, box_size: int) -> None:
+    """Raises unless ``boxes`` is ``Tensor[B, N, box_size]`` and ``scores`` ``Tensor[B, C, N]``."""
     if boxes.dim() != 3 or boxes.shape[2] != box_size:
-        raise ValueError(f"ortops.{op}: boxes must have shape [B, N, {box_size}], got {list(boxes.shape)}")
+        raise BadArgument(f"boxes must have shape [B, N, {box_size}], got {list(boxes.shape)}")
     if scores.dim() != 3 or scores.shape[0] != boxes.shape[0] or scores.shape[2] != boxes.shape[1]:
-        raise ValueError(
-            f"ortops.{op}: scores must have shape [B, C, N] = [{boxes.shape[0]}, C, {boxes.shape[1]}], "
-            f"got {list(scores.shape)}"
+        raise BadArgument(
+            f"scores must have shape [B, C, N] = [{boxes.shape[0]}, C, {boxes.shape[1]}], got {list(scores.shape)}"
         )

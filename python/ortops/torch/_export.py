@@ -1,145 +1,17 @@
-"""Export plumbing shared by every torch op: one call registers both exporters' rules."""
+"""``ortops.torch.export``: one call exports a model that uses ortops' ops, with either exporter."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-import onnxscript
 import torch
 
-import ortops
+from ortops.torch import _runtime
+from ortops.torch import torchvision as tv
+from ortops.torch._op import DOMAIN, OPSET_VERSION, ExportedOp, custom_translation_table, exported_ops
+from ortops.torch._runtime import OLDEST_RUNTIME
 
-#: The custom domain and opset version that exported nodes use.
-DOMAIN = "ortops"
-OPSET_VERSION = 1
-
-# onnxscript resolves ops through onnx.defs, so the ortops schemas must be known first.
-ortops.register_onnx_schemas()
-
-#: onnxscript opset for the ``torch.export``-based exporter's translation functions.
-onnx_opset = onnxscript.values.Opset(DOMAIN, OPSET_VERSION)
-
-# The TorchScript exporter applies a registered symbolic from this ONNX opset on.
-_MIN_DEFAULT_OPSET = 11
-
-
-@dataclass(frozen=True)
-class ExportedOp:
-    """A torch op of ortops and the ONNX node it exports to."""
-
-    torch_op: torch._ops.OpOverload
-    onnx_op: str  # name in the ortops domain
-    function: Callable[..., Any]  # the public wrapper users call
-    translation: Callable[..., Any]
-
-
-_exported: dict[str, ExportedOp] = {}
-
-
-def register_export(
-    op: torch._ops.OpOverload,
-    *,
-    onnx_op: str,
-    function: Callable[..., Any],
-    symbolic: Callable[..., Any],
-    translation: Callable[..., Any],
-) -> None:
-    """Registers the export rules of a ``torch.library.custom_op`` for both exporters.
-
-    ``symbolic(g, *args)`` serves the TorchScript exporter (``dynamo=False``);
-    ``translation(*args)`` is an onnxscript function for ``dynamo=True``. Both emit the node
-    ``ortops::<onnx_op>``; ``function`` is the public Python wrapper (for the docs).
-    """
-    torch.onnx.register_custom_op_symbolic(op._schema.name, symbolic, _MIN_DEFAULT_OPSET)
-    _exported[onnx_op] = ExportedOp(op, onnx_op, function, translation)
-
-
-def typed(value: Any, like: Any, *, sizes: list[int | None] | None = None, dtype: torch.dtype | None = None) -> Any:
-    """Gives a custom node's output in a TorchScript export graph the type of ``like``.
-
-    With ``sizes`` and ``dtype`` the shape and element type are replaced. Without a type the
-    exporter warns that shape inference is missing and cannot propagate shapes past the node.
-    """
-    node_type = like.type()
-    if dtype is not None:
-        node_type = node_type.with_dtype(dtype)
-    if sizes is not None:
-        node_type = node_type.with_sizes(sizes)
-    value.setType(node_type)
-    return value
-
-
-def exported_ops() -> tuple[ExportedOp, ...]:
-    """Every registered torch op with its ONNX op, in registration order."""
-    return tuple(_exported.values())
-
-
-def custom_translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
-    """The ``custom_translation_table`` for ``torch.onnx.export(..., dynamo=True)``."""
-    return {e.torch_op: e.translation for e in _exported.values()}
-
-
-#: The newest ONNX IR version and default-domain opset each ONNX Runtime release reads.
-#: Runtimes after the last row read what the exporters of the pinned torch write.
-RUNTIME_LIMITS: dict[tuple[int, int], tuple[int, int]] = {
-    (1, 17): (9, 20),
-    (1, 18): (10, 21),
-    (1, 19): (10, 21),
-    (1, 20): (10, 21),
-}
-#: The oldest runtime ortops supports, and the default target of :func:`export`.
-OLDEST_RUNTIME = "1.17"
-
-
-def _limits(target_runtime: str | None) -> tuple[int, int] | None:
-    """(IR version, opset) that ``target_runtime`` ("1.17", "1.20.1", ...) reads; None: no limit."""
-    if target_runtime is None:
-        return None
-    try:
-        major, minor = (int(part) for part in target_runtime.split(".")[:2])
-    except ValueError:
-        raise ValueError(f"ortops.torch.export: target_runtime must look like '1.17', got {target_runtime!r}") from None
-    if (major, minor) < min(RUNTIME_LIMITS):
-        raise ValueError(
-            f"ortops.torch.export: ortops needs ONNX Runtime {OLDEST_RUNTIME} or newer, not {target_runtime}"
-        )
-    return RUNTIME_LIMITS.get((major, minor))
-
-
-def _check_opset(opset: int | None, limits: tuple[int, int] | None, target_runtime: str | None) -> None:
-    if opset is not None and limits is not None and opset > limits[1]:
-        raise ValueError(
-            f"ortops.torch.export: ONNX Runtime {target_runtime} implements ONNX opsets up to {limits[1]}, "
-            f"but the model is exported at opset {opset}; pass opset_version={limits[1]} or a newer target_runtime"
-        )
-
-
-def _lower_ir_version(model: Any, ir_version: int) -> None:
-    """Stamps an ``onnx_ir`` model with an older IR version, dropping the newer IR's extras.
-
-    The exporter writes the newest IR version it knows, not the oldest its graph needs;
-    ONNX Runtime refuses a model stamped newer than itself ("Unsupported model IR version").
-    What IR 10 added that this exporter uses is node and graph metadata (source locations),
-    which older runtimes have no field for.
-    """
-    if model.ir_version <= ir_version:
-        return
-    if ir_version < 10:
-        for graph in (model.graph, *(f for f in model.functions.values())):
-            graph.metadata_props.clear()
-            for value in (*graph.inputs, *graph.outputs):
-                value.metadata_props.clear()
-            for node in graph.all_nodes():  # subgraphs included
-                node.metadata_props.clear()
-                for value in node.outputs:
-                    value.metadata_props.clear()
-        if any(getattr(f, "overload", "") for f in model.functions.values()):
-            raise ValueError(
-                f"ortops.torch.export: the model uses function overloads (ONNX IR 10), which IR {ir_version} lacks"
-            )
-    model.ir_version = ir_version
+__all__ = ["DOMAIN", "OPSET_VERSION", "ExportedOp", "custom_translation_table", "export", "exported_ops"]
 
 
 def export(
@@ -168,35 +40,10 @@ def export(
     ``dynamo=True``).
 
     Raises:
-        ValueError: for an opset newer than ``target_runtime`` implements, or (from the op)
-            an input dtype that ortops' kernels do not take, e.g. float16.
+        ValueError: for an opset newer than ``target_runtime`` implements, or an input an op
+            refuses (a float16 input of an op whose kernels lack float16, ...): the op's own
+            one-line message, as its eager call gives it, with torch.onnx.export's report on
+            the failure kept as the error's ``__context__`` instead of printed before it.
     """
-    if torchvision:
-        from ortops.torch import torchvision as tv  # noqa: PLC0415 (torchvision is optional)
-
-        return tv.export(model, args, f, dynamo=dynamo, target_runtime=target_runtime, **kwargs)
-    limits = _limits(target_runtime)
-    _check_opset(kwargs.get("opset_version"), limits, target_runtime)
-    if not dynamo:
-        opsets = {DOMAIN: OPSET_VERSION}
-        opsets.update(kwargs.pop("custom_opsets", None) or {})
-        kwargs["custom_opsets"] = opsets
-        return torch.onnx.export(model, args, f, dynamo=False, **kwargs)
-    table = custom_translation_table()
-    table.update(kwargs.pop("custom_translation_table", None) or {})
-    kwargs["custom_translation_table"] = table
-    # Saved here, after the IR version is settled, as torch.onnx.export would save it.
-    save_options = {
-        "include_initializers": kwargs.pop("export_params", True),
-        "keep_initializers_as_inputs": kwargs.pop("keep_initializers_as_inputs", False),
-        "external_data": kwargs.pop("external_data", True),
-    }
-    program = torch.onnx.export(model, args, None, dynamo=True, **kwargs)
-    if limits is not None:
-        _check_opset(program.model.opset_imports.get("", None), limits, target_runtime)
-        _lower_ir_version(program.model, limits[0])
-    if hasattr(f, "write"):  # a file object, as the TorchScript exporter accepts
-        f.write(program.model_proto.SerializeToString())
-    elif f is not None:
-        program.save(f, **save_options)
-    return program
+    export_function = tv.export if torchvision else _runtime.export
+    return export_function(model, args, f, dynamo=dynamo, target_runtime=target_runtime, **kwargs)

@@ -27,8 +27,8 @@ _IR_VERSION = 8  # read by every supported runtime
 _DEFAULT_OPSET = 17
 
 # Every element type an ortops kernel takes; which op takes which comes from the manifest.
-_TORCH_TYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "int64": torch.int64}
-_TYPE_NAMES = {dtype: name for name, dtype in _TORCH_TYPES.items()}
+TORCH_TYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "int64": torch.int64}
+_TYPE_NAMES = {dtype: name for name, dtype in TORCH_TYPES.items()}
 _NUMPY_TYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int64: np.int64}
 _ONNX_TYPES = {
     torch.float32: TensorProto.FLOAT,
@@ -49,34 +49,9 @@ def op_info(onnx_op: str) -> ortops.OpInfo:
     raise KeyError(f"ortops::{onnx_op} is not in the op manifest")
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
+    """The manifest's name of a torch dtype ("float32"), or torch's for the others."""
     return _TYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
-
-
-def check_dtypes(onnx_op: str, function: str, *tensors: torch.Tensor) -> None:
-    """Raises ``ValueError`` unless the kernel of ``ortops::<onnx_op>`` takes these dtypes.
-
-    ``tensors`` are the node's inputs in order. Inputs that accept several element types
-    must share one. Called by the eager ops and by their fake (export-time) implementations,
-    so a model with a dtype the op's kernels lack (float16 for the NMS family) fails at export
-    with the op and the dtype named, instead of exporting a file that ONNX Runtime will not load.
-    """
-    info = op_info(onnx_op)
-    shared: torch.dtype | None = None
-    for spec, tensor in zip(info.node_inputs(len(tensors)), tensors):
-        name = _dtype_name(tensor.dtype)
-        if name not in spec.types:
-            raise ValueError(
-                f"ortops.{function}: {spec.name} is {name}, but ortops::{onnx_op} takes "
-                f"{' or '.join(spec.types)}; cast it before the op"
-            )
-        if len(spec.types) > 1:
-            if shared is not None and tensor.dtype != shared:
-                raise ValueError(
-                    f"ortops.{function}: {spec.name} is {name}, but the inputs before it are "
-                    f"{_dtype_name(shared)}; they must share one dtype"
-                )
-            shared = tensor.dtype
 
 
 def _attribute(kind: str, value: Any) -> Any:
@@ -147,13 +122,18 @@ def _session(
 
 @contextlib.contextmanager
 def _kernel_errors() -> Iterator[None]:
-    """Turns an ONNX Runtime error into ValueError with the kernel's own "ortops.Op: ..." text."""
+    """Turns an ONNX Runtime error into ValueError with the kernel's own "ortops.Op: ..." text:
+    a run's ("... Status Message: ortops.Op: ...") or, for an attribute the kernel refuses,
+    the session creation's ("... Exception during initialization: ortops.Op: ...")."""
     try:
         yield
     except Exception as error:  # onnxruntime raises RuntimeError or its own Fail/InvalidArgument
         text = str(error)
-        marker = "Status Message: "
-        raise ValueError(text[text.index(marker) + len(marker) :].strip() if marker in text else text) from None
+        for marker in ("Status Message: ", "Exception during initialization: "):
+            if marker in text:
+                text = text[text.index(marker) + len(marker) :].strip()
+                break
+        raise ValueError(text) from None
 
 
 def run(
@@ -173,19 +153,21 @@ def run(
             None for the whole list: every output is sized by the kernel.
 
     Raises:
-        ValueError: with the kernel's message ("ortops.Op: ...") for inputs it rejects.
+        ValueError: with the kernel's message ("ortops.Op: ...") for inputs or attributes it
+            rejects.
     """
     info = op_info(onnx_op)
     inputs = [t.contiguous() for t in inputs]
     names = _input_names(info, len(inputs))
     specs = info.node_inputs(len(inputs))
-    session = _session(
-        onnx_op,
-        tuple(t.dtype for t in inputs),
-        tuple(t.dim() for t in inputs),
-        tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attributes.items())),
-        torch.get_num_threads(),
-    )
+    with _kernel_errors():
+        session = _session(
+            onnx_op,
+            tuple(t.dtype for t in inputs),
+            tuple(t.dim() for t in inputs),
+            tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attributes.items())),
+            torch.get_num_threads(),
+        )
     if output_shapes is None:
         # Outputs the kernel sizes (the NMS family's indices) are small: a plain run over
         # zero-copy numpy views of the inputs costs less than binding them.
@@ -203,7 +185,7 @@ def run(
             binding.bind_output(spec.name, "cpu")
             results.append(None)
             continue
-        dtype = shared if len(spec.types) > 1 else _TORCH_TYPES[spec.types[0]]
+        dtype = shared if len(spec.types) > 1 else TORCH_TYPES[spec.types[0]]
         out = torch.empty(tuple(shape), dtype=dtype)
         binding.bind_output(spec.name, "cpu", 0, _NUMPY_TYPES[dtype], list(out.shape), out.data_ptr())
         results.append(out)
@@ -218,4 +200,4 @@ def _to_torch(value: ort.OrtValue) -> torch.Tensor:
 
 
 def _from_numpy(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(array) if array.size else torch.empty(array.shape, dtype=_TORCH_TYPES[str(array.dtype)])
+    return torch.from_numpy(array) if array.size else torch.empty(array.shape, dtype=TORCH_TYPES[str(array.dtype)])

@@ -12,14 +12,8 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.onnx import symbolic_helper
 
-from ortops.torch import _kernel as kernel
-from ortops.torch._autograd import register_no_gradient
-from ortops.torch._export import onnx_opset, register_export, typed
-from ortops.torch._kernel import check_dtypes
-
-_Outputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+from ortops.torch._op import Arg, BadArgument, Op
 
 
 def _check(
@@ -34,9 +28,8 @@ def _check(
     offset: int,
 ) -> None:
     """The kernel's checks, so that an export fails where the file would not run."""
-    check_dtypes("BatchedNMS", "multiclass_nms", boxes, scores)
     if scores.dim() != 3:
-        raise ValueError(f"ortops.multiclass_nms: scores must have shape [B, N, C], got {list(scores.shape)}")
+        raise BadArgument(f"scores must have shape [B, N, C], got {list(scores.shape)}")
     batch, count, classes = scores.shape
     shared = boxes.dim() == 3 or (boxes.dim() == 4 and boxes.shape[2] == 1)
     if (
@@ -45,115 +38,65 @@ def _check(
         or boxes.shape[-1] != 4
         or not (shared or boxes.shape[2] == classes)
     ):
-        raise ValueError(
-            f"ortops.multiclass_nms: boxes must have shape [B, N, 4] or [B, N, C, 4] with [B, N, C] = "
+        raise BadArgument(
+            f"boxes must have shape [B, N, 4] or [B, N, C, 4] with [B, N, C] = "
             f"{list(scores.shape)} (the shape of scores), got {list(boxes.shape)}"
         )
     if math.isnan(iou_threshold) or math.isnan(score_threshold):
-        raise ValueError("ortops.multiclass_nms: iou_threshold and score_threshold must not be NaN")
+        raise BadArgument("iou_threshold and score_threshold must not be NaN")
     if max_output_boxes < 0:
-        raise ValueError(f"ortops.multiclass_nms: max_output_boxes must be >= 0, got {max_output_boxes}")
+        raise BadArgument(f"max_output_boxes must be >= 0, got {max_output_boxes}")
     if pre_topk < -1:
-        raise ValueError(f"ortops.multiclass_nms: pre_topk must be -1 (all) or >= 0, got {pre_topk}")
+        raise BadArgument(f"pre_topk must be -1 (all) or >= 0, got {pre_topk}")
     if background_class < -1:
-        raise ValueError(
-            f"ortops.multiclass_nms: background_class must be -1 (none) or a class id, got {background_class}"
-        )
+        raise BadArgument(f"background_class must be -1 (none) or a class id, got {background_class}")
     if box_coding not in (0, 1):
-        raise ValueError(f"ortops.multiclass_nms: box_coding must be 0 (corners) or 1 (centre, size), got {box_coding}")
+        raise BadArgument(f"box_coding must be 0 (corners) or 1 (centre, size), got {box_coding}")
     if offset not in (0, 1):
-        raise ValueError(f"ortops.multiclass_nms: offset must be 0 or 1, got {offset}")
+        raise BadArgument(f"offset must be 0 or 1, got {offset}")
 
 
-def _attributes(
-    iou_threshold: float,
-    score_threshold: float,
-    max_output_boxes: int,
-    pre_topk: int,
-    class_agnostic: bool,
-    box_coding: int,
-    score_activation: bool,
-    background_class: int,
-    offset: int,
-) -> dict[str, float | int]:
-    return {
-        "iou_threshold": iou_threshold,
-        "score_threshold": score_threshold,
-        "max_output_boxes": max_output_boxes,
-        "pre_topk": pre_topk,
-        "class_agnostic": int(class_agnostic),
-        "box_coding": box_coding,
-        "score_activation": int(score_activation),
-        "background_class": background_class,
-        "offset": offset,
-    }
+MULTICLASS_NMS = Op(
+    "multiclass_nms",
+    "BatchedNMS",
+    [
+        Arg(
+            "boxes",
+            torch.Tensor,
+            "``Tensor[B, N, 4]`` boxes shared by every class, or ``Tensor[B, N, C, 4]`` one per class; (x1, y1, x2, "
+            "y2), or (cx, cy, w, h) with ``box_coding=1``. float32, float64 or float16.",
+        ),
+        Arg("scores", torch.Tensor, "``Tensor[B, N, C]``, same dtype as ``boxes``."),
+        Arg("iou_threshold", float, "a candidate is dropped when its IoU with a kept one is strictly greater."),
+        Arg(
+            "score_threshold",
+            float,
+            "candidates are the scores strictly greater than this (with ``score_activation``, their sigmoids). "
+            "Thresholds are rounded to float32, as the ONNX attributes store them.",
+        ),
+        Arg("max_output_boxes", int, "detections per image, the outputs' second dimension."),
+        Arg(
+            "pre_topk",
+            int,
+            "per class (per image when class-agnostic), only the best this many candidates enter NMS; -1: all.",
+        ),
+        Arg("class_agnostic", bool, "one NMS over all classes of an image."),
+        Arg("box_coding", int, "0 for corners, 1 for centre and size; the outputs are corners either way."),
+        Arg(
+            "score_activation",
+            bool,
+            "the scores are logits: the op behaves as if ``scores.sigmoid()`` had been passed (computed in the "
+            "input dtype); only candidates pay for the sigmoid.",
+        ),
+        Arg("background_class", int, "a class that never gives a detection; -1 for none."),
+        Arg("offset", int, "0, or 1 for the legacy IoU convention where a box's width is x2 - x1 + 1."),
+    ],
+    check=_check,
+    check_at_export=True,
+)
 
 
-@torch.library.custom_op("ortops::multiclass_nms", mutates_args=())
-def _multiclass_nms(
-    boxes: torch.Tensor,
-    scores: torch.Tensor,
-    iou_threshold: float,
-    score_threshold: float,
-    max_output_boxes: int,
-    pre_topk: int,
-    class_agnostic: bool,
-    box_coding: int,
-    score_activation: bool,
-    background_class: int,
-    offset: int,
-) -> _Outputs:
-    _check(
-        boxes, scores, iou_threshold, score_threshold, max_output_boxes, pre_topk, box_coding, background_class, offset
-    )
-    attributes = _attributes(
-        iou_threshold,
-        score_threshold,
-        max_output_boxes,
-        pre_topk,
-        class_agnostic,
-        box_coding,
-        score_activation,
-        background_class,
-        offset,
-    )
-    batch, k = scores.shape[0], max_output_boxes
-    shapes = [(batch,), (batch, k, 4), (batch, k), (batch, k), (batch, k)]
-    # Any device: the selection is sequential per class, so the CPU kernel serves CUDA tensors too.
-    outputs = kernel.run("BatchedNMS", (boxes.cpu(), scores.cpu()), attributes, output_shapes=shapes)
-    return tuple(o.to(boxes.device) for o in outputs)  # type: ignore[return-value]
-
-
-register_no_gradient(_multiclass_nms, "multiclass_nms")
-
-
-@_multiclass_nms.register_fake
-def _(
-    boxes: torch.Tensor,
-    scores: torch.Tensor,
-    iou_threshold: float,
-    score_threshold: float,
-    max_output_boxes: int,
-    pre_topk: int,
-    class_agnostic: bool,
-    box_coding: int,
-    score_activation: bool,
-    background_class: int,
-    offset: int,
-) -> _Outputs:
-    _check(
-        boxes, scores, iou_threshold, score_threshold, max_output_boxes, pre_topk, box_coding, background_class, offset
-    )
-    batch, k = scores.shape[0], max_output_boxes
-    return (
-        scores.new_empty((batch,), dtype=torch.int64),
-        boxes.new_empty((batch, k, 4)),
-        scores.new_empty((batch, k)),
-        scores.new_empty((batch, k), dtype=torch.int64),
-        scores.new_empty((batch, k), dtype=torch.int64),
-    )
-
-
+@MULTICLASS_NMS.public
 def multiclass_nms(
     boxes: torch.Tensor,
     scores: torch.Tensor,
@@ -179,24 +122,6 @@ def multiclass_nms(
     a batch of images with a score per class and returns fixed shapes, so that the exported
     graph has static output shapes.
 
-    Args:
-        boxes: ``Tensor[B, N, 4]`` boxes shared by every class, or ``Tensor[B, N, C, 4]`` one per
-            class; (x1, y1, x2, y2), or (cx, cy, w, h) with ``box_coding=1``. float32, float64 or float16.
-        scores: ``Tensor[B, N, C]``, same dtype as ``boxes``.
-        iou_threshold: a candidate is dropped when its IoU with a kept one is strictly greater.
-        score_threshold: candidates are the scores strictly greater than this (with
-            ``score_activation``, their sigmoids). Thresholds are rounded to float32, as the ONNX
-            attributes store them.
-        max_output_boxes: detections per image, the outputs' second dimension.
-        pre_topk: per class (per image when class-agnostic), only the best this many candidates
-            enter NMS; -1: all.
-        class_agnostic: one NMS over all classes of an image.
-        box_coding: 0 for corners, 1 for centre and size; the outputs are corners either way.
-        score_activation: the scores are logits: the op behaves as if ``scores.sigmoid()`` had
-            been passed (computed in the input dtype); only candidates pay for the sigmoid.
-        background_class: a class that never gives a detection; -1 for none.
-        offset: 0, or 1 for the legacy IoU convention where a box's width is x2 - x1 + 1.
-
     Returns:
         ``(num_detections, boxes, scores, classes, indices)``: ``Tensor[B]`` int64 counts,
         ``Tensor[B, K, 4]`` corner boxes, ``Tensor[B, K]`` scores (descending), ``Tensor[B, K]``
@@ -210,7 +135,7 @@ def multiclass_nms(
     suppressed. Runs ortops' CPU kernel (for CUDA tensors too, through copies). Not
     differentiable.
     """
-    return torch.ops.ortops.multiclass_nms(
+    return MULTICLASS_NMS(
         boxes,
         scores,
         float(iou_threshold),
@@ -223,88 +148,3 @@ def multiclass_nms(
         int(background_class),
         int(offset),
     )
-
-
-@symbolic_helper.parse_args("v", "v", "f", "f", "i", "i", "b", "i", "b", "i", "i")
-def _symbolic(  # noqa: ANN202
-    g,  # noqa: ANN001 (TorchScript graph values)
-    boxes,  # noqa: ANN001
-    scores,  # noqa: ANN001
-    iou_threshold: float,
-    score_threshold: float,
-    max_output_boxes: int,
-    pre_topk: int,
-    class_agnostic: bool,
-    box_coding: int,
-    score_activation: bool,
-    background_class: int,
-    offset: int,
-):
-    attributes = _attributes(
-        iou_threshold,
-        score_threshold,
-        max_output_boxes,
-        pre_topk,
-        class_agnostic,
-        box_coding,
-        score_activation,
-        background_class,
-        offset,
-    )
-    kinds = {"iou_threshold": "f", "score_threshold": "f"}
-    outputs = g.op(
-        "ortops::BatchedNMS",
-        boxes,
-        scores,
-        **{f"{name}_{kinds.get(name, 'i')}": value for name, value in attributes.items()},
-        outputs=5,
-    )
-    batch = symbolic_helper._get_tensor_dim_size(scores, 0)
-    k = max_output_boxes
-    num, out_boxes, out_scores, classes, indices = outputs
-    return (
-        typed(num, scores, sizes=[batch], dtype=torch.int64),
-        typed(out_boxes, boxes, sizes=[batch, k, 4]),
-        typed(out_scores, scores, sizes=[batch, k]),
-        typed(classes, scores, sizes=[batch, k], dtype=torch.int64),
-        typed(indices, scores, sizes=[batch, k], dtype=torch.int64),
-    )
-
-
-def _translation(  # noqa: ANN202
-    boxes,  # noqa: ANN001 (onnxscript values)
-    scores,  # noqa: ANN001
-    iou_threshold: float,
-    score_threshold: float,
-    max_output_boxes: int,
-    pre_topk: int,
-    class_agnostic: bool,
-    box_coding: int,
-    score_activation: bool,
-    background_class: int,
-    offset: int,
-):
-    return onnx_opset.BatchedNMS(
-        boxes,
-        scores,
-        **_attributes(
-            iou_threshold,
-            score_threshold,
-            max_output_boxes,
-            pre_topk,
-            class_agnostic,
-            box_coding,
-            score_activation,
-            background_class,
-            offset,
-        ),
-    )
-
-
-register_export(
-    torch.ops.ortops.multiclass_nms.default,
-    onnx_op="BatchedNMS",
-    function=multiclass_nms,
-    symbolic=_symbolic,
-    translation=_translation,
-)

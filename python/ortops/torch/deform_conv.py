@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import torch
-from torch.onnx import symbolic_helper
 
-from ortops.torch import _kernel
-from ortops.torch._autograd import register_reference_autograd
-from ortops.torch._export import onnx_opset, register_export, typed
-from ortops.torch._kernel import check_dtypes
+from ortops.torch._op import Arg, BadArgument, Op
 
 
 def _pair(v: int | tuple[int, int]) -> list[int]:
@@ -84,43 +80,34 @@ def _reference(
     return out if _absent(bias) else out + bias[None, :, None, None]
 
 
-@torch.library.custom_op("ortops::deform_conv2d", mutates_args=())
-def _deform_conv2d(
-    input: torch.Tensor,
-    offset: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor,
-    mask: torch.Tensor,
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-    groups: int,
-    deform_groups: int,
-) -> torch.Tensor:
-    tensors = (input, offset, weight, bias, mask)
-    check_dtypes("DeformConv2d", "deform_conv2d", *tensors)
-    attributes = (stride, padding, dilation, groups, deform_groups)
-    if input.device.type != "cpu":
-        return _reference(*tensors, *attributes)
-    names = ("stride", "padding", "dilation", "groups", "deform_groups")
-    shape = (input.shape[0], weight.shape[0], offset.shape[2], offset.shape[3])
-    return _kernel.run("DeformConv2d", tensors, dict(zip(names, attributes)), [shape])[0]
+DEFORM_CONV2D = Op(
+    "deform_conv2d",
+    "DeformConv2d",
+    [
+        Arg("input", torch.Tensor, "``Tensor[N, C, H, W]``, float32, float64 or float16."),
+        Arg(
+            "offset",
+            torch.Tensor,
+            "``Tensor[N, 2 * dg * kh * kw, H_out, W_out]``: channel ``2k`` is dy and ``2k+1`` is dx of kernel tap "
+            "``k = i * kw + j``, per deform group; dg (deform groups) is inferred from its channels.",
+        ),
+        Arg("weight", torch.Tensor, "``Tensor[C_out, C / groups, kh, kw]``; groups = C / weight.shape[1]."),
+        # The node's bias and mask inputs are required (ONNX Runtime 1.17 cannot type a node that
+        # leaves out an optional input of an op with several element types); [0] means none.
+        Arg("bias", torch.Tensor, "``Tensor[C_out]`` or None."),
+        Arg("mask", torch.Tensor, "``Tensor[N, dg * kh * kw, H_out, W_out]`` modulation (DCNv2), or None (DCNv1)."),
+        Arg("stride", list[int], "an int or a pair (height, width)."),
+        Arg("padding", list[int], "an int or a pair (height, width)."),
+        Arg("dilation", list[int], "an int or a pair (height, width)."),
+        Arg("groups", int),
+        Arg("deform_groups", int),
+    ],
+    reference=_reference,
+    differentiable=(0, 1, 2, 3, 4),
+)
 
 
-register_reference_autograd(_deform_conv2d, _reference, differentiable=(0, 1, 2, 3, 4))
-
-
-@_deform_conv2d.register_fake
-def _(input, offset, weight, bias, mask, stride, padding, dilation, groups, deform_groups):  # noqa: ANN001, ANN202
-    check_dtypes("DeformConv2d", "deform_conv2d", input, offset, weight, bias, mask)
-    return input.new_empty((input.shape[0], weight.shape[0], offset.shape[2], offset.shape[3]))
-
-
-def _check(cond: bool, message: str) -> None:
-    if not cond:
-        raise ValueError(f"ortops.torch.deform_conv2d: {message}")
-
-
+@DEFORM_CONV2D.public
 def deform_conv2d(
     input: torch.Tensor,
     offset: torch.Tensor,
@@ -134,15 +121,6 @@ def deform_conv2d(
     """Deformable convolution with ``torchvision.ops.deform_conv2d``'s signature and result
     (exports to ``ortops::DeformConv2d``).
 
-    Args:
-        input: ``Tensor[N, C, H, W]``, float32, float64 or float16.
-        offset: ``Tensor[N, 2 * dg * kh * kw, H_out, W_out]``: channel ``2k`` is dy and ``2k+1`` is dx of
-            kernel tap ``k = i * kw + j``, per deform group; dg (deform groups) is inferred from its channels.
-        weight: ``Tensor[C_out, C / groups, kh, kw]``; groups = C / weight.shape[1].
-        bias: ``Tensor[C_out]`` or None.
-        stride, padding, dilation: ints or pairs (height, width).
-        mask: ``Tensor[N, dg * kh * kw, H_out, W_out]`` modulation (DCNv2), or None (DCNv1).
-
     Returns:
         ``Tensor[N, C_out, H_out, W_out]`` with
         ``H_out = (H + 2 * pad_h - dilation_h * (kh - 1) - 1) // stride_h + 1`` (likewise W_out).
@@ -150,84 +128,32 @@ def deform_conv2d(
     CPU tensors run ortops' kernel; others a torch implementation of the same semantics.
     Differentiable with respect to input, offset, weight, bias and mask.
     """
-    _check(input.dim() == 4 and offset.dim() == 4 and weight.dim() == 4, "input, offset and weight must be 4-D")
-    stride_, padding_, dilation_ = _pair(stride), _pair(padding), _pair(dilation)
-    kernel = weight.shape[2] * weight.shape[3]
-    _check(
-        kernel > 0 and offset.shape[1] % (2 * kernel) == 0,
-        f"offset has {offset.shape[1]} channels, not a multiple of 2 * kh * kw = {2 * kernel}",
-    )
-    _check(weight.shape[1] > 0 and input.shape[1] % weight.shape[1] == 0, "C must be a multiple of weight.shape[1]")
+    if input.dim() != 4 or offset.dim() != 4 or weight.dim() != 4:
+        raise BadArgument(
+            f"input, offset and weight must be 4-D, got {list(input.shape)}, {list(offset.shape)} and "
+            f"{list(weight.shape)}"
+        )
+    channels, kernel = input.shape[1], weight.shape[2] * weight.shape[3]
+    if kernel == 0 or offset.shape[1] % (2 * kernel) != 0:
+        raise BadArgument(f"offset has {offset.shape[1]} channels, not a multiple of 2 * kh * kw = {2 * kernel}")
+    if weight.shape[1] == 0 or channels % weight.shape[1] != 0:
+        raise BadArgument(f"input's {channels} channels are not a multiple of weight.shape[1] = {weight.shape[1]}")
     deform_groups = offset.shape[1] // (2 * kernel)
-    groups = input.shape[1] // weight.shape[1]
-    _check(deform_groups > 0 and input.shape[1] % deform_groups == 0, f"C is not divisible by {deform_groups=}")
-    # The node's bias and mask inputs are required (ONNX Runtime 1.17 cannot type a node that
-    # leaves out an optional input of an op with several element types); [0] means none.
+    if deform_groups == 0 or channels % deform_groups != 0:
+        raise BadArgument(
+            f"input's {channels} channels are not a multiple of the {deform_groups} deform groups that offset's "
+            f"{offset.shape[1]} channels make with a {weight.shape[2]} x {weight.shape[3]} kernel"
+        )
     empty = input.new_empty((0,))
-    return torch.ops.ortops.deform_conv2d(
+    return DEFORM_CONV2D(
         input,
         offset,
         weight,
         empty if bias is None else bias,
         empty if mask is None else mask,
-        stride_,
-        padding_,
-        dilation_,
-        groups,
+        _pair(stride),
+        _pair(padding),
+        _pair(dilation),
+        channels // weight.shape[1],
         deform_groups,
     )
-
-
-@symbolic_helper.parse_args("v", "v", "v", "v", "v", "is", "is", "is", "i", "i")
-def _symbolic(g, input, offset, weight, bias, mask, stride, padding, dilation, groups, deform_groups):  # noqa: ANN001, ANN202
-    node = g.op(
-        "ortops::DeformConv2d",
-        input,
-        offset,
-        weight,
-        bias,
-        mask,
-        stride_i=stride,
-        padding_i=padding,
-        dilation_i=dilation,
-        groups_i=groups,
-        deform_groups_i=deform_groups,
-    )
-    batch = symbolic_helper._get_tensor_dim_size(input, 0)
-    out_channels = symbolic_helper._get_tensor_dim_size(weight, 0)
-    return typed(node, input, sizes=[batch, out_channels, None, None])
-
-
-def _translation(  # noqa: ANN202 (onnxscript values)
-    input,  # noqa: ANN001
-    offset,  # noqa: ANN001
-    weight,  # noqa: ANN001
-    bias,  # noqa: ANN001
-    mask,  # noqa: ANN001
-    stride: list[int],
-    padding: list[int],
-    dilation: list[int],
-    groups: int,
-    deform_groups: int,
-):
-    return onnx_opset.DeformConv2d(
-        input,
-        offset,
-        weight,
-        bias,
-        mask,
-        stride=stride,
-        padding=padding,
-        dilation=dilation,
-        groups=groups,
-        deform_groups=deform_groups,
-    )
-
-
-register_export(
-    torch.ops.ortops.deform_conv2d.default,
-    onnx_op="DeformConv2d",
-    function=deform_conv2d,
-    symbolic=_symbolic,
-    translation=_translation,
-)

@@ -4,31 +4,31 @@ exported to ``ortops::MultiScaleDeformableAttention``."""
 from __future__ import annotations
 
 import torch
-from torch.onnx import symbolic_helper
 
-from ortops.torch import _kernel as kernel
-from ortops.torch._autograd import register_reference_autograd
-from ortops.torch._export import onnx_opset, register_export, typed
-from ortops.torch._kernel import check_dtypes
-
-_ONNX_OP = "MultiScaleDeformableAttention"
-_FUNCTION = "multi_scale_deformable_attention"
+from ortops.torch._op import Arg, BadArgument, Op
 
 
-def _check_levels(spatial_shapes: torch.Tensor, level_start_index: torch.Tensor, keys: int) -> None:
-    """The kernel's checks of the levels, for the torch implementation on other devices."""
+def _check(value: torch.Tensor, spatial_shapes: torch.Tensor, level_start_index: torch.Tensor) -> None:
+    """The kernel's checks of the levels, for the torch implementation (the kernel makes them
+    itself, with its own messages)."""
+    if value.device.type == "cpu":
+        return
+    keys = value.shape[1]
     sizes = spatial_shapes.tolist()
     starts = level_start_index.tolist()
     total = 0
     for level, ((h, w), start) in enumerate(zip(sizes, starts)):
         if h < 0 or w < 0 or start != total:
-            raise ValueError(
-                f"ortops.{_FUNCTION}: level {level} has size ({h}, {w}) and starts at {start}; sizes must be "
-                f"non-negative and value_level_start_index the running sums of H_l * W_l ({total} here)"
+            raise BadArgument(
+                f"level {level} has size ({h}, {w}) and starts at {start}; sizes must be "
+                f"non-negative and level_start_index the running sums of H_l * W_l ({total} here)"
             )
         total += h * w
     if total != keys or len(starts) != len(sizes):
-        raise ValueError(f"ortops.{_FUNCTION}: the levels hold {total} rows of value, which has {keys}")
+        raise BadArgument(
+            f"the {len(sizes)} levels hold {total} rows of value, which has {keys}; level_start_index lists "
+            f"{len(starts)} levels"
+        )
 
 
 def _reference(
@@ -75,43 +75,44 @@ def _reference(
     return out.transpose(1, 2).reshape(batch, queries, heads * dim)
 
 
-def _output_shape(value: torch.Tensor, sampling_locations: torch.Tensor) -> tuple[int, int, int]:
-    return (value.shape[0], sampling_locations.shape[1], value.shape[2] * value.shape[3])
+MULTI_SCALE_DEFORMABLE_ATTENTION = Op(
+    "multi_scale_deformable_attention",
+    "MultiScaleDeformableAttention",
+    [
+        Arg(
+            "value",
+            torch.Tensor,
+            "``Tensor[B, S, H, D]``, float32, float64 or float16: every level's ``H_l x W_l`` map flattened "
+            "row-major, level after level (``S = sum H_l * W_l``), ``H`` heads of ``D`` channels.",
+        ),
+        Arg(
+            "spatial_shapes", torch.Tensor, "``Tensor[L, 2]`` int64, ``(H_l, W_l)`` per level.", "value_spatial_shapes"
+        ),
+        Arg(
+            "level_start_index",
+            torch.Tensor,
+            "``Tensor[L]`` int64, where each level starts in ``S`` (``0, H_0 * W_0, ...``; checked).",
+            "value_level_start_index",
+        ),
+        Arg(
+            "sampling_locations",
+            torch.Tensor,
+            "``Tensor[B, Q, H, L, P, 2]`` points ``(x, y)`` normalised to each level (0 and 1 are its outer "
+            "edges); cast to ``value``'s dtype, as mmcv does.",
+        ),
+        Arg(
+            "attention_weights",
+            torch.Tensor,
+            "``Tensor[B, Q, H, L, P]`` (used as given: softmax them before); cast to ``value``'s dtype.",
+        ),
+    ],
+    check=_check,
+    reference=_reference,
+    differentiable=(0, 3, 4),
+)
 
 
-@torch.library.custom_op("ortops::multi_scale_deformable_attention", mutates_args=())
-def _multi_scale_deformable_attention(
-    value: torch.Tensor,
-    spatial_shapes: torch.Tensor,
-    level_start_index: torch.Tensor,
-    sampling_locations: torch.Tensor,
-    attention_weights: torch.Tensor,
-) -> torch.Tensor:
-    inputs = (value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
-    check_dtypes(_ONNX_OP, _FUNCTION, *inputs)
-    if value.device.type != "cpu":
-        _check_levels(spatial_shapes, level_start_index, value.shape[1])
-        return _reference(*inputs)
-    known = value.dim() == 4 and sampling_locations.dim() == 6  # else the kernel reports the shapes
-    shape = _output_shape(value, sampling_locations) if known else None
-    return kernel.run(_ONNX_OP, inputs, {}, [shape])[0]
-
-
-register_reference_autograd(_multi_scale_deformable_attention, _reference, differentiable=(0, 3, 4))
-
-
-@_multi_scale_deformable_attention.register_fake
-def _(
-    value: torch.Tensor,
-    spatial_shapes: torch.Tensor,
-    level_start_index: torch.Tensor,
-    sampling_locations: torch.Tensor,
-    attention_weights: torch.Tensor,
-) -> torch.Tensor:
-    check_dtypes(_ONNX_OP, _FUNCTION, value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
-    return value.new_empty(_output_shape(value, sampling_locations))
-
-
+@MULTI_SCALE_DEFORMABLE_ATTENTION.public
 def multi_scale_deformable_attention(
     value: torch.Tensor,
     spatial_shapes: torch.Tensor,
@@ -123,18 +124,6 @@ def multi_scale_deformable_attention(
     ``multi_scale_deformable_attn_pytorch`` as one op that exports to
     ``ortops::MultiScaleDeformableAttention``.
 
-    Args:
-        value: ``Tensor[B, S, H, D]``, float32, float64 or float16: every level's
-            ``H_l x W_l`` map flattened row-major, level after level (``S = sum H_l * W_l``),
-            ``H`` heads of ``D`` channels.
-        spatial_shapes: ``Tensor[L, 2]`` int64, ``(H_l, W_l)`` per level.
-        level_start_index: ``Tensor[L]`` int64, where each level starts in ``S``
-            (``0, H_0 * W_0, ...``; checked).
-        sampling_locations: ``Tensor[B, Q, H, L, P, 2]`` points ``(x, y)`` normalised to
-            each level (0 and 1 are its outer edges); cast to ``value``'s dtype, as mmcv does.
-        attention_weights: ``Tensor[B, Q, H, L, P]`` (used as given: softmax them before);
-            cast to ``value``'s dtype.
-
     Returns:
         ``Tensor[B, Q, H * D]``: per query and head, the weighted sum of the points' bilinear
         samples (zeros padding, ``align_corners=False``); a non-finite location contributes 0.
@@ -142,34 +131,10 @@ def multi_scale_deformable_attention(
     CPU tensors run ortops' kernel, others a torch implementation of the same semantics.
     Differentiable with respect to value, sampling_locations and attention_weights.
     """
-    return torch.ops.ortops.multi_scale_deformable_attention(
+    return MULTI_SCALE_DEFORMABLE_ATTENTION(
         value,
         spatial_shapes,
         level_start_index,
         sampling_locations.to(value.dtype),
         attention_weights.to(value.dtype),
     )
-
-
-@symbolic_helper.parse_args("v", "v", "v", "v", "v")
-def _symbolic(g, value, spatial_shapes, level_start_index, sampling_locations, attention_weights):  # noqa: ANN001, ANN202
-    node = g.op(f"ortops::{_ONNX_OP}", value, spatial_shapes, level_start_index, sampling_locations, attention_weights)
-    batch, heads, dim = (symbolic_helper._get_tensor_dim_size(value, i) for i in (0, 2, 3))
-    queries = symbolic_helper._get_tensor_dim_size(sampling_locations, 1)
-    channels = heads * dim if heads is not None and dim is not None else None
-    return typed(node, value, sizes=[batch, queries, channels])
-
-
-def _translation(value, spatial_shapes, level_start_index, sampling_locations, attention_weights):  # noqa: ANN001, ANN202
-    return onnx_opset.MultiScaleDeformableAttention(
-        value, spatial_shapes, level_start_index, sampling_locations, attention_weights
-    )
-
-
-register_export(
-    torch.ops.ortops.multi_scale_deformable_attention.default,
-    onnx_op=_ONNX_OP,
-    function=multi_scale_deformable_attention,
-    symbolic=_symbolic,
-    translation=_translation,
-)

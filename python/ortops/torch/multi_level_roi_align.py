@@ -7,16 +7,10 @@ import math
 from collections.abc import Sequence
 
 import torch
-from torch.onnx import symbolic_helper
 
-from ortops.torch import _kernel as kernel
 from ortops.torch import roi_align as single
-from ortops.torch._autograd import register_reference_autograd
-from ortops.torch._export import onnx_opset, register_export, typed
-from ortops.torch._kernel import check_dtypes
+from ortops.torch._op import Arg, BadArgument, Op, Tensors
 from ortops.torch._sampling import sample_planes
-
-_NAME = "ortops.multi_level_roi_align"
 
 
 def _check(
@@ -34,50 +28,32 @@ def _check(
     """The kernel's checks, with its messages where it has them (the torch implementation,
     which runs on other devices, checks nothing itself)."""
     if not features:
-        raise ValueError(f"{_NAME}: needs at least one feature map")
+        raise BadArgument("needs at least one feature map, got none")
     first = features[0]
     for i, level in enumerate(features):
         if level.dim() != 4 or level.shape[:2] != first.shape[:2]:
-            raise ValueError(
-                f"{_NAME}: every level needs the same N and C, but features[{i}] has shape {list(level.shape)} "
+            raise BadArgument(
+                f"every level needs the same N and C, but features[{i}] has shape {list(level.shape)} "
                 f"and features[0] {list(first.shape)}"
             )
     if rois.dim() != 2 or rois.shape[1] != 5:
-        raise ValueError(f"{_NAME}: rois must have shape [R, 5], got {list(rois.shape)}")
+        raise BadArgument(f"rois must have shape [R, 5], got {list(rois.shape)}")
     if len(featmap_strides) != len(features):
-        raise ValueError(
-            f"{_NAME}: featmap_strides lists {len(featmap_strides)} strides, but there are {len(features)} feature maps"
+        raise BadArgument(
+            f"featmap_strides lists {len(featmap_strides)} strides, but there are {len(features)} feature maps"
         )
     if not all(math.isfinite(s) and s > 0 for s in featmap_strides):
-        raise ValueError(f"{_NAME}: featmap_strides must hold positive finite strides, got {list(featmap_strides)}")
+        raise BadArgument(f"featmap_strides must hold positive finite strides, got {list(featmap_strides)}")
     if finest_scale <= 0:
-        raise ValueError(f"{_NAME}: finest_scale must be positive, got {finest_scale}")
+        raise BadArgument(f"finest_scale must be positive, got {finest_scale}")
     if not (math.isfinite(roi_scale_factor) and roi_scale_factor > 0):
-        raise ValueError(f"{_NAME}: roi_scale_factor must be positive and finite, got {roi_scale_factor}")
+        raise BadArgument(f"roi_scale_factor must be positive and finite, got {roi_scale_factor}")
     if pool_mode not in ("avg", "max"):
-        raise ValueError(f"{_NAME}: pool_mode must be 'avg' or 'max', got {pool_mode!r}")
-    if output_height < 1 or output_width < 1 or output_height > single._MAX_TAPS_PER_ROI // output_width:
-        raise ValueError(f"{_NAME}: output size {output_height} x {output_width} is out of range")
-    taps = single._MAX_TAPS_PER_ROI // (output_height * output_width)
-    if sampling_ratio > single._MAX_SAMPLES_PER_AXIS or sampling_ratio * sampling_ratio > taps:
-        raise ValueError(
-            f"{_NAME}: a roi needs {sampling_ratio} x {sampling_ratio} samples per bin, more than this op allows; "
-            "lower sampling_ratio"
-        )
+        raise BadArgument(f"pool_mode must be 'avg' or 'max', got {pool_mode!r}")
+    single.check_pooling(output_height, output_width, sampling_ratio)
     if aligned not in (0, 1):
-        raise ValueError(f"{_NAME}: aligned must be 0 or 1, got {aligned}")
-    if rois.shape[0] == 0:
-        return
-    finite = torch.isfinite(rois).all(1)
-    if not bool(finite.all()):
-        raise ValueError(f"{_NAME}: roi {int((~finite).nonzero()[0, 0])} in input 'rois' is not finite")
-    index = rois[:, 0].long()  # truncation toward zero, as mmcv
-    bad = (index < 0) | (index >= first.shape[0])
-    if bool(bad.any()):
-        r = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"{_NAME}: roi {r} has batch index {float(rois[r, 0])}, but the features have {first.shape[0]} images"
-        )
+        raise BadArgument(f"aligned must be 0 or 1, got {aligned}")
+    single.check_rois(rois, first.shape[0], "the features have")
 
 
 def map_levels(rois: torch.Tensor, finest_scale: int, levels: int) -> torch.Tensor:
@@ -145,50 +121,37 @@ def _reference(
     return single._pool(sample, c, geometry, (output_height, output_width), sampling_ratio, pool_mode == "max")
 
 
-@torch.library.custom_op("ortops::multi_level_roi_align", mutates_args=())
-def _multi_level_roi_align(
-    features: list[torch.Tensor],
-    rois: torch.Tensor,
-    output_height: int,
-    output_width: int,
-    featmap_strides: list[float],
-    sampling_ratio: int,
-    finest_scale: int,
-    roi_scale_factor: float,
-    pool_mode: str,
-    aligned: int,
-) -> torch.Tensor:
-    check_dtypes("MultiLevelRoIAlign", "multi_level_roi_align", rois, *features)
-    args = (output_height, output_width, featmap_strides, sampling_ratio, finest_scale, roi_scale_factor)
-    _check(features, rois, *args, pool_mode, aligned)
-    if rois.device.type != "cpu":
-        return _reference(features, rois, *args, pool_mode, aligned)
-    names = ("output_height", "output_width", "featmap_strides", "sampling_ratio", "finest_scale", "roi_scale_factor")
-    attributes = {**dict(zip(names, args)), "pool_mode": pool_mode, "aligned": aligned}
-    shape = (rois.shape[0], features[0].shape[1], output_height, output_width)
-    return kernel.run("MultiLevelRoIAlign", (rois, *features), attributes, [shape])[0]
+MULTI_LEVEL_ROI_ALIGN = Op(
+    "multi_level_roi_align",
+    "MultiLevelRoIAlign",
+    [
+        Arg(
+            "features",
+            Tensors,
+            "one ``Tensor[N, C, H_l, W_l]`` per level, finest first, float32, all of the same N and C.",
+        ),
+        Arg(
+            "rois",
+            torch.Tensor,
+            "``Tensor[R, 5]`` rois as (batch_index, x1, y1, x2, y2) in image coordinates, float32; every value "
+            "must be finite and the batch index name an image.",
+        ),
+        *single.OUTPUT_SIZE,
+        Arg("featmap_strides", list[float], "the stride of each level (one per feature map)."),
+        single.SAMPLING_RATIO,
+        Arg("finest_scale", int, "roi scale under which a roi stays on the finest level."),
+        Arg("roi_scale_factor", float, "multiplies each roi's width and height after its level is chosen."),
+        Arg("pool_mode", str, '``"avg"`` or ``"max"`` (largest bilinearly interpolated sample of a bin).'),
+        Arg("aligned", int, "shift rois by -0.5 pixel (True), or the legacy behaviour (False)."),
+    ],
+    check=_check,
+    reference=_reference,
+    differentiable=(0,),
+    public_args=single.OUTPUT_SIZE_DOC,
+)
 
 
-register_reference_autograd(_multi_level_roi_align, _reference, differentiable=(0,))
-
-
-@_multi_level_roi_align.register_fake
-def _(
-    features: list[torch.Tensor],
-    rois: torch.Tensor,
-    output_height: int,
-    output_width: int,
-    featmap_strides: list[float],
-    sampling_ratio: int,
-    finest_scale: int,
-    roi_scale_factor: float,
-    pool_mode: str,
-    aligned: int,
-) -> torch.Tensor:
-    check_dtypes("MultiLevelRoIAlign", "multi_level_roi_align", rois, *features)
-    return rois.new_empty((rois.shape[0], features[0].shape[1], output_height, output_width))
-
-
+@MULTI_LEVEL_ROI_ALIGN.public
 def multi_level_roi_align(
     features: Sequence[torch.Tensor],
     rois: torch.Tensor,
@@ -208,19 +171,6 @@ def multi_level_roi_align(
     ``roi_scale_factor`` is not 1, it is scaled about its centre, and pooled from its level as
     :func:`ortops.torch.roi_align` with ``spatial_scale = 1 / featmap_strides[level]``.
 
-    Args:
-        features: one ``Tensor[N, C, H_l, W_l]`` per level, finest first, float32, all of the
-            same N and C.
-        rois: ``Tensor[R, 5]`` rois as (batch_index, x1, y1, x2, y2) in image coordinates,
-            float32; every value must be finite and the batch index name an image.
-        output_size: pooled size, ``int`` or ``(height, width)``.
-        featmap_strides: the stride of each level (one per feature map).
-        sampling_ratio: samples per bin along each axis; 0: adaptive, ceil(roi size / output size).
-        finest_scale: roi scale under which a roi stays on the finest level.
-        roi_scale_factor: multiplies each roi's width and height after its level is chosen.
-        pool_mode: ``"avg"`` or ``"max"`` (largest bilinearly interpolated sample of a bin).
-        aligned: shift rois by -0.5 pixel (True), or the legacy behaviour (False).
-
     Returns:
         ``Tensor[R, C, output_height, output_width]``.
 
@@ -228,85 +178,14 @@ def multi_level_roi_align(
     Differentiable with respect to ``features`` (not ``rois``). float32 only: the ONNX node
     is registered for float32 alone.
     """
-    height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
-    return torch.ops.ortops.multi_level_roi_align(
+    return MULTI_LEVEL_ROI_ALIGN(
         list(features),
         rois,
-        int(height),
-        int(width),
+        *single.pooled_size(output_size),
         [float(s) for s in featmap_strides],
         int(sampling_ratio),
         int(finest_scale),
         float(roi_scale_factor),
         pool_mode,
-        int(bool(aligned)),
+        int(aligned),
     )
-
-
-@symbolic_helper.parse_args("v", "v", "i", "i", "fs", "i", "i", "f", "s", "i")
-def _symbolic(  # noqa: ANN202 (TorchScript graph values)
-    g,  # noqa: ANN001
-    features,  # noqa: ANN001
-    rois,  # noqa: ANN001
-    output_height,  # noqa: ANN001
-    output_width,  # noqa: ANN001
-    featmap_strides,  # noqa: ANN001
-    sampling_ratio,  # noqa: ANN001
-    finest_scale,  # noqa: ANN001
-    roi_scale_factor,  # noqa: ANN001
-    pool_mode,  # noqa: ANN001
-    aligned,  # noqa: ANN001
-):
-    levels = symbolic_helper._unpack_list(features)
-    pooled = g.op(
-        "ortops::MultiLevelRoIAlign",
-        rois,
-        *levels,
-        output_height_i=output_height,
-        output_width_i=output_width,
-        featmap_strides_f=featmap_strides,
-        sampling_ratio_i=sampling_ratio,
-        finest_scale_i=finest_scale,
-        roi_scale_factor_f=roi_scale_factor,
-        pool_mode_s=pool_mode,
-        aligned_i=aligned,
-    )
-    channels = symbolic_helper._get_tensor_dim_size(levels[0], 1)
-    return typed(pooled, levels[0], sizes=[None, channels, output_height, output_width])
-
-
-def _translation(  # noqa: ANN202 (onnxscript values)
-    features,  # noqa: ANN001
-    rois,  # noqa: ANN001
-    output_height: int,
-    output_width: int,
-    featmap_strides: Sequence[float],
-    sampling_ratio: int,
-    finest_scale: int,
-    roi_scale_factor: float,
-    pool_mode: str,
-    aligned: int,
-):
-    # Inputs by name: torch's exporter (2.15) binds every positional argument to a variadic
-    # input, the ones before it included, so `rois, *features` would repeat rois.
-    return onnx_opset.MultiLevelRoIAlign(
-        rois=rois,
-        features=list(features),
-        output_height=output_height,
-        output_width=output_width,
-        featmap_strides=list(featmap_strides),
-        sampling_ratio=sampling_ratio,
-        finest_scale=finest_scale,
-        roi_scale_factor=roi_scale_factor,
-        pool_mode=pool_mode,
-        aligned=aligned,
-    )
-
-
-register_export(
-    torch.ops.ortops.multi_level_roi_align.default,
-    onnx_op="MultiLevelRoIAlign",
-    function=multi_level_roi_align,
-    symbolic=_symbolic,
-    translation=_translation,
-)

@@ -3,42 +3,40 @@
 from __future__ import annotations
 
 import torch
-from torch.onnx import symbolic_helper
 
-from ortops.torch import _kernel as kernel
-from ortops.torch._autograd import register_no_gradient
 from ortops.torch._boxes import check_batched_boxes_and_scores
-from ortops.torch._export import onnx_opset, register_export, typed
-from ortops.torch._kernel import check_dtypes
+from ortops.torch._op import Arg, BadArgument, Op
 
 
-@torch.library.custom_op("ortops::nms_rotated", mutates_args=())
-def _nms_rotated(
-    boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, score_threshold: float
-) -> torch.Tensor:
-    check_batched_boxes_and_scores("nms_rotated", boxes, scores, 5)
-    if not boxes.is_floating_point() or scores.dtype != boxes.dtype:
-        raise ValueError(
-            f"ortops.nms_rotated: boxes and scores must share a float dtype, got {boxes.dtype}, {scores.dtype}"
-        )
+def _check(boxes: torch.Tensor, scores: torch.Tensor) -> None:
+    check_batched_boxes_and_scores(boxes, scores, 5)
     if not bool(torch.isfinite(boxes).all()) or not bool(torch.isfinite(scores).all()):
-        raise ValueError("ortops.nms_rotated: boxes and scores must be finite (no NaN or Inf)")
-    check_dtypes("NMSRotated", "nms_rotated", boxes, scores)
-    # Any device: the CPU kernel serves CUDA tensors too (the selection is sequential).
-    attributes = {"iou_threshold": iou_threshold, "score_threshold": score_threshold}
-    (selected,) = kernel.run("NMSRotated", (boxes.cpu(), scores.cpu()), attributes)
-    return selected.to(boxes.device)
+        raise BadArgument("boxes and scores must be finite (no NaN or Inf)")
 
 
-register_no_gradient(_nms_rotated, "nms_rotated")
+NMS_ROTATED = Op(
+    "nms_rotated",
+    "NMSRotated",
+    [
+        Arg(
+            "boxes",
+            torch.Tensor,
+            "``Tensor[B, N, 5]`` rotated boxes (cx, cy, w, h, theta), theta in radians; float32 or float64.",
+        ),
+        Arg("scores", torch.Tensor, "``Tensor[B, C, N]`` scores per batch and class, same dtype as ``boxes``."),
+        Arg("iou_threshold", float, "a box is suppressed when its IoU with a kept box is greater."),
+        Arg(
+            "score_threshold",
+            float,
+            "kept boxes scoring at or below it are not returned, but they still suppress lower-scored boxes (the "
+            "threshold applies after suppression).",
+        ),
+    ],
+    check=_check,
+)
 
 
-@_nms_rotated.register_fake
-def _(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, score_threshold: float) -> torch.Tensor:
-    check_dtypes("NMSRotated", "nms_rotated", boxes, scores)
-    return boxes.new_empty((torch.library.get_ctx().new_dynamic_size(), 3), dtype=torch.int64)
-
-
+@NMS_ROTATED.public
 def nms_rotated(
     boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float, score_threshold: float = 0.0
 ) -> torch.Tensor:
@@ -49,13 +47,6 @@ def nms_rotated(
     a box with w <= 0 or h <= 0 has IoU 0 with every box. Thresholds are rounded to float32, as
     the ONNX attributes store them.
 
-    Args:
-        boxes: ``Tensor[B, N, 5]`` rotated boxes (cx, cy, w, h, theta), theta in radians; float32 or float64.
-        scores: ``Tensor[B, C, N]`` scores per batch and class, same dtype as ``boxes``.
-        iou_threshold: a box is suppressed when its IoU with a kept box is greater.
-        score_threshold: kept boxes scoring at or below it are not returned, but they still
-            suppress lower-scored boxes (the threshold applies after suppression).
-
     Returns:
         ``Tensor[K, 3]`` int64 rows (batch, class, box): per batch, then per class, in descending
         score order (ties: lower box index first).
@@ -65,23 +56,4 @@ def nms_rotated(
 
     Runs ortops' CPU kernel (for CUDA tensors too, through copies). Not differentiable.
     """
-    return torch.ops.ortops.nms_rotated(boxes, scores, float(iou_threshold), float(score_threshold))
-
-
-@symbolic_helper.parse_args("v", "v", "f", "f")
-def _symbolic(g, boxes, scores, iou_threshold, score_threshold):  # noqa: ANN001, ANN202 (TorchScript graph values)
-    node = g.op("ortops::NMSRotated", boxes, scores, iou_threshold_f=iou_threshold, score_threshold_f=score_threshold)
-    return typed(node, boxes, sizes=[None, 3], dtype=torch.int64)
-
-
-def _translation(boxes, scores, iou_threshold: float, score_threshold: float):  # noqa: ANN001, ANN202 (onnxscript values)
-    return onnx_opset.NMSRotated(boxes, scores, iou_threshold=iou_threshold, score_threshold=score_threshold)
-
-
-register_export(
-    torch.ops.ortops.nms_rotated.default,
-    onnx_op="NMSRotated",
-    function=nms_rotated,
-    symbolic=_symbolic,
-    translation=_translation,
-)
+    return NMS_ROTATED(boxes, scores, float(iou_threshold), float(score_threshold))

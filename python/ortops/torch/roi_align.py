@@ -6,18 +6,55 @@ from collections.abc import Callable
 from typing import Optional
 
 import torch
-from torch.onnx import symbolic_helper
 
-from ortops.torch import _kernel as kernel
-from ortops.torch._autograd import register_reference_autograd
-from ortops.torch._export import onnx_opset, register_export, typed
-from ortops.torch._kernel import check_dtypes
+from ortops.torch._op import Arg, BadArgument, Op
 from ortops.torch._sampling import roi_align_sample
 
 # The kernel's bounds (csrc/ops/roi_align/roi_pooling.h): past them the op would run for
 # minutes (here: allocate without end), so it reports the roi instead.
 _MAX_SAMPLES_PER_AXIS = 1 << 16
 _MAX_TAPS_PER_ROI = 1 << 24
+
+
+#: The public functions of RoIAlign's family take ``output_size``; their ops, its two sides.
+OUTPUT_SIZE = (Arg("output_height", int), Arg("output_width", int))
+OUTPUT_SIZE_DOC = {"output_size": "pooled size, ``int`` or ``(height, width)``."}
+SAMPLING_RATIO = Arg(
+    "sampling_ratio", int, "samples per bin along each axis; 0: adaptive, ceil(roi size / output size)."
+)
+
+
+def pooled_size(output_size: int | tuple[int, int]) -> tuple[int, int]:
+    """``output_size`` as (height, width)."""
+    height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
+    return int(height), int(width)
+
+
+def check_pooling(output_height: int, output_width: int, sampling_ratio: int) -> None:
+    """The kernels' bounds on the pooled size and the samples per bin (RoIAlign's family)."""
+    if output_height < 1 or output_width < 1 or output_height > _MAX_TAPS_PER_ROI // output_width:
+        raise BadArgument(f"output size {output_height} x {output_width} is out of range")
+    taps = _MAX_TAPS_PER_ROI // (output_height * output_width)
+    if sampling_ratio > _MAX_SAMPLES_PER_AXIS or sampling_ratio * sampling_ratio > taps:
+        raise BadArgument(
+            f"a roi needs {sampling_ratio} x {sampling_ratio} samples per bin, more than this op allows "
+            f"({taps} at an output size of {output_height} x {output_width}); lower sampling_ratio"
+        )
+
+
+def check_rois(rois: torch.Tensor, images: int, holder: str) -> None:
+    """Every roi finite, its batch index (truncated toward zero, as mmcv) one of the ``images``
+    that ``holder`` ("input has", "the features have") has."""
+    if rois.shape[0] == 0:
+        return
+    finite = torch.isfinite(rois).all(1)
+    if not bool(finite.all()):
+        raise BadArgument(f"roi {int((~finite).nonzero()[0, 0])} in input 'rois' is not finite")
+    index = rois[:, 0].long()
+    bad = (index < 0) | (index >= images)
+    if bool(bad.any()):
+        r = int(bad.nonzero()[0, 0])
+        raise BadArgument(f"roi {r} has batch index {float(rois[r, 0])}, but {holder} {images} images")
 
 
 def _check(
@@ -31,37 +68,13 @@ def _check(
 ) -> None:
     """The kernel's checks, with its messages."""
     if input.dim() != 4 or rois.dim() != 2 or rois.shape[1] != 5:
-        raise ValueError(
-            f"ortops.roi_align: need input [N, C, H, W] and rois [R, 5], got {list(input.shape)}, {list(rois.shape)}"
-        )
-    if input.dtype not in (torch.float32, torch.float64, torch.float16) or rois.dtype != input.dtype:
-        raise ValueError(
-            f"ortops.roi_align: need float32, float64 or float16 input and rois, got {input.dtype}, {rois.dtype}"
-        )
+        raise BadArgument(f"need input [N, C, H, W] and rois [R, 5], got {list(input.shape)} and {list(rois.shape)}")
     if mode not in ("avg", "max"):
-        raise ValueError(f"ortops.roi_align: mode must be 'avg' or 'max', got {mode!r}")
+        raise BadArgument(f"mode must be 'avg' or 'max', got {mode!r}")
     if aligned not in (0, 1):
-        raise ValueError(f"ortops.roi_align: aligned must be 0 or 1, got {aligned}")
-    if output_height < 1 or output_width < 1 or output_height > _MAX_TAPS_PER_ROI // output_width:
-        raise ValueError(f"ortops.roi_align: output size {output_height} x {output_width} is out of range")
-    taps = _MAX_TAPS_PER_ROI // (output_height * output_width)
-    if sampling_ratio > _MAX_SAMPLES_PER_AXIS or sampling_ratio * sampling_ratio > taps:
-        raise ValueError(
-            f"ortops.roi_align: a roi needs {sampling_ratio} x {sampling_ratio} samples per bin, more than this op "
-            "allows; lower 'sampling_ratio'"
-        )
-    if rois.shape[0] == 0:
-        return
-    finite = torch.isfinite(rois).all(1)
-    if not bool(finite.all()):
-        raise ValueError(f"ortops.roi_align: roi {int((~finite).nonzero()[0, 0])} in rois is not finite")
-    index = rois[:, 0].long()  # truncation toward zero, as mmcv
-    bad = (index < 0) | (index >= input.shape[0])
-    if bool(bad.any()):
-        r = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"ortops.roi_align: roi {r} has batch index {float(rois[r, 0])}, but input has {input.shape[0]} images"
-        )
+        raise BadArgument(f"aligned must be 0 or 1, got {aligned}")
+    check_pooling(output_height, output_width, sampling_ratio)
+    check_rois(rois, input.shape[0], "input has")
 
 
 def _sampling_grids(
@@ -76,14 +89,19 @@ def _sampling_grids(
             grid = torch.ceil(size / bins)  # in the rois' dtype, as the kernel computes it
             grid = torch.where(grid > 0, grid, 0)  # empty or negative sizes: no samples
         if bool((grid > _MAX_SAMPLES_PER_AXIS).any()):
-            raise ValueError(
-                f"ortops.roi_align: a roi needs {float(grid.max())} samples per bin along one axis, more than "
+            raise BadArgument(
+                f"a roi needs {float(grid.max())} samples per bin along one axis, more than "
                 f"{_MAX_SAMPLES_PER_AXIS}; lower sampling_ratio or check the rois"
             )
         grids.append(grid.long())
     grid = torch.stack(grids, 1)
-    if bool((grid.prod(1) > _MAX_TAPS_PER_ROI // (out_h * out_w)).any()):
-        raise ValueError("ortops.roi_align: a roi needs more samples per bin than this op allows; lower sampling_ratio")
+    over = grid.prod(1) > _MAX_TAPS_PER_ROI // (out_h * out_w)
+    if bool(over.any()):
+        grid_h, grid_w = grid[int(over.nonzero()[0, 0])].tolist()
+        raise BadArgument(
+            f"a roi needs {grid_h} x {grid_w} samples per bin, more than this op allows; lower 'sampling_ratio' "
+            "or check the rois"
+        )
     return grid
 
 
@@ -198,46 +216,42 @@ def _reference(
     return _pool(sample, c, geometry, (output_height, output_width), sampling_ratio, mode == "max")
 
 
-@torch.library.custom_op("ortops::roi_align", mutates_args=())
-def _roi_align(
-    input: torch.Tensor,
-    rois: torch.Tensor,
-    output_height: int,
-    output_width: int,
-    spatial_scale: float,
-    sampling_ratio: int,
-    mode: str,
-    aligned: int,
-) -> torch.Tensor:
-    _check(input, rois, output_height, output_width, sampling_ratio, mode, aligned)
-    args = (output_height, output_width, spatial_scale, sampling_ratio, mode, aligned)
-    if input.device.type != "cpu":
-        return _reference(input, rois, *args)
-    attributes = dict(
-        zip(("output_height", "output_width", "spatial_scale", "sampling_ratio", "mode", "aligned"), args)
-    )
-    shape = (rois.shape[0], input.shape[1], output_height, output_width)
-    return kernel.run("RoIAlign", (input, rois), attributes, [shape])[0]
+ROI_ALIGN = Op(
+    "roi_align",
+    "RoIAlign",
+    [
+        Arg("input", torch.Tensor, "``Tensor[N, C, H, W]`` feature maps, float32, float64 or float16."),
+        Arg(
+            "rois",
+            torch.Tensor,
+            "``Tensor[R, 5]`` rois as (batch_index, x1, y1, x2, y2) in image coordinates, same dtype as ``input``; "
+            "the batch index is truncated toward zero and must name an image, and every value must be finite "
+            "(else ``ValueError``, as the kernel's error).",
+        ),
+        *OUTPUT_SIZE,
+        Arg(
+            "spatial_scale",
+            float,
+            "multiplies roi coordinates to give feature-map coordinates (the exported node stores it as a float32 "
+            "attribute).",
+        ),
+        SAMPLING_RATIO,
+        Arg(
+            "mode",
+            str,
+            '``"avg"`` (equal to ``torchvision.ops.roi_align``) or ``"max"`` (largest bilinearly interpolated '
+            "sample; a bin with no samples gives 0).",
+        ),
+        Arg("aligned", int, "shift rois by -0.5 pixel (True), or the legacy behaviour (False)."),
+    ],
+    check=_check,
+    reference=_reference,
+    differentiable=(0,),
+    public_args=OUTPUT_SIZE_DOC,
+)
 
 
-register_reference_autograd(_roi_align, _reference, differentiable=(0,))
-
-
-@_roi_align.register_fake
-def _(
-    input: torch.Tensor,
-    rois: torch.Tensor,
-    output_height: int,
-    output_width: int,
-    spatial_scale: float,
-    sampling_ratio: int,
-    mode: str,
-    aligned: int,
-) -> torch.Tensor:
-    check_dtypes("RoIAlign", "roi_align", input, rois)
-    return input.new_empty((rois.shape[0], input.shape[1], output_height, output_width))
-
-
+@ROI_ALIGN.public
 def roi_align(
     input: torch.Tensor,
     rois: torch.Tensor,
@@ -249,74 +263,12 @@ def roi_align(
 ) -> torch.Tensor:
     """RoIAlign, Detectron style (exports to ``ortops::RoIAlign``).
 
-    Args:
-        input: ``Tensor[N, C, H, W]`` feature maps, float32, float64 or float16.
-        rois: ``Tensor[R, 5]`` rois as (batch_index, x1, y1, x2, y2) in image coordinates, same
-            dtype as ``input``; the batch index is truncated toward zero and must name an image,
-            and every value must be finite (else ``ValueError``, as the kernel's error).
-        output_size: pooled size, ``int`` or ``(height, width)``.
-        spatial_scale: multiplies roi coordinates to give feature-map coordinates (the exported
-            node stores it as a float32 attribute).
-        sampling_ratio: samples per bin along each axis; 0: adaptive, ceil(roi size / output size).
-        mode: ``"avg"`` (equal to ``torchvision.ops.roi_align``) or ``"max"`` (largest
-            bilinearly interpolated sample; a bin with no samples gives 0).
-        aligned: shift rois by -0.5 pixel (True), or the legacy behaviour (False).
-
     Returns:
         ``Tensor[R, C, output_height, output_width]``.
 
     CPU tensors run ortops' kernel; others a torch implementation of the same semantics.
     Differentiable with respect to ``input`` (not ``rois``, as torchvision's).
     """
-    height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
-    return torch.ops.ortops.roi_align(
-        input, rois, int(height), int(width), float(spatial_scale), int(sampling_ratio), mode, int(bool(aligned))
+    return ROI_ALIGN(
+        input, rois, *pooled_size(output_size), float(spatial_scale), int(sampling_ratio), mode, int(aligned)
     )
-
-
-@symbolic_helper.parse_args("v", "v", "i", "i", "f", "i", "s", "i")
-def _symbolic(g, input, rois, output_height, output_width, spatial_scale, sampling_ratio, mode, aligned):  # noqa: ANN001, ANN202
-    pooled = g.op(
-        "ortops::RoIAlign",
-        input,
-        rois,
-        output_height_i=output_height,
-        output_width_i=output_width,
-        spatial_scale_f=spatial_scale,
-        sampling_ratio_i=sampling_ratio,
-        mode_s=mode,
-        aligned_i=aligned,
-    )
-    channels = symbolic_helper._get_tensor_dim_size(input, 1)
-    return typed(pooled, input, sizes=[None, channels, output_height, output_width])
-
-
-def _translation(  # noqa: ANN202 (onnxscript values)
-    input,  # noqa: ANN001
-    rois,  # noqa: ANN001
-    output_height: int,
-    output_width: int,
-    spatial_scale: float,
-    sampling_ratio: int,
-    mode: str,
-    aligned: int,
-):
-    return onnx_opset.RoIAlign(
-        input,
-        rois,
-        output_height=output_height,
-        output_width=output_width,
-        spatial_scale=spatial_scale,
-        sampling_ratio=sampling_ratio,
-        mode=mode,
-        aligned=aligned,
-    )
-
-
-register_export(
-    torch.ops.ortops.roi_align.default,
-    onnx_op="RoIAlign",
-    function=roi_align,
-    symbolic=_symbolic,
-    translation=_translation,
-)

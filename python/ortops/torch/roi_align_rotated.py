@@ -5,13 +5,10 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.onnx import symbolic_helper
 
-from ortops.torch import _kernel as kernel
-from ortops.torch._autograd import register_reference_autograd
-from ortops.torch._export import onnx_opset, register_export, typed
-from ortops.torch._kernel import check_dtypes
+from ortops.torch._op import Arg, BadArgument, Op
 from ortops.torch._sampling import roi_align_sample
+from ortops.torch.roi_align import OUTPUT_SIZE, OUTPUT_SIZE_DOC, SAMPLING_RATIO, pooled_size
 
 
 def _reference(
@@ -56,49 +53,31 @@ def _reference(
     return out
 
 
-@torch.library.custom_op("ortops::roi_align_rotated", mutates_args=())
-def _roi_align_rotated(
-    input: torch.Tensor,
-    rois: torch.Tensor,
-    output_height: int,
-    output_width: int,
-    spatial_scale: float,
-    sampling_ratio: int,
-    aligned: int,
-    clockwise: int,
-) -> torch.Tensor:
-    check_dtypes("RoIAlignRotated", "roi_align_rotated", input, rois)
+def _check(input: torch.Tensor, rois: torch.Tensor) -> None:
     if input.dim() != 4 or rois.dim() != 2 or rois.shape[1] != 6:
-        raise ValueError(
-            f"ortops.roi_align_rotated: need input [N, C, H, W] and rois [R, 6], "
-            f"got {list(input.shape)} and {list(rois.shape)}"
-        )
-    args = (output_height, output_width, spatial_scale, sampling_ratio, aligned, clockwise)
-    if input.device.type != "cpu":
-        return _reference(input, rois, *args)
-    names = ("output_height", "output_width", "spatial_scale", "sampling_ratio", "aligned", "clockwise")
-    shape = (rois.shape[0], input.shape[1], output_height, output_width)
-    return kernel.run("RoIAlignRotated", (input, rois), dict(zip(names, args)), [shape])[0]
+        raise BadArgument(f"need input [N, C, H, W] and rois [R, 6], got {list(input.shape)} and {list(rois.shape)}")
 
 
-register_reference_autograd(_roi_align_rotated, _reference, differentiable=(0,))
+ROI_ALIGN_ROTATED = Op(
+    "roi_align_rotated",
+    "RoIAlignRotated",
+    [
+        Arg("input", torch.Tensor, "``Tensor[N, C, H, W]`` feature maps, float32, float64 or float16."),
+        Arg("rois", torch.Tensor, "``Tensor[R, 6]`` rois as (batch_index, cx, cy, w, h, theta), theta in radians."),
+        *OUTPUT_SIZE,
+        Arg("spatial_scale", float, "multiplies roi centres and sizes to give feature-map coordinates."),
+        SAMPLING_RATIO,
+        Arg("aligned", int, "shift the scaled centre by -0.5 pixel (True), or the legacy behaviour (False)."),
+        Arg("clockwise", int, "theta turns clockwise."),
+    ],
+    check=_check,
+    reference=_reference,
+    differentiable=(0,),
+    public_args=OUTPUT_SIZE_DOC,
+)
 
 
-@_roi_align_rotated.register_fake
-def _(
-    input: torch.Tensor,
-    rois: torch.Tensor,
-    output_height: int,
-    output_width: int,
-    spatial_scale: float,
-    sampling_ratio: int,
-    aligned: int,
-    clockwise: int,
-) -> torch.Tensor:
-    check_dtypes("RoIAlignRotated", "roi_align_rotated", input, rois)
-    return input.new_empty((rois.shape[0], input.shape[1], output_height, output_width))
-
-
+@ROI_ALIGN_ROTATED.public
 def roi_align_rotated(
     input: torch.Tensor,
     rois: torch.Tensor,
@@ -110,74 +89,10 @@ def roi_align_rotated(
 ) -> torch.Tensor:
     """RoIAlign over rotated rois, average pooling (exports to ``ortops::RoIAlignRotated``).
 
-    Args:
-        input: ``Tensor[N, C, H, W]`` feature maps, float32, float64 or float16.
-        rois: ``Tensor[R, 6]`` rois as (batch_index, cx, cy, w, h, theta), theta in radians.
-        output_size: pooled size, ``int`` or ``(height, width)``.
-        spatial_scale: multiplies roi centres and sizes to give feature-map coordinates.
-        sampling_ratio: samples per bin along each axis; 0: adaptive, ceil(roi size / output size).
-        aligned: shift the scaled centre by -0.5 pixel (True), or the legacy behaviour (False).
-        clockwise: theta turns clockwise.
-
     Returns:
         ``Tensor[R, C, output_height, output_width]``.
     """
-    height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
-    return torch.ops.ortops.roi_align_rotated(
-        input,
-        rois,
-        int(height),
-        int(width),
-        float(spatial_scale),
-        int(sampling_ratio),
-        int(bool(aligned)),
-        int(bool(clockwise)),
+    size = pooled_size(output_size)
+    return ROI_ALIGN_ROTATED(
+        input, rois, *size, float(spatial_scale), int(sampling_ratio), int(aligned), int(clockwise)
     )
-
-
-@symbolic_helper.parse_args("v", "v", "i", "i", "f", "i", "i", "i")
-def _symbolic(g, input, rois, output_height, output_width, spatial_scale, sampling_ratio, aligned, clockwise):  # noqa: ANN001, ANN202
-    pooled = g.op(
-        "ortops::RoIAlignRotated",
-        input,
-        rois,
-        output_height_i=output_height,
-        output_width_i=output_width,
-        spatial_scale_f=spatial_scale,
-        sampling_ratio_i=sampling_ratio,
-        aligned_i=aligned,
-        clockwise_i=clockwise,
-    )
-    channels = symbolic_helper._get_tensor_dim_size(input, 1)
-    return typed(pooled, input, sizes=[None, channels, output_height, output_width])
-
-
-def _translation(  # noqa: ANN202 (onnxscript values)
-    input,  # noqa: ANN001
-    rois,  # noqa: ANN001
-    output_height: int,
-    output_width: int,
-    spatial_scale: float,
-    sampling_ratio: int,
-    aligned: int,
-    clockwise: int,
-):
-    return onnx_opset.RoIAlignRotated(
-        input,
-        rois,
-        output_height=output_height,
-        output_width=output_width,
-        spatial_scale=spatial_scale,
-        sampling_ratio=sampling_ratio,
-        aligned=aligned,
-        clockwise=clockwise,
-    )
-
-
-register_export(
-    torch.ops.ortops.roi_align_rotated.default,
-    onnx_op="RoIAlignRotated",
-    function=roi_align_rotated,
-    symbolic=_symbolic,
-    translation=_translation,
-)

@@ -3,26 +3,19 @@
 from __future__ import annotations
 
 import torch
-from torch.onnx import symbolic_helper
 
-from ortops.torch import _kernel as kernel
-from ortops.torch._autograd import register_reference_autograd
-from ortops.torch._export import onnx_opset, register_export, typed
-from ortops.torch._kernel import check_dtypes
+from ortops.torch._op import Arg, BadArgument, Op
 from ortops.torch._sampling import roi_align_sample
 
 
 def _check(features: torch.Tensor, best_rbboxes: torch.Tensor, points: int) -> None:
-    check_dtypes("RotatedFeatureAlign", "rotated_feature_align", features, best_rbboxes)
     if features.dim() != 4:
-        raise ValueError(f"ortops.rotated_feature_align: features must be [N, C, H, W], got {list(features.shape)}")
+        raise BadArgument(f"features must be [N, C, H, W], got {list(features.shape)}")
     n, _, h, w = features.shape
     if best_rbboxes.shape != (n, h, w, 5):
-        raise ValueError(
-            f"ortops.rotated_feature_align: best_rbboxes must be [{n}, {h}, {w}, 5], got {list(best_rbboxes.shape)}"
-        )
+        raise BadArgument(f"best_rbboxes must be [{n}, {h}, {w}, 5], got {list(best_rbboxes.shape)}")
     if points not in (1, 5):
-        raise ValueError(f"ortops.rotated_feature_align: points must be 1 or 5, got {points}")
+        raise BadArgument(f"points must be 1 or 5, got {points}")
 
 
 def _reference(features: torch.Tensor, best_rbboxes: torch.Tensor, spatial_scale: float, points: int) -> torch.Tensor:
@@ -46,58 +39,33 @@ def _reference(features: torch.Tensor, best_rbboxes: torch.Tensor, spatial_scale
     return features + samples.sum(-1)
 
 
-@torch.library.custom_op("ortops::rotated_feature_align", mutates_args=())
-def _rotated_feature_align(
-    features: torch.Tensor, best_rbboxes: torch.Tensor, spatial_scale: float, points: int
-) -> torch.Tensor:
-    _check(features, best_rbboxes, points)
-    if features.device.type != "cpu":
-        return _reference(features, best_rbboxes, spatial_scale, points)
-    attributes = {"spatial_scale": spatial_scale, "points": points}
-    return kernel.run("RotatedFeatureAlign", (features, best_rbboxes), attributes, [features.shape])[0]
+ROTATED_FEATURE_ALIGN = Op(
+    "rotated_feature_align",
+    "RotatedFeatureAlign",
+    [
+        Arg("features", torch.Tensor, "``Tensor[N, C, H, W]``, float32 or float64."),
+        Arg(
+            "best_rbboxes",
+            torch.Tensor,
+            "``Tensor[N, H, W, 5]``, one box per pixel as (x, y, w, h, angle), angle in radians. (mmcv's op took "
+            "(y, x, w, h, angle); the ``mmcv`` ONNX domain keeps that.)",
+        ),
+        Arg("spatial_scale", float, "multiplies centres and sizes."),
+        Arg("points", int, "1 samples the centre; 5 also the four corners."),
+    ],
+    check=_check,
+    reference=_reference,
+    differentiable=(0,),
+)
 
 
-register_reference_autograd(_rotated_feature_align, _reference, differentiable=(0,))
-
-
-@_rotated_feature_align.register_fake
-def _(features: torch.Tensor, best_rbboxes: torch.Tensor, spatial_scale: float, points: int) -> torch.Tensor:
-    check_dtypes("RotatedFeatureAlign", "rotated_feature_align", features, best_rbboxes)
-    return torch.empty_like(features)
-
-
+@ROTATED_FEATURE_ALIGN.public
 def rotated_feature_align(
     features: torch.Tensor, best_rbboxes: torch.Tensor, spatial_scale: float = 1.0, points: int = 1
 ) -> torch.Tensor:
     """Adds to each pixel the features sampled at its rotated box (exports to ``ortops::RotatedFeatureAlign``).
 
-    Args:
-        features: ``Tensor[N, C, H, W]``, float32 or float64.
-        best_rbboxes: ``Tensor[N, H, W, 5]``, one box per pixel as (x, y, w, h, angle), angle in
-            radians. (mmcv's op took (y, x, w, h, angle); the ``mmcv`` ONNX domain keeps that.)
-        spatial_scale: multiplies centres and sizes.
-        points: 1 samples the centre; 5 also the four corners.
-
     Returns:
         ``Tensor[N, C, H, W]``: features plus the bilinear samples (RoIAlign's rule).
     """
-    return torch.ops.ortops.rotated_feature_align(features, best_rbboxes, float(spatial_scale), int(points))
-
-
-@symbolic_helper.parse_args("v", "v", "f", "i")
-def _symbolic(g, features, best_rbboxes, spatial_scale, points):  # noqa: ANN001, ANN202 (TorchScript graph values)
-    node = g.op("ortops::RotatedFeatureAlign", features, best_rbboxes, spatial_scale_f=spatial_scale, points_i=points)
-    return typed(node, features)
-
-
-def _translation(features, best_rbboxes, spatial_scale: float, points: int):  # noqa: ANN001, ANN202 (onnxscript values)
-    return onnx_opset.RotatedFeatureAlign(features, best_rbboxes, spatial_scale=spatial_scale, points=points)
-
-
-register_export(
-    torch.ops.ortops.rotated_feature_align.default,
-    onnx_op="RotatedFeatureAlign",
-    function=rotated_feature_align,
-    symbolic=_symbolic,
-    translation=_translation,
-)
+    return ROTATED_FEATURE_ALIGN(features, best_rbboxes, float(spatial_scale), int(points))

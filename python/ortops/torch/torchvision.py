@@ -39,12 +39,10 @@ from onnxscript import ir
 from onnxscript.onnx_opset import opset18 as onnx18
 from torch.onnx import symbolic_helper
 
-from ortops.torch.deform_conv import _symbolic as deform_conv_symbolic
-from ortops.torch.deform_conv import _translation as deform_conv_translation
-from ortops.torch.nms import _symbolic as nms_symbolic
-from ortops.torch.nms import _translation as nms_translation
-from ortops.torch.roi_align import _symbolic as roi_align_symbolic
-from ortops.torch.roi_align import _translation as roi_align_translation
+from ortops.torch import _runtime
+from ortops.torch.deform_conv import DEFORM_CONV2D
+from ortops.torch.nms import NMS
+from ortops.torch.roi_align import ROI_ALIGN
 
 # The first opset of the TorchScript rules here. torchvision registers its own for nms at 11
 # and for roi_align at 11 and 16; ours replace every one of them while they are active.
@@ -74,7 +72,7 @@ def _adaptive(sampling_ratio: int) -> int:
 
 
 def _nms_translation(dets, scores, iou_threshold: float):  # noqa: ANN001, ANN202 (onnxscript values)
-    return nms_translation(dets, scores, iou_threshold, 0)
+    return NMS.translation(dets, scores, iou_threshold, 0)
 
 
 def _roi_align_translation(  # noqa: ANN202 (onnxscript values)
@@ -87,7 +85,7 @@ def _roi_align_translation(  # noqa: ANN202 (onnxscript values)
     aligned: bool,
 ):
     attributes = (spatial_scale, _adaptive(sampling_ratio), "avg", int(bool(aligned)))
-    return roi_align_translation(input, rois, pooled_height, pooled_width, *attributes)
+    return ROI_ALIGN.translation(input, rois, pooled_height, pooled_width, *attributes)
 
 
 def _deform_conv2d_translation(  # noqa: ANN202 (onnxscript values)
@@ -109,7 +107,7 @@ def _deform_conv2d_translation(  # noqa: ANN202 (onnxscript values)
     if not use_mask:  # torchvision passes a placeholder [N, 1] of zeros; the node's "none" is [0]
         mask = onnx18.Constant(value=ir.tensor([], dtype=input.dtype))
     geometry = ([stride_h, stride_w], [pad_h, pad_w], [dilation_h, dilation_w])
-    return deform_conv_translation(input, offset, weight, bias, mask, *geometry, groups, offset_groups)
+    return DEFORM_CONV2D.translation(input, offset, weight, bias, mask, *geometry, groups, offset_groups)
 
 
 def translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
@@ -137,13 +135,13 @@ def translation_table() -> dict[torch._ops.OpOverload, Callable[..., Any]]:
 
 @symbolic_helper.parse_args("v", "v", "f")
 def _nms_symbolic(g, boxes, scores, iou_threshold):  # noqa: ANN001, ANN202 (TorchScript graph values)
-    return nms_symbolic(g, boxes, scores, iou_threshold, 0)
+    return NMS.symbolic(g, boxes, scores, iou_threshold, 0)
 
 
 @symbolic_helper.parse_args("v", "v", "f", "i", "i", "i", "b")
 def _roi_align_symbolic(g, input, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):  # noqa: ANN001, ANN202
     attributes = (spatial_scale, _adaptive(sampling_ratio), "avg", int(aligned))
-    return roi_align_symbolic(g, input, rois, pooled_height, pooled_width, *attributes)
+    return ROI_ALIGN.symbolic(g, input, rois, pooled_height, pooled_width, *attributes)
 
 
 @symbolic_helper.parse_args("v", "v", "v", "v", "v", "i", "i", "i", "i", "i", "i", "i", "i", "b")
@@ -168,7 +166,7 @@ def _deform_conv2d_symbolic(  # noqa: ANN202 (TorchScript graph values)
         dtype = input.type().dtype() if input.type().scalarType() is not None else torch.float32
         mask = g.op("Constant", value_t=torch.empty((0,), dtype=dtype))
     geometry = ([stride_h, stride_w], [pad_h, pad_w], [dilation_h, dilation_w])
-    return deform_conv_symbolic(g, input, offset, weight, bias, mask, *geometry, groups, offset_groups)
+    return DEFORM_CONV2D.symbolic(g, input, offset, weight, bias, mask, *geometry, groups, offset_groups)
 
 
 _SYMBOLICS: dict[str, Callable[..., Any]] = {
@@ -294,15 +292,13 @@ def export(model: torch.nn.Module, args: tuple[Any, ...], f: Any = None, *, dyna
     dynamic one; Mask R-CNN's mask pasting does not export). With ``dynamo=False`` the export
     runs inside :func:`torchvision_ops`. Returns what ``torch.onnx.export`` returns.
     """
-    from ortops.torch._export import export as ortops_export  # noqa: PLC0415 (avoids an import cycle)
-
     if dynamo:
         table = translation_table()
         table.update(kwargs.pop("custom_translation_table", None) or {})
         with _traceable_torchvision():
-            return ortops_export(model, args, f, dynamo=True, custom_translation_table=table, **kwargs)
+            return _runtime.export(model, args, f, dynamo=True, custom_translation_table=table, **kwargs)
     with torchvision_ops():
-        return ortops_export(model, args, f, dynamo=False, **kwargs)
+        return _runtime.export(model, args, f, dynamo=False, **kwargs)
 
 
 __all__ = ["export", "torchvision_ops", "translation_table"]

@@ -136,7 +136,7 @@ def test_says_it_has_no_gradient() -> None:
     boxes, scores = detector_outputs(1, 10, 2, torch.float32)
     scores.requires_grad_()
     _, _, out_scores, _, _ = ortops.torch.multiclass_nms(boxes, scores, 0.5, 0.1, 5)
-    with pytest.raises(RuntimeError, match="ortops.multiclass_nms has no gradient"):
+    with pytest.raises(RuntimeError, match=r"^ortops\.multiclass_nms: no gradient"):
         out_scores.sum().backward()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import subprocess
+import traceback
 import warnings
 from pathlib import Path
 
@@ -111,21 +112,41 @@ def test_an_opset_the_target_lacks_is_an_error(exporter: str) -> None:
         _export(exporter, opset_version=21)
 
 
-@pytest.mark.parametrize("exporter", EXPORTERS)
-def test_float16_fails_at_export_naming_the_op_and_dtype(exporter: str) -> None:
-    class Half(torch.nn.Module):
-        def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-            return ortops.torch.nms(boxes, scores, 0.5)
+class HalfNms(torch.nn.Module):
+    def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return ortops.torch.nms(boxes, scores, 0.5)
 
+
+FLOAT16_REASON = "ortops.nms: boxes is float16, but ortops::NMS takes float32 or float64; cast it before the op"
+
+
+def _float16_export_error(exporter: str) -> BaseException:
     boxes = torch.tensor([[0.0, 0, 2, 2], [1, 1, 3, 3]]).half()
     with pytest.raises(Exception) as error, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ortops.torch.export(Half(), (boxes, torch.tensor([0.9, 0.8]).half()), io.BytesIO(), dynamo=exporter == "dynamo")
-    chain, e = [], error.value
+        args = (boxes, torch.tensor([0.9, 0.8]).half())
+        ortops.torch.export(HalfNms(), args, io.BytesIO(), dynamo=exporter == "dynamo")
+    return error.value
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+def test_float16_fails_at_export_naming_the_op_and_dtype(exporter: str) -> None:
+    chain, e = [], _float16_export_error(exporter)
     while e is not None:
         chain.append(str(e))
         e = e.__cause__ or e.__context__
     assert any("ortops.nms: boxes is float16, but ortops::NMS takes float32 or float64" in m for m in chain), chain
+
+
+def test_a_dynamo_export_error_shows_the_ops_reason_first() -> None:
+    """torch.onnx.export's report (torch.export's failure and its chained errors, ~250 lines
+    with their tracebacks) came first and the op's one line at its end."""
+    error = _float16_export_error("dynamo")
+    assert isinstance(error, ValueError) and str(error) == FLOAT16_REASON
+    printed = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    assert printed.rstrip().endswith(f"ValueError: {FLOAT16_REASON}")
+    assert len(printed.splitlines()) < 40, printed  # the reason, not the exporter's report before it
+    assert "torch.export" in str(error.__context__)  # which is still there for who wants it
 
 
 def test_the_eager_op_rejects_float16_with_the_same_message() -> None:

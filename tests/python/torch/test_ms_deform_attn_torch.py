@@ -124,7 +124,7 @@ def test_gradients_match_the_composition() -> None:
 
 def test_inconsistent_levels_are_an_error() -> None:
     value, shapes, starts, locations, weights = case(torch.float32)
-    with pytest.raises(ValueError, match=r"ortops\.MultiScaleDeformableAttention: input 'value_level_start_index'"):
+    with pytest.raises(ValueError, match=r"^ortops\.multi_scale_deformable_attention: input 'value_level_start_index'"):
         ortops.torch.multi_scale_deformable_attention(value, shapes, starts + 1, locations, weights)
     with pytest.raises(ValueError, match=r"spatial_shapes is int32, but .* takes int64"):
         ortops.torch.multi_scale_deformable_attention(value, shapes.int(), starts, locations, weights)

@@ -153,7 +153,7 @@ def test_bad_inputs() -> None:
         ortops.torch.nms_rotated(boxes[..., :4], scores, 0.5)
     with pytest.raises(ValueError, match=r"scores must have shape \[B, C, N\] = \[1, C, 4\], got \[1, 2, 3\]"):
         ortops.torch.nms_rotated(boxes, scores[..., :3], 0.5)
-    with pytest.raises(ValueError, match="share a float dtype"):
+    with pytest.raises(ValueError, match="scores is float64, but the inputs before it are float32"):
         ortops.torch.nms_rotated(boxes, scores.double(), 0.5)
     bad = boxes.clone()
     bad[0, 1, 2] = math.nan

@@ -68,9 +68,14 @@ def test_eager_empty_inputs() -> None:
 
 EAGER_BAD = [
     ("batch index", torch.tensor([[2.0, 0, 0, 1, 1]]), {}, r"roi 0 has batch index 2.0, but input has 2 images"),
-    ("NaN roi", torch.tensor([[0, 0, 0, 1, 1], [0, float("nan"), 0, 1, 1]]), {}, r"roi 1 in rois is not finite"),
+    (
+        "NaN roi",
+        torch.tensor([[0, 0, 0, 1, 1], [0, float("nan"), 0, 1, 1]]),
+        {},
+        r"roi 1 in input 'rois' is not finite",
+    ),
     ("rois [R, 4]", torch.zeros(2, 4), {}, r"need input \[N, C, H, W\] and rois \[R, 5\]"),
-    ("dtype", torch.zeros(1, 5, dtype=torch.float64), {}, r"need float32, float64 or float16 input and rois"),
+    ("dtype", torch.zeros(1, 5, dtype=torch.float64), {}, r"rois is float64, but the inputs before it are float32"),
     ("mode", torch.zeros(1, 5), {"mode": "sum"}, r"mode must be 'avg' or 'max', got 'sum'"),
     ("huge roi", torch.tensor([[0, 0, 0, 1e9, 1e9]]), {}, r"samples per bin along one axis"),
     ("huge sampling", torch.zeros(1, 5), {"sampling_ratio": 8192}, r"samples per bin, more than this op allows"),
