@@ -121,7 +121,7 @@ def _bind_input(documented: list[str], dims: list[Any], symbols: dict[str, Any],
             continue
         dim = dims[at]
         at += 1
-        if _IDENTIFIER.match(token) and known(dim):
+        if token.isidentifier() and known(dim):
             symbols.setdefault(token, dim)
 
 
