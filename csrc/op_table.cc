@@ -95,7 +95,7 @@ constexpr OpDef kOpTable[] = {
   {kTrtDomain,      "EfficientNMS_TRT",              1,   kCpuOnly,   &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
   {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   kCpuOnly,   &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},
   {kTrtDomain,      "BatchedNMS_TRT",                1,   kCpuOnly,   &trt_batched_nms::kStaticSchema,           &trt_batched_nms::MakeStatic,            kCompat},
-  {kTrtDomain,      "ROIAlign_TRT",                  1,   kCpuOnly,   &trt_roi_align::kSchema,                   &trt_roi_align::Make,                    kCompat},
+  {kTrtDomain,      "ROIAlign_TRT",                  1,   OnCuda(trt_roi_align::MakeDevice), &trt_roi_align::kSchema,                   &trt_roi_align::Make,                    kCompat},
 };
 // clang-format on
 
