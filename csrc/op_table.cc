@@ -88,9 +88,9 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "TRTBatchedNMS",             1,     kCpuOnly,   &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
   {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     kCpuOnly,   &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
   // FPN RoI extractors: mmdet's SingleRoIExtractor and mmdeploy's TensorRT plugins for it.
-  {kOrtopsDomain,   "MultiLevelRoIAlign",            1, kCpuOnly, &multi_level_roi_align::kSchema,                &multi_level_roi_align::Make},
-  {kMmdeployDomain, "MMCVMultiLevelRoiAlign",        1, kCpuOnly, &multi_level_roi_align::kMmdeploySchema,        &multi_level_roi_align::MakeMmdeploy,        kCompat},
-  {kMmdeployDomain, "MMCVMultiLevelRotatedRoiAlign", 1, kCpuOnly, &multi_level_roi_align::kMmdeployRotatedSchema, &multi_level_roi_align::MakeMmdeployRotated, kCompat},
+  {kOrtopsDomain,   "MultiLevelRoIAlign",            1, OnCuda(multi_level_roi_align::MakeDevice), &multi_level_roi_align::kSchema,                &multi_level_roi_align::Make},
+  {kMmdeployDomain, "MMCVMultiLevelRoiAlign",        1, OnCuda(multi_level_roi_align::MakeMmdeployDevice), &multi_level_roi_align::kMmdeploySchema,        &multi_level_roi_align::MakeMmdeploy,        kCompat},
+  {kMmdeployDomain, "MMCVMultiLevelRotatedRoiAlign", 1, OnCuda(multi_level_roi_align::MakeMmdeployRotatedDevice), &multi_level_roi_align::kMmdeployRotatedSchema, &multi_level_roi_align::MakeMmdeployRotated, kCompat},
   // TensorRT's plugin nodes, as TensorRT's exporters write them.
   {kTrtDomain,      "EfficientNMS_TRT",              1,   kCpuOnly,   &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
   {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   kCpuOnly,   &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},

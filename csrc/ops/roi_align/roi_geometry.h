@@ -233,14 +233,6 @@ ORTOPS_HD RotatedRoi<A> RotatedRoiGeometryOf(const A* box, A scale, A min_side, 
   return g;
 }
 
-// RotatedRoiGeometryOf, failing for a roi that needs too many samples.
-template <typename A>
-RotatedRoi<A> RotatedRoiGeometry(const A* box, A scale, A min_side, bool clockwise, const PoolingAttributes& pooling) {
-  const RotatedRoi<A> g = RotatedRoiGeometryOf(box, scale, min_side, clockwise, pooling);
-  CheckGrid(g, pooling);
-  return g;
-}
-
 // A box's geometry as a value: AlignedRoiGeometryOf for boxes (x1, y1, x2, y2), and
 // RotatedRoiGeometryOf for (cx, cy, w, h, theta), with the parameters of one node.
 template <typename A>
