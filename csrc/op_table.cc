@@ -53,9 +53,9 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "NMSRotated",                1,     kCpuOnly,   &nms_rotated::kSchema,           &nms_rotated::Make,           kCompat},
   {kOrtopsDomain,   "RoIAlign",                  1,     OnCuda(roi_align::MakeDevice),   &roi_align::kSchema,             &roi_align::Make},
   {kMmcvDomain,     "MMCVRoiAlign",              1,     OnCuda(roi_align::MakeDevice),   &roi_align::kSchema,             &roi_align::Make,             kCompat},
-  {kOrtopsDomain,   "RoIAlignRotated",           1,     kCpuOnly,   &roi_align_rotated::kSchema,     &roi_align_rotated::Make},
-  {kMmcvDomain,     "MMCVRoIAlignRotated",       1,     kCpuOnly,   &roi_align_rotated::kSchema,     &roi_align_rotated::Make,     kCompat},
-  {kMmdeployDomain, "MMCVRoIAlignRotated",       1,     kCpuOnly,   &roi_align_rotated::kSchema,     &roi_align_rotated::Make,     kCompat},
+  {kOrtopsDomain,   "RoIAlignRotated",           1,     OnCuda(roi_align_rotated::MakeDevice),  &roi_align_rotated::kSchema,     &roi_align_rotated::Make},
+  {kMmcvDomain,     "MMCVRoIAlignRotated",       1,     OnCuda(roi_align_rotated::MakeDevice),  &roi_align_rotated::kSchema,     &roi_align_rotated::Make,     kCompat},
+  {kMmdeployDomain, "MMCVRoIAlignRotated",       1,     OnCuda(roi_align_rotated::MakeDevice),  &roi_align_rotated::kSchema,     &roi_align_rotated::Make,     kCompat},
   {kOrtopsDomain,   "RotatedFeatureAlign",       1,     OnCuda(rotated_feature_align::MakeDevice),   &rotated_feature_align::kSchema, &rotated_feature_align::Make},
   {kMmcvDomain,     "MMCVRotatedFeatureAlign",   1,     OnCuda(rotated_feature_align::MakeDevice),   &rotated_feature_align::kSchema, &rotated_feature_align::Make, kCompat},
   {kOrtopsDomain,   "GridSample",                1,     OnCuda(grid_sample::MakeDevice),   &grid_sample::kSchema,           &grid_sample::Make},
@@ -88,14 +88,14 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "TRTBatchedNMS",             1,     kCpuOnly,   &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
   {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     kCpuOnly,   &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
   // FPN RoI extractors: mmdet's SingleRoIExtractor and mmdeploy's TensorRT plugins for it.
-  {kOrtopsDomain,   "MultiLevelRoIAlign",            1, kCpuOnly, &multi_level_roi_align::kSchema,                &multi_level_roi_align::Make},
-  {kMmdeployDomain, "MMCVMultiLevelRoiAlign",        1, kCpuOnly, &multi_level_roi_align::kMmdeploySchema,        &multi_level_roi_align::MakeMmdeploy,        kCompat},
-  {kMmdeployDomain, "MMCVMultiLevelRotatedRoiAlign", 1, kCpuOnly, &multi_level_roi_align::kMmdeployRotatedSchema, &multi_level_roi_align::MakeMmdeployRotated, kCompat},
+  {kOrtopsDomain,   "MultiLevelRoIAlign",            1, OnCuda(multi_level_roi_align::MakeDevice), &multi_level_roi_align::kSchema,                &multi_level_roi_align::Make},
+  {kMmdeployDomain, "MMCVMultiLevelRoiAlign",        1, OnCuda(multi_level_roi_align::MakeMmdeployDevice), &multi_level_roi_align::kMmdeploySchema,        &multi_level_roi_align::MakeMmdeploy,        kCompat},
+  {kMmdeployDomain, "MMCVMultiLevelRotatedRoiAlign", 1, OnCuda(multi_level_roi_align::MakeMmdeployRotatedDevice), &multi_level_roi_align::kMmdeployRotatedSchema, &multi_level_roi_align::MakeMmdeployRotated, kCompat},
   // TensorRT's plugin nodes, as TensorRT's exporters write them.
   {kTrtDomain,      "EfficientNMS_TRT",              1,   kCpuOnly,   &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
   {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   kCpuOnly,   &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},
   {kTrtDomain,      "BatchedNMS_TRT",                1,   kCpuOnly,   &trt_batched_nms::kStaticSchema,           &trt_batched_nms::MakeStatic,            kCompat},
-  {kTrtDomain,      "ROIAlign_TRT",                  1,   kCpuOnly,   &trt_roi_align::kSchema,                   &trt_roi_align::Make,                    kCompat},
+  {kTrtDomain,      "ROIAlign_TRT",                  1,   OnCuda(trt_roi_align::MakeDevice), &trt_roi_align::kSchema,                   &trt_roi_align::Make,                    kCompat},
 };
 // clang-format on
 

@@ -62,6 +62,10 @@ struct PoolMode {
   A max_start, empty_bin;
 };
 
+// Average pooling: the rotated nodes' only mode, and ROIAlign_TRT's mode 1.
+template <typename A>
+constexpr PoolMode<A> kAveragePool{.max = false, .max_start = A(0), .empty_bin = A(0)};
+
 // Whether roi `roi` (`columns` values, the first a batch index into `images` images) passes
 // CheckRoi: finite values, and an index that names an image after truncation toward zero.
 template <typename T>
@@ -149,6 +153,12 @@ struct AlignedRoi {
     return start_w + static_cast<A>(pw) * bin_w +
            static_cast<A>(static_cast<A>(ix) + A(0.5)) * bin_w / static_cast<A>(grid_w);
   }
+  // Both coordinates at once, as RotatedRoi::Sample gives them (one interface for the device's
+  // pooling of either geometry).
+  ORTOPS_HD void Sample(int64_t ph, int64_t pw, int64_t iy, int64_t ix, A& y, A& x) const {
+    y = SampleY(ph, iy);
+    x = SampleX(pw, ix);
+  }
 };
 
 // RoIAlign's geometry (mmcv, torchvision) for the box (x1, y1, x2, y2): corners times `scale`,
@@ -223,12 +233,25 @@ ORTOPS_HD RotatedRoi<A> RotatedRoiGeometryOf(const A* box, A scale, A min_side, 
   return g;
 }
 
-// RotatedRoiGeometryOf, failing for a roi that needs too many samples.
+// A box's geometry as a value: AlignedRoiGeometryOf for boxes (x1, y1, x2, y2), and
+// RotatedRoiGeometryOf for (cx, cy, w, h, theta), with the parameters of one node.
 template <typename A>
-RotatedRoi<A> RotatedRoiGeometry(const A* box, A scale, A min_side, bool clockwise, const PoolingAttributes& pooling) {
-  const RotatedRoi<A> g = RotatedRoiGeometryOf(box, scale, min_side, clockwise, pooling);
-  CheckGrid(g, pooling);
-  return g;
-}
+struct AlignedGeometry {
+  static constexpr int64_t kBoxValues = 4;
+  A scale, min_side;
+  PoolingAttributes pooling;
+  ORTOPS_HD AlignedRoi<A> operator()(const A* box) const { return AlignedRoiGeometryOf(box, scale, min_side, pooling); }
+};
+
+template <typename A>
+struct RotatedGeometry {
+  static constexpr int64_t kBoxValues = 5;
+  A scale, min_side;
+  bool clockwise;
+  PoolingAttributes pooling;
+  ORTOPS_HD RotatedRoi<A> operator()(const A* box) const {
+    return RotatedRoiGeometryOf(box, scale, min_side, clockwise, pooling);
+  }
+};
 
 }  // namespace ortops::roi_pooling

@@ -72,47 +72,42 @@ class RoiAlignRotatedKernel : public KernelBase {
   using A = ComputeType<T>;
   static constexpr const OpSchema& kSchema = roi_align_rotated::kSchema;
 
-  RoiAlignRotatedKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def), pooling_(attrs), clockwise_(attrs.Int("clockwise")) {
-    Check(clockwise_ == 0 || clockwise_ == 1, "attribute 'clockwise' must be 0 or 1, got ", clockwise_);
-  }
+  RoiAlignRotatedKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
 
   void Compute(const KernelIO& io) const {
+    const roi_pooling::PoolingAttributes& pooling = attributes_.pooling;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> roi_input = io.Input<T>(1, 2);
     Scratch<A> roi_storage;
     const ConstTensor<A> rois{Upcast(io, roi_input, roi_storage), roi_input.shape};
-    roi_pooling::CheckRois(rois, 6, "(batch_index, cx, cy, w, h, theta)", input.shape);
+    roi_pooling::CheckRois(rois, 6, kRoiLayout, input.shape);
     const int64_t channels = input.dim(1), height = input.dim(2), width = input.dim(3);
-    const int64_t roi_count = rois.dim(0), bins = pooling_.bins();
-    T* output = io.Output<T>(0, {roi_count, channels, pooling_.output_height, pooling_.output_width});
+    const int64_t roi_count = rois.dim(0), bins = pooling.bins();
+    T* output = io.Output<T>(0, {roi_count, channels, pooling.output_height, pooling.output_width});
     if (roi_count == 0 || channels == 0) return;
     // The taps of a rotated roi scatter over the map as an axis-aligned roi's do: read them from
     // a channels-last copy (all channels of a pixel at once) where there are enough of them.
     Scratch<A> copy;
-    const roi_pooling::PoolSource<T, A> source = roi_pooling::MakePoolSource(io, input, roi_count, pooling_, copy);
+    const roi_pooling::PoolSource<T, A> source = roi_pooling::MakePoolSource(io, input, roi_count, pooling, copy);
     const bool channels_last = source.channels_last != nullptr;
-    const roi_pooling::PoolMode<A> average{.max = false, .max_start = A(0), .empty_bin = A(0)};
-    const A scale = static_cast<A>(pooling_.spatial_scale);
-    // mmcv raised the sides of a legacy (not aligned) roi to 1.
-    const A min_side = pooling_.aligned ? roi_pooling::kNoMinSide<A> : A(1);
+    const roi_pooling::RotatedGeometry<A> geometry = attributes_.Geometry<A>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
       roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const A* roi = rois.data + 6 * r;
-        const auto g = roi_pooling::RotatedRoiGeometry(roi + 1, scale, min_side, clockwise_ != 0, pooling_);
+        const auto g = geometry(roi + 1);
+        roi_pooling::CheckGrid(g, pooling);
         taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
-        roi_pooling::RotatedRoiTaps(g, pooling_, height, width, taps.data());
-        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w, average,
-                             output + r * channels * bins, scratch);
+        roi_pooling::RotatedRoiTaps(g, pooling, height, width, taps.data());
+        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w,
+                             roi_pooling::kAveragePool<A>, output + r * channels * bins, scratch);
       }
     });
   }
 
  private:
-  roi_pooling::PoolingAttributes pooling_;
-  int64_t clockwise_;
+  RotatedAttributes attributes_;
 };
 
 }  // namespace

@@ -66,14 +66,6 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-// coordinate_transformation_mode, checked before PoolingAttributes reads it as `aligned`.
-int64_t HalfPixel(const Attributes& attrs) {
-  const int64_t mode = attrs.Int("coordinate_transformation_mode");
-  Check(mode == 0 || mode == 1,
-        "attribute 'coordinate_transformation_mode' must be 0 (output_half_pixel) or 1 (half_pixel), got ", mode);
-  return mode;
-}
-
 template <typename T>
 class TrtRoiAlignKernel : public KernelBase {
  public:
@@ -81,64 +73,45 @@ class TrtRoiAlignKernel : public KernelBase {
   using A = ComputeType<T>;
   static constexpr const OpSchema& kSchema = trt_roi_align::kSchema;
 
-  TrtRoiAlignKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
-        average_(attrs.Int("mode")),
-        pooling_(attrs.Int("output_height"), attrs.Int("output_width"), attrs.Float("spatial_scale"),
-                 attrs.Int("sampling_ratio"), HalfPixel(attrs)) {
-    Check(average_ == 0 || average_ == 1, "attribute 'mode' must be 0 (max) or 1 (avg), got ", average_);
-    Check(pooling_.sampling_ratio >= 0, "attribute 'sampling_ratio' must be in [0, ", roi_pooling::kMaxSamplesPerAxis,
-          "], got ", pooling_.sampling_ratio);
-    Check(pooling_.spatial_scale > 0.0f, "attribute 'spatial_scale' must be positive and finite, got ",
-          pooling_.spatial_scale);
-  }
+  TrtRoiAlignKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
 
   void Compute(const KernelIO& io) const {
+    const roi_pooling::PoolingAttributes& pooling = attributes_.pooling;
+    const bool average = attributes_.average != 0;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> roi_input = io.Input<T>(1, 2);
     const ConstTensor<int32_t> batch_indices = io.Input<int32_t>(2, 1);
-    Check(roi_input.dim(1) == 4, "input 'rois' must have shape [R, 4] as (x1, y1, x2, y2), got ",
-          ShapeText{roi_input.shape});
+    CheckRoisShape(roi_input, batch_indices);
     const int64_t roi_count = roi_input.dim(0);
-    Check(batch_indices.dim(0) == roi_count, "input 'batch_indices' must have shape [R] with R = ", roi_count,
-          " (from input 'rois' of shape ", ShapeText{roi_input.shape}, "), got ", ShapeText{batch_indices.shape});
     Scratch<A> roi_storage;
     const A* rois = Upcast(io, roi_input, roi_storage);
-    const int64_t images = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
-    for (int64_t r = 0; r < roi_count; ++r) {
-      for (int64_t k = 0; k < 4; ++k)
-        Check(std::isfinite(rois[4 * r + k]), "roi ", r, " in input 'rois' is not finite");
-      const int32_t image = batch_indices.data[r];
-      Check(image >= 0 && image < images, "input 'batch_indices' names image ", image, " for roi ", r,
-            ", but input 'X' has ", images, " images (shape ", ShapeText{input.shape}, ")");
-    }
+    const int64_t channels = input.dim(1), height = input.dim(2), width = input.dim(3);
+    for (int64_t r = 0; r < roi_count; ++r) CheckRoi(rois + 4 * r, batch_indices.data[r], r, input.shape);
 
-    const int64_t bins = pooling_.bins();
-    T* output = io.Output<T>(0, {roi_count, channels, pooling_.output_height, pooling_.output_width});
+    const int64_t bins = pooling.bins();
+    T* output = io.Output<T>(0, {roi_count, channels, pooling.output_height, pooling.output_width});
     if (roi_count == 0 || channels == 0) return;
     const int64_t plane = height * width;
     // The channels-last path computes interpolated values; max mode needs the corners.
     const bool channels_last =
-        average_ && plane > 0 &&
-        roi_pooling::ChannelsLastPays(roi_count, bins, pooling_.sampling_ratio, channels, input.shape);
+        average && plane > 0 &&
+        roi_pooling::ChannelsLastPays(roi_count, bins, pooling.sampling_ratio, channels, input.shape);
     const Scratch<A> nhwc = channels_last ? roi_pooling::ToChannelsLast<A>(io, input) : Scratch<A>();
     const roi_pooling::PoolSource<T, A> source{input.data, channels_last ? nhwc.data() : nullptr, channels, height,
                                                width};
-    const roi_pooling::PoolMode<A> average{false, A(0), A(0)};
-    const A scale = static_cast<A>(pooling_.spatial_scale);
-    // output_half_pixel: malformed rois become 1 x 1 (sides raised to 1); half_pixel: no bound.
-    const A min_side = pooling_.aligned ? roi_pooling::kNoMinSide<A> : A(1);
+    const roi_pooling::AlignedGeometry<A> geometry = attributes_.Geometry<A>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
       roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
-        const auto g = roi_pooling::AlignedRoiGeometry(rois + 4 * r, scale, min_side, pooling_);
+        const auto g = geometry(rois + 4 * r);
+        roi_pooling::CheckGrid(g, pooling);
         taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
-        roi_pooling::AlignedRoiTaps(g, pooling_, height, width, taps.data());
+        roi_pooling::AlignedRoiTaps(g, pooling, height, width, taps.data());
         const int64_t image = batch_indices.data[r], per_bin = g.grid_h * g.grid_w;
         T* out = output + r * channels * bins;
-        if (average_) {
-          roi_pooling::PoolRoi(source, image, taps.data(), bins, per_bin, average, out, scratch);
+        if (average) {
+          roi_pooling::PoolRoi(source, image, taps.data(), bins, per_bin, roi_pooling::kAveragePool<A>, out, scratch);
           continue;
         }
         for (int64_t c = 0; c < channels; ++c) {
@@ -163,8 +136,7 @@ class TrtRoiAlignKernel : public KernelBase {
     }
   }
 
-  int64_t average_;
-  roi_pooling::PoolingAttributes pooling_;
+  TrtAttributes attributes_;
 };
 
 }  // namespace

@@ -1,0 +1,114 @@
+// The multi-level nodes' device path: each roi's level, rescaled box and geometry as the CPU
+// kernel makes them (multi_level.h), pooled by the RoIAlign family's functor
+// (roi_pool_device.h); the CPU kernel's checks and bits. Any number of levels: their maps
+// reach the device as one small table, copied once per call.
+#include <vector>
+
+#include "device/device_kernel.h"
+#include "ops/multi_level_roi_align/multi_level.h"
+#include "ops/multi_level_roi_align/multi_level_roi_align.h"
+#include "ops/roi_align/roi_pool_device.h"
+
+namespace ortops::multi_level_roi_align {
+namespace {
+
+// One level in device memory: its features [N, C, H, W] and spatial scale.
+template <typename T>
+struct Level {
+  const T* features;
+  int64_t height, width;
+  ComputeType<T> scale;
+};
+
+// Rois [R, kColumns<Node>] (batch_index, box...), each on its level of `levels`.
+template <typename T, typename Node>
+struct LevelRois {
+  using A = ComputeType<T>;
+  static constexpr int64_t kColumns = multi_level_roi_align::kColumns<Node>;
+  const T* rois;
+  const Level<T>* levels;  // device memory
+  int64_t level_count, images, channels, finest_scale;
+  LevelGeometry<Node, A> geometry;
+
+  ORTOPS_HD void Read(int64_t r, A* roi) const {
+    for (int64_t k = 0; k < kColumns; ++k) roi[k] = static_cast<A>(rois[kColumns * r + k]);
+  }
+  ORTOPS_HD bool Valid(int64_t r) const {
+    A roi[kColumns];
+    Read(r, roi);
+    return roi_pooling::RoiIsValid(roi, kColumns, images);
+  }
+  ORTOPS_HD auto Locate(int64_t r) const {
+    A roi[kColumns];
+    Read(r, roi);
+    const Level<T> level = levels[LevelOf<Node>(roi, finest_scale, level_count)];
+    const auto image = static_cast<int64_t>(roi[0]);
+    return roi_pooling::RoiOnMap<T, decltype(geometry(roi, level.scale))>{
+        geometry(roi, level.scale), level.features + image * channels * level.height * level.width, level.height,
+        level.width};
+  }
+};
+
+template <typename T, typename Node>
+class MultiLevelDeviceKernel : public device::DeviceKernelBase {
+ public:
+  using Element = T;
+  using A = ComputeType<T>;
+  static constexpr const OpSchema& kSchema = Node::kSchema;
+  static constexpr int64_t kColumns = multi_level_roi_align::kColumns<Node>;
+
+  MultiLevelDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), attributes_(attrs) {}
+
+  void Compute(const device::DeviceIO& io) const {
+    const roi_pooling::PoolingAttributes& pooling = attributes_.pooling;
+    const ConstTensor<T> rois = io.Input<T>(0, 2);
+    const std::vector<ConstTensor<T>> features = FeatureInputs<T>(io, attributes_);
+    roi_pooling::CheckRoisShape(rois, kColumns, kRoiLayout<Node>);
+    const auto level_count = static_cast<int64_t>(features.size());
+    std::vector<Level<T>> host_levels;
+    host_levels.reserve(features.size());
+    for (int64_t l = 0; l < level_count; ++l) {
+      const ConstTensor<T>& level = features[static_cast<size_t>(l)];
+      host_levels.push_back({level.data, level.dim(2), level.dim(3), attributes_.Scale(l)});
+    }
+    Scratch<Level<T>> levels = io.Allocate<Level<T>>(host_levels.size());
+    io.CopyToDevice(levels.data(), host_levels.data(), host_levels.size());
+
+    const int64_t count = rois.dim(0), channels = features[0].dim(1);
+    const LevelGeometry<Node, A> geometry = attributes_.Geometry();
+    const LevelRois<T, Node> located{
+        rois.data, levels.data(), level_count, features[0].dim(0), channels, attributes_.finest_scale, geometry};
+    device::CheckEach(io, rois.data, count, kColumns,
+                      roi_pooling::RoiFails<LevelRois<T, Node>>{located, pooling.bins(), channels > 0},
+                      [&](int64_t r, const T* values) {
+                        A roi[kColumns];
+                        for (int64_t k = 0; k < kColumns; ++k) roi[k] = static_cast<A>(values[k]);
+                        roi_pooling::CheckRoi(roi, r, kColumns, features[0].shape, "features[0]");
+                        const int64_t l = LevelOf<Node>(roi, attributes_.finest_scale, level_count);
+                        roi_pooling::CheckGrid(geometry(roi, attributes_.Scale(l)), pooling);
+                      });
+    T* output = io.Output<T>(0, {count, channels, pooling.output_height, pooling.output_width});
+    io.ForEach(count * channels * pooling.bins(),
+               roi_pooling::PoolBin<T, LevelRois<T, Node>, roi_pooling::MeanOrMax<A>>{
+                   located, {attributes_.mode}, output, channels, pooling});
+  }
+
+ private:
+  LevelAttributes<Node, A> attributes_;
+};
+
+template <typename T>
+using OrtopsKernel = MultiLevelDeviceKernel<T, OrtopsNode>;
+template <typename T>
+using MmdeployKernel = MultiLevelDeviceKernel<T, MmdeployNode>;
+template <typename T>
+using MmdeployRotatedKernel = MultiLevelDeviceKernel<T, MmdeployRotatedNode>;
+
+}  // namespace
+
+// float32 only, as the CPU kernels (multi_level_roi_align.cc says why).
+std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<OrtopsKernel, float>(def); }
+std::vector<OpPtr> MakeMmdeployDevice(const OpDef& def) { return MakeOps<MmdeployKernel, float>(def); }
+std::vector<OpPtr> MakeMmdeployRotatedDevice(const OpDef& def) { return MakeOps<MmdeployRotatedKernel, float>(def); }
+
+}  // namespace ortops::multi_level_roi_align

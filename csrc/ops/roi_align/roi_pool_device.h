@@ -1,0 +1,179 @@
+// The device path of the whole RoIAlign family (RoIAlign, RoIAlignRotated, the multi-level
+// ops, TensorRT's ROIAlign_TRT): one thread per pooled value, which finds its roi on its map,
+// samples its bin with the CPU kernels' geometry and bilinear rule (roi_geometry.h,
+// math/bilinear.h) and pools the samples in the CPU kernels' order, so that both return the
+// same bits. The ops differ only in a Rois type each (the layout of a roi, its image, level
+// and geometry) and in how a bin's samples are pooled (MeanOrMax, MaxOfCorners).
+// Included by the family's .cu files only.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/half.h"
+#include "core/host_device.h"
+#include "device/device_io.h"
+#include "math/bilinear.h"
+#include "ops/roi_align/roi_geometry.h"
+
+namespace ortops::roi_pooling {
+
+// Where a roi pools from: its geometry (AlignedRoi, RotatedRoi) on a height x width map, and
+// the [C, H, W] planes of its image on that map.
+template <typename T, typename Geometry>
+struct RoiOnMap {
+  Geometry g;
+  const T* image;
+  int64_t height, width;
+};
+
+// A Rois type (one per op) tells the functors below about roi r:
+//   ORTOPS_HD bool Valid(int64_t r) const: whether its values pass the CPU kernel's checks
+//     (finite, naming an image that exists);
+//   ORTOPS_HD RoiOnMap<T, Geometry> Locate(int64_t r) const: where it pools from (for a
+//     valid roi only).
+
+// Whether roi r fails the CPU kernel's checks: its values, or (where `grids`) a grid that
+// PoolingAttributes' bounds refuse. The CPU kernels make a roi's grid only when they pool it,
+// so not when the output is empty (C = 0). The device's half of device::CheckEach.
+template <typename Rois>
+struct RoiFails {
+  Rois rois;
+  int64_t bins;
+  bool grids;
+  ORTOPS_HD bool operator()(int64_t r) const {
+    if (!rois.Valid(r)) return true;
+    if (!grids) return false;
+    const auto g = rois.Locate(r).g;
+    return !GridIsValid(g.grid_h, g.grid_w, bins);
+  }
+};
+
+// RoIAlign's pooling of a bin's samples, as the CPU kernels' PoolRoi: their mean (over at
+// least one sample), or the largest, starting from mode.max_start (mode.empty_bin for a bin
+// without samples).
+template <typename A>
+struct MeanOrMax {
+  PoolMode<A> mode;
+
+  struct State {
+    A sum, best;
+  };
+  ORTOPS_HD State Start() const { return {A(0), mode.max_start}; }
+  template <typename T>
+  ORTOPS_HD A Read(const BilinearTap<A>& tap, const T* map) const {
+    return tap.Read(map);
+  }
+  ORTOPS_HD void Add(State& state, A value) const {
+    state.sum += value;
+    if (value > state.best) state.best = value;
+  }
+  ORTOPS_HD A Finish(const State& state, int64_t samples) const {
+    if (!mode.max) return state.sum / static_cast<A>(samples > 1 ? samples : 1);
+    return samples == 0 ? mode.empty_bin : state.best;
+  }
+};
+
+// TensorRT's max mode (ROIAlign_TRT), as its CPU kernel's MaxPool: the largest of a bin's
+// samples, each the largest of its four weighted corners, NaN skipped as fmax does; 0 for a
+// bin without samples. The running max starts at NaN, so that the first sample starts it.
+template <typename A>
+struct MaxOfCorners {
+  struct State {
+    A best;
+  };
+  ORTOPS_HD State Start() const { return {std::numeric_limits<A>::quiet_NaN()}; }
+  template <typename T>
+  ORTOPS_HD A Read(const BilinearTap<A>& tap, const T* map) const {
+    return tap.ReadMaxOfCorners(map);
+  }
+  ORTOPS_HD void Add(State& state, A value) const {
+    using std::fmax;
+    state.best = fmax(state.best, value);
+  }
+  ORTOPS_HD A Finish(const State& state, int64_t samples) const { return samples == 0 ? A(0) : state.best; }
+};
+
+// Pooled value i of the [R, C, output_height, output_width] output, from roi r = i / (C *
+// bins) as `rois` locates it. A map with H or W = 0 reads 0.
+template <typename T, typename Rois, typename Pooling>
+struct PoolBin {
+  using A = ComputeType<T>;
+  Rois rois;
+  Pooling pool;
+  T* output;
+  int64_t channels;
+  PoolingAttributes pooling;
+
+  ORTOPS_HD void operator()(int64_t i) const {
+    const int64_t pw = i % pooling.output_width, ph = i / pooling.output_width % pooling.output_height;
+    const int64_t c = i / pooling.bins() % channels, r = i / (pooling.bins() * channels);
+    const auto roi = rois.Locate(r);
+    const int64_t plane = roi.height * roi.width;
+    const T* map = roi.image + c * plane;
+    auto state = pool.Start();
+    for (int64_t iy = 0; iy < roi.g.grid_h; ++iy) {
+      for (int64_t ix = 0; ix < roi.g.grid_w; ++ix) {
+        A y, x;
+        roi.g.Sample(ph, pw, iy, ix, y, x);
+        pool.Add(state, plane == 0 ? A(0) : pool.Read(RoiAlignTap(y, x, roi.height, roi.width), map));
+      }
+    }
+    output[i] = static_cast<T>(pool.Finish(state, roi.g.grid_h * roi.g.grid_w));
+  }
+};
+
+// Rois [R, 1 + box] whose first value is the index of an image of `input` [N, C, H, W]
+// (RoIAlign, RoIAlignRotated); Geometry makes a box's geometry.
+template <typename T, typename Geometry>
+struct IndexedRois {
+  using A = ComputeType<T>;
+  static constexpr int64_t kColumns = 1 + Geometry::kBoxValues;
+  const T* rois;
+  const T* input;
+  int64_t images, channels, height, width;
+  Geometry geometry;
+
+  ORTOPS_HD void Read(int64_t r, A* roi) const {
+    for (int64_t k = 0; k < kColumns; ++k) roi[k] = static_cast<A>(rois[kColumns * r + k]);
+  }
+  ORTOPS_HD bool Valid(int64_t r) const {
+    A roi[kColumns];
+    Read(r, roi);
+    return RoiIsValid(roi, kColumns, images);
+  }
+  ORTOPS_HD auto Locate(int64_t r) const {
+    A roi[kColumns];
+    Read(r, roi);
+    const auto image = static_cast<int64_t>(roi[0]);
+    return RoiOnMap<T, decltype(geometry(roi + 1))>{geometry(roi + 1), input + image * channels * height * width,
+                                                    height, width};
+  }
+};
+
+// RoIAlign's and RoIAlignRotated's device path, after the shape checks: checks the rois on
+// the device (and, for the first that fails, on the host with the CPU kernel's CheckRoi and
+// CheckGrid, for its message), then pools every roi into output 0, [R, C, output_height,
+// output_width].
+template <typename T, typename Geometry, typename Pooling>
+void PoolIndexedRois(const device::DeviceIO& io, const ConstTensor<T>& input, const ConstTensor<T>& rois,
+                     const Geometry& geometry, const Pooling& pool) {
+  using A = ComputeType<T>;
+  using Located = IndexedRois<T, Geometry>;
+  constexpr int64_t kColumns = Located::kColumns;
+  const PoolingAttributes& pooling = geometry.pooling;
+  const int64_t count = rois.dim(0), channels = input.dim(1);
+  const Located located{rois.data, input.data, input.dim(0), channels, input.dim(2), input.dim(3), geometry};
+  device::CheckEach(io, rois.data, count, kColumns, RoiFails<Located>{located, pooling.bins(), channels > 0},
+                    [&](int64_t r, const T* values) {
+                      A roi[kColumns];
+                      for (int64_t k = 0; k < kColumns; ++k) roi[k] = static_cast<A>(values[k]);
+                      CheckRoi(roi, r, kColumns, input.shape);
+                      CheckGrid(geometry(roi + 1), pooling);
+                    });
+  T* output = io.Output<T>(0, {count, channels, pooling.output_height, pooling.output_width});
+  io.ForEach(count * channels * pooling.bins(), PoolBin<T, Located, Pooling>{located, pool, output, channels, pooling});
+}
+
+}  // namespace ortops::roi_pooling
