@@ -133,6 +133,9 @@ class DeviceIO {
   void Fill(void* device, int byte, size_t bytes) const;
 
   Stream stream() const { return stream_; }
+  // ONNX Runtime's context of the call, for the provider's resources (device/gemm.cu: its
+  // cuBLAS handle).
+  OrtKernelContext* context() const { return io_.context(); }
 
  private:
   void CopyBytesToHost(void* host, const void* device, size_t bytes) const;
