@@ -81,8 +81,8 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "TRTInstanceNormalization",      1,   kCpuOnly,   &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},
   {kMmdeployDomain, "ScaledDotProductAttentionTRT",  1,   kCpuOnly,   &scaled_dot_product_attention::kSchema,    &scaled_dot_product_attention::Make,     kCompat},
   // Multi-scale deformable attention: one kernel, a schema per row (mmdeploy's has im2col_step).
-  {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, kCpuOnly, &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
-  {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, kCpuOnly, &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
+  {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, OnCuda(ms_deform_attn::MakeDevice), &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
+  {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, OnCuda(ms_deform_attn::MakeMmdeployDevice), &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
   // Multi-class batched NMS with fixed-size outputs (math/multiclass_nms.h).
   {kOrtopsDomain,   "BatchedNMS",                1,     kCpuOnly,   &batched_nms::kSchema,           &batched_nms::Make},
   {kMmdeployDomain, "TRTBatchedNMS",             1,     kCpuOnly,   &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
