@@ -79,7 +79,7 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "GridPriorsTRT",                 1,   kCpuOnly,   &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
   {kMmdeployDomain, "TRTBicubicInterpolate",         1,   kCpuOnly,   &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
   {kMmdeployDomain, "TRTInstanceNormalization",      1,   kCpuOnly,   &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},
-  {kMmdeployDomain, "ScaledDotProductAttentionTRT",  1,   kCpuOnly,   &scaled_dot_product_attention::kSchema,    &scaled_dot_product_attention::Make,     kCompat},
+  {kMmdeployDomain, "ScaledDotProductAttentionTRT",  1,   OnCuda(scaled_dot_product_attention::MakeDevice),   &scaled_dot_product_attention::kSchema,    &scaled_dot_product_attention::Make,     kCompat},
   // Multi-scale deformable attention: one kernel, a schema per row (mmdeploy's has im2col_step).
   {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, OnCuda(ms_deform_attn::MakeDevice), &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
   {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, OnCuda(ms_deform_attn::MakeMmdeployDevice), &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
