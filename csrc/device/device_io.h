@@ -133,6 +133,9 @@ class DeviceIO {
   void Fill(void* device, int byte, size_t bytes) const;
 
   Stream stream() const { return stream_; }
+  // ONNX Runtime's context of the call, for the provider's resources (device/gemm.cu: its
+  // cuBLAS handle).
+  OrtKernelContext* context() const { return io_.context(); }
 
 #if defined(__CUDACC__)
   // After a kernel launched by hand (GPU-only code: everything else launches through Thrust,

@@ -22,6 +22,7 @@
 #include "core/ort_gemm.h"
 #include "core/packed_gemm.h"
 #include "ops/deform_conv/columns.h"
+#include "ops/deform_conv/conv_inputs.h"
 
 namespace ortops::deform_conv {
 namespace {
@@ -83,9 +84,9 @@ constexpr IoSpec kOrtopsInputs[] = {
   "(y, x) samples the input at (y * stride_h - pad_h + i * dilation_h + dy, x * stride_w - pad_w + "  \
   "j * dilation_w + dx) bilinearly, where a point outside (-1, H) x (-1, W) reads 0 and each of its " \
   "four neighbours outside the map reads 0; the sample is multiplied by the mask (modulated form), "  \
-  "then the samples of a group's channels are multiplied with its weights (a GEMM: ortops' own in "   \
-  "float32 and float16 on CPUs with AVX2 or AVX-512, ONNX Runtime's Gemm otherwise) and the bias is " \
-  "added. "                                                                                           \
+  "then the samples of a group's channels are multiplied with its weights (a GEMM: on CPUs, ortops' " \
+  "own in float32 and float16 with AVX2 or AVX-512, ONNX Runtime's Gemm otherwise; on CUDA, cuBLAS) " \
+  "and the bias is added. "                                                                           \
   "Channel c uses deform group c / (C / deform_groups) "                                              \
   "whatever its convolution group (mmcv 1.7.2 got groups > 1 with deform_groups > 1 wrong; this "     \
   "follows torchvision). H_out = (H + 2 pad_h - dilation_h (kh - 1) - 1) / stride_h + 1, likewise "   \
@@ -160,13 +161,6 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-// kMmdeployV1 is kV1 with mmdeploy's attribute encoding (four padding values).
-enum class Layout { kModulated, kV1, kMmdeployV1, kOrtops };
-
-struct Geometry {
-  int64_t batch, channels, height, width, out_channels, kernel_h, kernel_w, out_h, out_w;
-};
-
 // a * b, or an error naming `what` when it does not fit in int64 (attribute values and
 // tensor dims are untrusted).
 int64_t Product(int64_t a, int64_t b, const char* what) {
@@ -174,6 +168,75 @@ int64_t Product(int64_t a, int64_t b, const char* what) {
   Check(!__builtin_mul_overflow(a, b, &result), what, " overflows: ", a, " x ", b);
   return result;
 }
+
+std::array<int64_t, 2> Pair(const Attributes& attrs, const char* name) {
+  const std::vector<int64_t> v = attrs.Ints(name);
+  Check(v.size() == 2, "attribute '", name, "' must have 2 values, got ", v.size());
+  return {v[0], v[1]};
+}
+
+// mmdeploy writes (pad_h, pad_w) as [pad_h, pad_h, pad_w, pad_w].
+std::array<int64_t, 2> MmdeployPadding(const Attributes& attrs) {
+  const std::vector<int64_t> v = attrs.Ints("padding");
+  Check(v.size() == 4 && v[0] == v[1] && v[2] == v[3],
+        "attribute 'padding' must be [pad_h, pad_h, pad_w, pad_w] as mmdeploy writes it, got ", v.size(), " values",
+        v.size() == 4 ? " with unequal pairs" : "");
+  return {v[0], v[2]};
+}
+
+}  // namespace
+
+ConvAttributes::ConvAttributes(const Attributes& attrs, Layout layout)
+    : stride(Pair(attrs, "stride")),
+      padding(layout == Layout::kMmdeployV1 ? MmdeployPadding(attrs) : Pair(attrs, "padding")),
+      dilation(Pair(attrs, "dilation")),
+      groups(attrs.Int("groups")),
+      deform_groups(attrs.Int("deform_groups")) {
+  // The bound keeps every later product of an attribute and a tensor dim inside int64.
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  Check(stride[0] >= 1 && stride[1] >= 1 && stride[0] < kLimit && stride[1] < kLimit,
+        "attribute 'stride' must be positive (and below 2^31), got ", stride[0], ",", stride[1]);
+  Check(dilation[0] >= 1 && dilation[1] >= 1 && dilation[0] < kLimit && dilation[1] < kLimit,
+        "attribute 'dilation' must be positive (and below 2^31), got ", dilation[0], ",", dilation[1]);
+  Check(padding[0] >= 0 && padding[1] >= 0 && padding[0] < kLimit && padding[1] < kLimit,
+        "attribute 'padding' must be non-negative (and below 2^31), got ", padding[0], ",", padding[1]);
+  Check(groups >= 1 && deform_groups >= 1, "attributes 'groups' and 'deform_groups' must be at least 1, got ", groups,
+        " and ", deform_groups);
+}
+
+Geometry CheckShapes(const ConvAttributes& conv, const Shape& input, const Shape& offset, const Shape& weight) {
+  Geometry g{input[0], input[1], input[2], input[3], weight[0], weight[2], weight[3], 0, 0};
+  Check(g.channels % conv.groups == 0, "input 'input' ", ShapeText{input}, " has C = ", g.channels,
+        ", not divisible by groups = ", conv.groups);
+  Check(g.out_channels % conv.groups == 0, "input 'weight' ", ShapeText{weight}, " has C_out = ", g.out_channels,
+        ", not divisible by groups = ", conv.groups);
+  Check(g.channels % conv.deform_groups == 0, "input 'input' ", ShapeText{input}, " has C = ", g.channels,
+        ", not divisible by deform_groups = ", conv.deform_groups);
+  Check(weight[1] == g.channels / conv.groups,
+        "input 'weight' must have shape [C_out, C / groups = ", g.channels / conv.groups, ", kh, kw], got ",
+        ShapeText{weight});
+  Check(g.kernel_h >= 1 && g.kernel_w >= 1, "input 'weight' has an empty kernel: ", ShapeText{weight});
+  Check(Product(g.height, g.width, "input 'input' plane size") < (int64_t{1} << 31) - 1, "input 'input' ",
+        ShapeText{input}, " has planes of ", g.height, " x ", g.width,
+        " elements, more than this op supports (2^31 - 2)");
+  // Attributes are below 2^31 and dims below 2^31 (planes are), so these cannot overflow
+  // except through the kernel extent, which Product checks.
+  const int64_t extent_h = Product(conv.dilation[0], g.kernel_h - 1, "the dilated kernel height") + 1;
+  const int64_t extent_w = Product(conv.dilation[1], g.kernel_w - 1, "the dilated kernel width") + 1;
+  const int64_t padded_h = g.height + 2 * conv.padding[0], padded_w = g.width + 2 * conv.padding[1];
+  Check(extent_h <= padded_h && extent_w <= padded_w, "the dilated kernel (", extent_h, " x ", extent_w,
+        ") is larger than the padded input (", padded_h, " x ", padded_w, "); input 'input' is ", ShapeText{input},
+        ", input 'weight' is ", ShapeText{weight});
+  g.out_h = (padded_h - extent_h) / conv.stride[0] + 1;
+  g.out_w = (padded_w - extent_w) / conv.stride[1] + 1;
+  const Shape expected{g.batch, Product(2 * conv.deform_groups, g.kernel_h * g.kernel_w, "offset channels"), g.out_h,
+                       g.out_w};
+  Check(offset == expected, "input 'offset' must have shape ", ShapeText{expected},
+        " ([N, 2 * deform_groups * kh * kw, H_out, W_out]), got ", ShapeText{offset});
+  return g;
+}
+
+namespace {
 
 // Scratch per chunk of output positions stays below this size, so that memory stays bounded
 // for any image size. Larger than the caches on purpose: the GEMM packs its operands itself,
@@ -238,34 +301,16 @@ class DeformConvKernel : public KernelBase {
  public:
   using Element = T;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = kLayout == Layout::kModulated    ? kModulatedSchema
-                                             : kLayout == Layout::kV1         ? kV1Schema
-                                             : kLayout == Layout::kMmdeployV1 ? kMmdeploySchema
-                                                                              : deform_conv::kSchema;
-  static constexpr bool kHasMask = kLayout == Layout::kModulated || kLayout == Layout::kOrtops;
+  static constexpr const OpSchema& kSchema = SchemaOf(kLayout);
 
   DeformConvKernel(const Attributes& attrs, const OpDef& def)
       : KernelBase(def),
-        stride_(Pair(attrs, "stride")),
-        padding_(kLayout == Layout::kMmdeployV1 ? MmdeployPadding(attrs) : Pair(attrs, "padding")),
-        dilation_(Pair(attrs, "dilation")),
-        groups_(attrs.Int("groups")),
-        deform_groups_(attrs.Int("deform_groups")),
+        conv_(attrs, kLayout),
         gemm_(std::make_unique<OrtGemm>(attrs.info(), OnnxType<A>())),
         in_panels_(std::is_same_v<A, float> && HasPackedGemm()) {
-    // The bound keeps every later product of an attribute and a tensor dim inside int64.
-    constexpr int64_t kLimit = int64_t{1} << 31;
-    Check(stride_[0] >= 1 && stride_[1] >= 1 && stride_[0] < kLimit && stride_[1] < kLimit,
-          "attribute 'stride' must be positive (and below 2^31), got ", stride_[0], ",", stride_[1]);
-    Check(dilation_[0] >= 1 && dilation_[1] >= 1 && dilation_[0] < kLimit && dilation_[1] < kLimit,
-          "attribute 'dilation' must be positive (and below 2^31), got ", dilation_[0], ",", dilation_[1]);
-    Check(padding_[0] >= 0 && padding_[1] >= 0 && padding_[0] < kLimit && padding_[1] < kLimit,
-          "attribute 'padding' must be non-negative (and below 2^31), got ", padding_[0], ",", padding_[1]);
-    Check(groups_ >= 1 && deform_groups_ >= 1, "attributes 'groups' and 'deform_groups' must be at least 1, got ",
-          groups_, " and ", deform_groups_);
     // Weights stored in the model are reordered for the GEMM once, here.
     if (const std::optional<ConstTensor<T>> weight = attrs.ConstantInput<T>(kWeightIndex);
-        weight && weight->rank() == 4 && weight->size() > 0 && weight->dim(0) % groups_ == 0) {
+        weight && weight->rank() == 4 && weight->size() > 0 && weight->dim(0) % conv_.groups == 0) {
       packed_weight_shape_ = weight->shape;
       packed_weights_.resize(
           static_cast<size_t>(WeightsSize(weight->dim(0), weight->dim(1) * weight->dim(2) * weight->dim(3))));
@@ -280,14 +325,14 @@ class DeformConvKernel : public KernelBase {
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> offset = io.Input<T>(1, 4);
     const ConstTensor<T> weight = io.Input<T>(kWeightIndex, 4);
-    const Geometry g = CheckShapes(input, offset, weight);
+    const Geometry g = CheckShapes(conv_, input.shape, offset.shape, weight.shape);
     const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
-    const T* mask = MaskInput(io, g);
-    const T* bias = BiasInput(io, g);
+    const T* mask = MaskInput<kLayout, T>(io, g, conv_);
+    const T* bias = BiasInput<kLayout, T>(io, g);
     T* output = io.Output<T>(0, {g.batch, g.out_channels, g.out_h, g.out_w});
     if (g.batch * g.out_channels * positions == 0) return;
 
-    const int64_t group_channels = g.channels / groups_, group_out = g.out_channels / groups_;
+    const int64_t group_channels = g.channels / conv_.groups, group_out = g.out_channels / conv_.groups;
     const int64_t rows = group_channels * taps;  // the GEMM's K
     if (rows == 0) {                             // no input channels: the output is the bias
       for (int64_t i = 0; i < g.batch * g.out_channels; ++i) {
@@ -311,11 +356,15 @@ class DeformConvKernel : public KernelBase {
     const A* weights = packed ? packed_weights_.data() : reordered.data();
     constexpr bool kDirect = std::is_same_v<T, A>;
     // The column fill reads offsets and masks in A: float16 ones are widened first.
-    const int64_t offset_size = 2 * deform_groups_ * taps * positions, mask_size = deform_groups_ * taps * positions;
+    const int64_t offset_size = 2 * conv_.deform_groups * taps * positions,
+                  mask_size = conv_.deform_groups * taps * positions;
     const Scratch<A> widened = io.Allocate<A>(kDirect ? 0 : static_cast<size_t>(offset_size + mask_size));
-    ColumnSource<A> source{image_nhwc.data(), nullptr,     nullptr,      g.channels,   g.height,   g.width,
-                           g.out_h,           g.out_w,     g.kernel_h,   g.kernel_w,   stride_[0], stride_[1],
-                           padding_[0],       padding_[1], dilation_[0], dilation_[1], groups_,    deform_groups_};
+    ColumnSource<A> source{image_nhwc.data(), nullptr,          nullptr,
+                           g.channels,        g.height,         g.width,
+                           g.out_h,           g.out_w,          g.kernel_h,
+                           g.kernel_w,        conv_.stride[0],  conv_.stride[1],
+                           conv_.padding[0],  conv_.padding[1], conv_.dilation[0],
+                           conv_.dilation[1], conv_.groups,     conv_.deform_groups};
     // Image n's channels-last copy, offsets and masks, for the column fill.
     const auto prepare_image = [&](int64_t n) {
       ToChannelsLast(io, input.data + n * g.channels * pixels, g.channels, pixels, image_nhwc.data());
@@ -340,7 +389,7 @@ class DeformConvKernel : public KernelBase {
         const BlockSlots slots(io, blocks, static_cast<size_t>(block * rows));
         for (int64_t n = 0; n < g.batch; ++n) {
           prepare_image(n);
-          for (int64_t group = 0; group < groups_; ++group) {
+          for (int64_t group = 0; group < conv_.groups; ++group) {
             const float* panels = weights + group * PackedGemmSize(group_out, rows);
             T* out = output + (n * g.out_channels + group * group_out) * positions;
             io.ParallelFor(static_cast<size_t>(blocks), [&](size_t task) {
@@ -375,7 +424,7 @@ class DeformConvKernel : public KernelBase {
       for (int64_t start = 0; start < positions; start += chunk) {
         const int64_t width = std::min(chunk, positions - start);
         const int64_t slices = (width + kSlice - 1) / kSlice;
-        for (int64_t group = 0; group < groups_; ++group) {
+        for (int64_t group = 0; group < conv_.groups; ++group) {
           io.ParallelFor(static_cast<size_t>(slices), [&](size_t slice) {
             const int64_t begin = static_cast<int64_t>(slice) * kSlice;
             ORTOPS_ISA_CALL(FillColumns, source, group, start + begin, start + std::min(width, begin + kSlice),
@@ -398,12 +447,12 @@ class DeformConvKernel : public KernelBase {
   }
 
  private:
-  static constexpr size_t kWeightIndex = kLayout == Layout::kModulated ? 3 : 2;  // after the mask there
+  static constexpr size_t kWeightIndex = WeightIndex(kLayout);
 
   // Elements of the reordered weights: each group's panels for the packed GEMM, which pad
   // the group's C_out / groups rows to whole panels, or the plain matrix.
   int64_t WeightsSize(int64_t out_channels, int64_t depth) const {
-    return in_panels_ ? groups_ * PackedGemmSize(out_channels / groups_, depth) : out_channels * depth;
+    return in_panels_ ? conv_.groups * PackedGemmSize(out_channels / conv_.groups, depth) : out_channels * depth;
   }
 
   // weight [C_out, C / groups, taps] -> [C_out, taps, C / groups] in A, the column matrix's
@@ -412,7 +461,7 @@ class DeformConvKernel : public KernelBase {
   template <typename ParallelFor>
   void ReorderWeights(const T* weight, int64_t out_channels, int64_t group_channels, int64_t taps, A* out,
                       ParallelFor&& parallel_for) const {
-    const int64_t depth = group_channels * taps, group_out = out_channels / groups_;
+    const int64_t depth = group_channels * taps, group_out = out_channels / conv_.groups;
     if (in_panels_) std::fill_n(out, WeightsSize(out_channels, depth), A(0));  // the rows that pad a panel
     parallel_for(static_cast<size_t>(out_channels), [&](size_t channel) {
       const auto o = static_cast<int64_t>(channel);
@@ -427,86 +476,7 @@ class DeformConvKernel : public KernelBase {
     });
   }
 
-  static std::array<int64_t, 2> Pair(const Attributes& attrs, const char* name) {
-    const std::vector<int64_t> v = attrs.Ints(name);
-    Check(v.size() == 2, "attribute '", name, "' must have 2 values, got ", v.size());
-    return {v[0], v[1]};
-  }
-
-  // mmdeploy writes (pad_h, pad_w) as [pad_h, pad_h, pad_w, pad_w].
-  static std::array<int64_t, 2> MmdeployPadding(const Attributes& attrs) {
-    const std::vector<int64_t> v = attrs.Ints("padding");
-    Check(v.size() == 4 && v[0] == v[1] && v[2] == v[3],
-          "attribute 'padding' must be [pad_h, pad_h, pad_w, pad_w] as mmdeploy writes it, got ", v.size(), " values",
-          v.size() == 4 ? " with unequal pairs" : "");
-    return {v[0], v[2]};
-  }
-
-  Geometry CheckShapes(const ConstTensor<T>& input, const ConstTensor<T>& offset, const ConstTensor<T>& weight) const {
-    Geometry g{
-        input.dim(0), input.dim(1), input.dim(2), input.dim(3), weight.dim(0), weight.dim(2), weight.dim(3), 0, 0};
-    Check(g.channels % groups_ == 0, "input 'input' ", ShapeText{input.shape}, " has C = ", g.channels,
-          ", not divisible by groups = ", groups_);
-    Check(g.out_channels % groups_ == 0, "input 'weight' ", ShapeText{weight.shape}, " has C_out = ", g.out_channels,
-          ", not divisible by groups = ", groups_);
-    Check(g.channels % deform_groups_ == 0, "input 'input' ", ShapeText{input.shape}, " has C = ", g.channels,
-          ", not divisible by deform_groups = ", deform_groups_);
-    Check(weight.dim(1) == g.channels / groups_,
-          "input 'weight' must have shape [C_out, C / groups = ", g.channels / groups_, ", kh, kw], got ",
-          ShapeText{weight.shape});
-    Check(g.kernel_h >= 1 && g.kernel_w >= 1, "input 'weight' has an empty kernel: ", ShapeText{weight.shape});
-    Check(Product(g.height, g.width, "input 'input' plane size") < (int64_t{1} << 31) - 1, "input 'input' ",
-          ShapeText{input.shape}, " has planes of ", g.height, " x ", g.width,
-          " elements, more than this op supports (2^31 - 2)");
-    // Attributes are below 2^31 and dims below 2^31 (planes are), so these cannot overflow
-    // except through the kernel extent, which Product checks.
-    const int64_t extent_h = Product(dilation_[0], g.kernel_h - 1, "the dilated kernel height") + 1;
-    const int64_t extent_w = Product(dilation_[1], g.kernel_w - 1, "the dilated kernel width") + 1;
-    const int64_t padded_h = g.height + 2 * padding_[0], padded_w = g.width + 2 * padding_[1];
-    Check(extent_h <= padded_h && extent_w <= padded_w, "the dilated kernel (", extent_h, " x ", extent_w,
-          ") is larger than the padded input (", padded_h, " x ", padded_w, "); input 'input' is ",
-          ShapeText{input.shape}, ", input 'weight' is ", ShapeText{weight.shape});
-    g.out_h = (padded_h - extent_h) / stride_[0] + 1;
-    g.out_w = (padded_w - extent_w) / stride_[1] + 1;
-    const Shape expected{g.batch, Product(2 * deform_groups_, g.kernel_h * g.kernel_w, "offset channels"), g.out_h,
-                         g.out_w};
-    Check(offset.shape == expected, "input 'offset' must have shape ", ShapeText{expected},
-          " ([N, 2 * deform_groups * kh * kw, H_out, W_out]), got ", ShapeText{offset.shape});
-    return g;
-  }
-
-  const T* MaskInput(const KernelIO& io, const Geometry& g) const {
-    if constexpr (!kHasMask) {
-      return nullptr;
-    } else {
-      constexpr size_t kIndex = kLayout == Layout::kOrtops ? 4 : 2;
-      const ConstTensor<T> m = io.Input<T>(kIndex);
-      if (kLayout == Layout::kOrtops && m.shape == Shape{0}) return nullptr;
-      const Shape expected{g.batch, deform_groups_ * g.kernel_h * g.kernel_w, g.out_h, g.out_w};
-      Check(m.shape == expected, "input 'mask' must have shape ", ShapeText{expected},
-            kLayout == Layout::kOrtops ? " ([N, deform_groups * kh * kw, H_out, W_out]) or [0], got "
-                                       : " ([N, deform_groups * kh * kw, H_out, W_out]), got ",
-            ShapeText{m.shape});
-      return m.data;
-    }
-  }
-
-  const T* BiasInput(const KernelIO& io, const Geometry& g) const {
-    if constexpr (!kHasMask) {
-      return nullptr;
-    } else {
-      constexpr size_t kIndex = kLayout == Layout::kOrtops ? 3 : 4;
-      if (kLayout == Layout::kModulated && !io.Has(kIndex)) return nullptr;
-      const ConstTensor<T> b = io.Input<T>(kIndex);
-      if (kLayout == Layout::kOrtops && b.shape == Shape{0}) return nullptr;
-      Check(b.shape == Shape{g.out_channels}, "input 'bias' must have shape [", g.out_channels,
-            kLayout == Layout::kOrtops ? "] (C_out) or [0], got " : "] (C_out), got ", ShapeText{b.shape});
-      return b.data;
-    }
-  }
-
-  std::array<int64_t, 2> stride_, padding_, dilation_;
-  int64_t groups_, deform_groups_;
+  ConvAttributes conv_;
   std::unique_ptr<OrtGemm> gemm_;
   bool in_panels_;             // the GEMM is PackedGemm, and the weights are packed for it
   Shape packed_weight_shape_;  // empty unless the weights are a constant of the model

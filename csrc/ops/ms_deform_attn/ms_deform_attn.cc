@@ -12,6 +12,7 @@
 
 #include "core/upcast.h"
 #include "math/bilinear.h"
+#include "ops/ms_deform_attn/attention_inputs.h"
 
 namespace ortops::ms_deform_attn {
 namespace {
@@ -78,20 +79,6 @@ constexpr OpSchema kMmdeploySchema{
 };
 
 namespace {
-
-// a * b, or an error naming `what` when it does not fit in int64 (dims are untrusted).
-int64_t Product(int64_t a, int64_t b, const char* what) {
-  int64_t result = 0;
-  Check(!__builtin_mul_overflow(a, b, &result), what, " overflows: ", a, " x ", b);
-  return result;
-}
-
-template <typename A>
-struct Level {
-  int64_t height, width;
-  A height_f, width_f;
-  int64_t start;  // first row of S
-};
 
 // One sample's contribution: four neighbour D-vectors and their bilinear weights times the
 // attention weight. A neighbour outside the map points at a vector of zeros, with weight 0,
@@ -174,26 +161,11 @@ class MsDeformAttnKernel : public KernelBase {
   MsDeformAttnKernel(const Attributes&, const OpDef& def) : KernelBase(def) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> value = io.Input<T>(0, 4);
-    const ConstTensor<int64_t> shapes = io.Input<int64_t>(1, 2);
-    const ConstTensor<int64_t> starts = io.Input<int64_t>(2, 1);
-    const ConstTensor<T> locations = io.Input<T>(3, 6);
-    const ConstTensor<T> weights = io.Input<T>(4, 5);
-    const int64_t batch = value.dim(0), keys = value.dim(1), heads = value.dim(2), dim = value.dim(3);
-    Check(shapes.dim(1) == 2, "input 'value_spatial_shapes' must have shape [L, 2], got ", ShapeText{shapes.shape});
-    const int64_t levels = shapes.dim(0);
-    Check(starts.dim(0) == levels, "input 'value_level_start_index' must have shape [L] with L = ", levels,
-          " (the levels of 'value_spatial_shapes'), got ", ShapeText{starts.shape});
-    Check(locations.dim(0) == batch && locations.dim(2) == heads && locations.dim(3) == levels && locations.dim(5) == 2,
-          "input 'sampling_locations' must have shape [B, Q, H, L, P, 2] with B = ", batch, ", H = ", heads,
-          " (from 'value' ", ShapeText{value.shape}, ") and L = ", levels, ", got ", ShapeText{locations.shape});
-    const int64_t queries = locations.dim(1), points = locations.dim(4);
-    const Shape expected{batch, queries, heads, levels, points};
-    Check(weights.shape == expected, "input 'attention_weights' must have shape ", ShapeText{expected},
-          " ([B, Q, H, L, P] of 'sampling_locations'), got ", ShapeText{weights.shape});
-    const int64_t channels = Product(heads, dim, "H * D of input 'value'");
-    Product(Product(batch, queries, "the output size"), channels, "the output size");
-    ScratchVector<Level<A>> table = Levels(io, shapes, starts, keys, value.shape);
+    const Inputs<T> in = CheckedInputs<T>(io);
+    const int64_t batch = in.batch, keys = in.keys, heads = in.heads, dim = in.dim, levels = in.levels;
+    const int64_t queries = in.queries, points = in.points, channels = in.channels;
+    ScratchVector<Level<A>> table(static_cast<size_t>(levels), io.Allocator<Level<A>>());
+    CheckLevels(in, table.data());
 
     T* output = io.Output<T>(0, {batch, queries, channels});
     const int64_t rows = batch * queries;
@@ -203,7 +175,7 @@ class MsDeformAttnKernel : public KernelBase {
       return;
     }
     Scratch<A> converted;
-    const A* values = Upcast(io, value, converted);
+    const A* values = Upcast(io, in.value, converted);
     const ScratchVector<A> zeros = io.Vector<A>(static_cast<size_t>(dim));
     const int64_t samples = levels * points;  // per query and head; fits, as the weights exist
     // Contiguous ranges of queries, so that neighbouring queries (which sample near one
@@ -213,8 +185,8 @@ class MsDeformAttnKernel : public KernelBase {
       for (auto row = static_cast<int64_t>(begin); row < static_cast<int64_t>(end); ++row) {
         const A* batch_values = values + (row / queries) * keys * channels;
         for (int64_t h = 0; h < heads; ++h) {
-          const T* location = locations.data + (row * heads + h) * samples * 2;
-          const T* weight = weights.data + (row * heads + h) * samples;
+          const T* location = in.locations.data + (row * heads + h) * samples * 2;
+          const T* weight = in.weights.data + (row * heads + h) * samples;
           const size_t count =
               Gather(table, points, batch_values + h * dim, channels, zeros.data(), location, weight, taps.data());
           SumTaps(taps.data(), count, dim, output + row * channels + h * dim);
@@ -224,33 +196,6 @@ class MsDeformAttnKernel : public KernelBase {
   }
 
  private:
-  // The levels, checked: non-negative sizes whose areas add up to S without overflow, and
-  // start indices equal to the running sums (so the kernel's reads stay inside `value`).
-  static ScratchVector<Level<A>> Levels(const KernelIO& io, const ConstTensor<int64_t>& shapes,
-                                        const ConstTensor<int64_t>& starts, int64_t keys, const Shape& value_shape) {
-    const int64_t levels = shapes.dim(0);
-    ScratchVector<Level<A>> table(static_cast<size_t>(levels), io.Allocator<Level<A>>());
-    int64_t total = 0;
-    for (int64_t l = 0; l < levels; ++l) {
-      const int64_t height = shapes.data[2 * l], width = shapes.data[2 * l + 1];
-      Check(height >= 0 && width >= 0, "input 'value_spatial_shapes' must hold non-negative (H_l, W_l), got (", height,
-            ", ", width, ") at level ", l);
-      int64_t area = 0, next = 0;
-      Check(!__builtin_mul_overflow(height, width, &area) && !__builtin_add_overflow(total, area, &next),
-            "input 'value_spatial_shapes': the levels' sizes overflow int64 at level ", l, " (", height, ", ", width,
-            ")");
-      Check(starts.data[l] == total,
-            "input 'value_level_start_index' must hold the running sums of H_l * W_l of 'value_spatial_shapes' "
-            "(where each level starts in S): level ",
-            l, " starts at ", total, ", got ", starts.data[l]);
-      table[static_cast<size_t>(l)] = {height, width, static_cast<A>(height), static_cast<A>(width), total};
-      total = next;
-    }
-    Check(total == keys, "input 'value' ", ShapeText{value_shape}, " has S = ", keys,
-          ", but the levels of 'value_spatial_shapes' hold ", total, " (the sum of H_l * W_l)");
-    return table;
-  }
-
   // The taps of one query and head: its samples that read anything, in (level, point) order.
   // `head_values` is the head's D-vector at the batch item's first pixel; `stride` (H * D)
   // separates neighbouring pixels.
@@ -260,10 +205,7 @@ class MsDeformAttnKernel : public KernelBase {
     for (const Level<A>& level : table) {
       const A* level_values = head_values + level.start * stride;
       for (int64_t p = 0; p < points; ++p, location += 2, ++weight) {
-        // As mmcv: the pixel coordinate loc * size - 0.5, in the compute type.
-        const A x = static_cast<A>(location[0]) * level.width_f - A(0.5);
-        const A y = static_cast<A>(location[1]) * level.height_f - A(0.5);
-        const ZeroPaddedSample<A> s = ZeroPaddedBilinear(y, x, level.height, level.width);
+        const ZeroPaddedSample<A> s = SampleAt(level, location);
         if (!s.inside) continue;
         const auto attention = static_cast<A>(*weight);
         Tap<A>& tap = taps[count++];

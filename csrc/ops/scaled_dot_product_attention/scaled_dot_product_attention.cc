@@ -3,12 +3,12 @@
 #include "ops/scaled_dot_product_attention/scaled_dot_product_attention.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 
 #include "core/ort_gemm.h"
+#include "ops/scaled_dot_product_attention/attention_inputs.h"
 #include "ops/scaled_dot_product_attention/softmax.h"
 
 namespace ortops::scaled_dot_product_attention {
@@ -39,13 +39,13 @@ constexpr OpSchema kSchema{
         "batch x head slices. The mask is additive (a float tensor: -inf where attention is forbidden). "
         "The softmax subtracts the row's maximum first; a row that is all -inf, or that holds NaN or +inf, "
         "gives NaN, as in PyTorch. Ns = 0 gives empty weights and a zero output; E = 0 gives scores of 0. "
-        "Both matrix products run on ONNX Runtime's own Gemm.",
+        "Both matrix products run on ONNX Runtime's own Gemm on CPUs, on cuBLAS on CUDA.",
     .inputs = kInputs,
     .outputs = kOutputs,
     .attributes = {},
     .differences =
         "The same computation as the plugin (scores scaled by 1 / sqrt(E) in float32, the mask added, "
-        "cuDNN's accurate softmax), with ONNX Runtime's Gemm in place of cuBLAS. The plugin sizes `output` "
+        "cuDNN's accurate softmax), with ONNX Runtime's Gemm in place of cuBLAS on CPUs. The plugin sizes `output` "
         "as `query` and so needs Ev = E; ortops takes any Ev. The plugin took masks of rank 2 or 3 only (a "
         "rank-0 or rank-1 one was ignored or misread); ortops broadcasts any mask of rank 0 to 3 and reports "
         "one that does not broadcast. For E = 0 the plugin's scale 1 / sqrt(0) made NaN scores; ortops gives "
@@ -66,17 +66,13 @@ class AttentionKernel : public KernelBase {
         values_gemm_(std::make_unique<OrtGemm>(attrs.info(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, false)) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<float> query = io.Input<float>(0, 3);
-    const ConstTensor<float> key = io.Input<float>(1, 3);
-    const ConstTensor<float> value = io.Input<float>(2, 3);
-    const int64_t batch = query.dim(0), targets = query.dim(1), embed = query.dim(2);
-    Check(key.dim(0) == batch && key.dim(2) == embed, "input 'key' ", ShapeText{key.shape},
-          " must be [B, Ns, E] with B and E of input 'query' ", ShapeText{query.shape});
-    const int64_t sources = key.dim(1), value_embed = value.dim(2);
-    Check(value.dim(0) == batch && value.dim(1) == sources, "input 'value' ", ShapeText{value.shape},
-          " must be [B, Ns, Ev] with B of input 'query' ", ShapeText{query.shape}, " and Ns of input 'key' ",
-          ShapeText{key.shape});
-    const Mask mask = MaskInput(io, batch, targets, sources);
+    const Inputs in = CheckedInputs(io);
+    const ConstTensor<float>& query = in.query;
+    const ConstTensor<float>& key = in.key;
+    const ConstTensor<float>& value = in.value;
+    const Mask& mask = in.mask;
+    const int64_t batch = in.batch, targets = in.targets, embed = in.embed, sources = in.sources;
+    const int64_t value_embed = in.value_embed;
 
     float* output = io.Output<float>(0, {batch, targets, value_embed});
     float* attn = io.Output<float>(1, {batch, targets, sources});
@@ -140,32 +136,6 @@ class AttentionKernel : public KernelBase {
   }
 
  private:
-  // The mask's data and its strides along (B, Nt, Ns): 0 along a broadcast dim.
-  struct Mask {
-    const float* data = nullptr;
-    std::array<int64_t, 3> stride = {0, 0, 0};
-  };
-
-  static Mask MaskInput(const KernelIO& io, int64_t batch, int64_t targets, int64_t sources) {
-    Mask mask;
-    if (!io.Has(3)) return mask;
-    const ConstTensor<float> m = io.Input<float>(3);
-    const std::array<int64_t, 3> full = {batch, targets, sources};
-    Check(m.rank() <= 3, "input 'attn_mask' must have rank 3 or less (broadcast to [B, Nt, Ns] = ",
-          ShapeText{Shape(full.begin(), full.end())}, "), got shape ", ShapeText{m.shape});
-    const size_t lead = 3 - m.rank();
-    int64_t stride = 1;
-    for (size_t axis = 3; axis-- > 0;) {
-      const int64_t dim = axis < lead ? 1 : m.dim(axis - lead);
-      Check(dim == full[axis] || dim == 1, "input 'attn_mask' ", ShapeText{m.shape},
-            " does not broadcast to [B, Nt, Ns] = ", ShapeText{Shape(full.begin(), full.end())});
-      mask.stride[axis] = dim == 1 ? 0 : stride;
-      stride *= dim;
-    }
-    mask.data = m.data;
-    return mask;
-  }
-
   std::unique_ptr<OrtGemm> scores_gemm_, values_gemm_;
 };
 

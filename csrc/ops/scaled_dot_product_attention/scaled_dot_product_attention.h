@@ -5,4 +5,5 @@
 namespace ortops::scaled_dot_product_attention {
 extern const OpSchema kSchema;  // mmdeploy ScaledDotProductAttentionTRT
 std::vector<OpPtr> Make(const OpDef& def);
+std::vector<OpPtr> MakeDevice(const OpDef& def);  // its device kernel (scaled_dot_product_attention.cu)
 }  // namespace ortops::scaled_dot_product_attention

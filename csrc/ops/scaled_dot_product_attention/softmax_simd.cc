@@ -1,56 +1,13 @@
 // Compiled once per instruction-set level (core/isa.h).
-#include <algorithm>
-#include <bit>
-#include <climits>
-#include <cmath>
 #include <cstdint>
 
-#include "math/exp.h"
 #include "ops/scaled_dot_product_attention/softmax.h"
+#include "ops/scaled_dot_product_attention/softmax_row.h"
 
 namespace ortops::scaled_dot_product_attention::ORTOPS_ISA_NS {
-namespace {
 
-// Float bits as an int32 that orders as the floats do (NaN aside); its own inverse.
-int32_t OrderedKey(uint32_t bits) {
-  const auto key = static_cast<int32_t>(bits);
-  return key ^ ((key >> 31) & 0x7fffffff);
-}
-
-}  // namespace
-
-// Each pass is a loop of its own without float comparisons, so that it vectorises.
 void SoftmaxRow(float* row, int64_t count, float scale, const float* mask, int64_t mask_stride) {
-  if (mask == nullptr) {
-    for (int64_t j = 0; j < count; ++j) row[j] *= scale;
-  } else if (mask_stride == 1) {
-    for (int64_t j = 0; j < count; ++j) row[j] = row[j] * scale + mask[j];
-  } else {  // one mask value for the whole row
-    for (int64_t j = 0; j < count; ++j) row[j] = row[j] * scale + mask[0];
-  }
-  // The maximum over keys that order floats as integers, and whether there is a NaN.
-  int32_t max_key = INT32_MIN;
-  uint32_t nan = 0;
-  for (int64_t j = 0; j < count; ++j) {
-    const uint32_t bits = std::bit_cast<uint32_t>(row[j]);
-    max_key = std::max(max_key, OrderedKey(bits));
-    nan |= static_cast<uint32_t>((bits & 0x7fffffffu) > 0x7f800000u);
-  }
-  const float max = std::bit_cast<float>(static_cast<uint32_t>(OrderedKey(static_cast<uint32_t>(max_key))));
-  if (nan || std::isinf(max)) {  // a NaN, +inf, or all -inf: PyTorch and cuDNN give NaN throughout
-    std::fill_n(row, count, NAN);
-    return;
-  }
-  for (int64_t j = 0; j < count; ++j) row[j] = ExpNonPositive(row[j] - max);
-  // Eight running sums, so that the additions do not wait on each other, added at the end.
-  float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t j = 0;
-  for (; j + 8 <= count; j += 8) {
-    for (int lane = 0; lane < 8; ++lane) sums[lane] += row[j + lane];
-  }
-  for (; j < count; ++j) sums[0] += row[j];
-  const float sum = ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
-  for (j = 0; j < count; ++j) row[j] /= sum;
+  ScaledSoftmaxRow(row, count, scale, mask, mask_stride);
 }
 
 }  // namespace ortops::scaled_dot_product_attention::ORTOPS_ISA_NS

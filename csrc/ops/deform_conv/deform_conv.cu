@@ -1,0 +1,240 @@
+// Deformable convolution's device path: the sampled columns of a block of images or
+// positions, one thread per column element, with the CPU kernel's sampling rule and order of
+// operations (math/bilinear.h: the same column values, to the bit), then each convolution
+// group's product with its weights on the device's matrix product (device/gemm.h: cuBLAS on
+// a GPU). Images, or runs of an image's positions, go through in blocks whose scratch stays
+// near kBlockBytes, whatever the image size.
+#include <algorithm>
+#include <type_traits>
+
+#include "device/device_kernel.h"
+#include "device/gemm.h"
+#include "math/bilinear.h"
+#include "ops/deform_conv/conv_inputs.h"
+#include "ops/deform_conv/deform_conv.h"
+
+namespace ortops::deform_conv {
+namespace {
+
+// Scratch per block: the columns, and the product where it is rounded to float16 on store
+// (counted for every element type, so that float16 and float32 run the same blocks, and so
+// the same products).
+constexpr int64_t kBlockBytes = int64_t{32} << 20;
+constexpr int64_t kMinBlock = 64;     // positions, however many channels
+constexpr int64_t kBlockAlign = 128;  // positions of a partial image: whole multiples
+
+// Element i of the columns of images [first_item, first_item + items) and positions
+// [first_position, first_position + block_width): per image, C * kh * kw rows (channel, then
+// tap, as the weights are stored) of block_width positions. The value is torchvision's
+// mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3) as the CPU kernel computes it, a neighbour outside
+// the map reading weight 0 times value 0.
+template <typename T>
+struct ColumnElement {
+  using A = ComputeType<T>;
+  const T* input;   // [N, C, H, W]
+  const T* offset;  // [N, deform_groups, 2 * taps, positions]
+  const T* mask;    // [N, deform_groups, taps, positions], or null
+  A* columns;
+  int64_t first_item, first_position, block_width;
+  int64_t channels, height, width, out_w, positions, kernel_w, taps, deform_groups, per_deform_group;
+  int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+
+  ORTOPS_HD void operator()(int64_t i) const {
+    const int64_t rows = channels * taps;
+    const int64_t row = i / block_width % rows, item = i / (block_width * rows);
+    const int64_t n = first_item + item, p = first_position + i % block_width;
+    const int64_t c = row / taps, k = row % taps, d = c / per_deform_group;
+    const int64_t oy = p / out_w, ox = p % out_w, ky = k / kernel_w, kx = k % kernel_w;
+    const int64_t line = (n * deform_groups + d) * taps + k;
+    // As torchvision: the integer base position, converted, plus the offset.
+    const A y =
+        static_cast<A>(oy * stride_h - pad_h + ky * dilation_h) + static_cast<A>(offset[2 * line * positions + p]);
+    const A x = static_cast<A>(ox * stride_w - pad_w + kx * dilation_w) +
+                static_cast<A>(offset[(2 * line + 1) * positions + p]);
+    const A m = mask ? static_cast<A>(mask[line * positions + p]) : A(1);
+    const ZeroPaddedSample<A> s = ZeroPaddedBilinear(y, x, height, width);
+    const T* plane = input + (n * channels + c) * height * width;
+    A w[4] = {0, 0, 0, 0}, v[4] = {0, 0, 0, 0};
+    if (s.inside) {
+      for (int corner = 0; corner < 4; ++corner) {
+        if (!s.valid[corner]) continue;
+        w[corner] = s.weight[corner];
+        v[corner] = static_cast<A>(plane[(s.y0 + corner / 2) * width + s.x0 + corner % 2]);
+      }
+    }
+    columns[i] = m * (w[0] * v[0] + w[1] * v[1] + w[2] * v[2] + w[3] * v[3]);
+  }
+};
+
+// output element i of a block: the product (or, where product is null, the output itself,
+// which the product was written to) plus the bias, stored as T.
+template <typename T>
+struct StoreOutput {
+  using A = ComputeType<T>;
+  const A* product;  // [items, C_out, block_width], or null
+  const T* bias;     // [C_out], or null
+  T* output;
+  int64_t first_item, first_position, block_width, out_channels, positions;
+
+  ORTOPS_HD void operator()(int64_t i) const {
+    const int64_t o = i / block_width % out_channels, item = i / (block_width * out_channels);
+    T* out = output + ((first_item + item) * out_channels + o) * positions + first_position + i % block_width;
+    const A value = product ? product[i] : static_cast<A>(*out);
+    *out = static_cast<T>(bias ? value + static_cast<A>(bias[o]) : value);
+  }
+};
+
+// No input channels: each output plane is its bias (or 0).
+template <typename T>
+struct FillWithBias {
+  const T* bias;
+  T* output;
+  int64_t out_channels, positions;
+  ORTOPS_HD void operator()(int64_t i) const { output[i] = bias ? bias[i / positions % out_channels] : T(0); }
+};
+
+template <typename T>
+struct Widen {
+  const T* from;
+  ComputeType<T>* to;
+  ORTOPS_HD void operator()(int64_t i) const { to[i] = static_cast<ComputeType<T>>(from[i]); }
+};
+
+template <typename T, Layout kLayout>
+class DeformConvDeviceKernel : public device::DeviceKernelBase {
+ public:
+  using Element = T;
+  using A = ComputeType<T>;
+  static constexpr const OpSchema& kSchema = SchemaOf(kLayout);
+
+  DeformConvDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), conv_(attrs, kLayout) {}
+
+  void Compute(const device::DeviceIO& io) const {
+    const ConstTensor<T> input = io.Input<T>(0, 4);
+    const ConstTensor<T> offset = io.Input<T>(1, 4);
+    const ConstTensor<T> weight = io.Input<T>(WeightIndex(kLayout), 4);
+    const Geometry g = CheckShapes(conv_, input.shape, offset.shape, weight.shape);
+    const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
+    const T* mask = MaskInput<kLayout, T>(io, g, conv_);
+    const T* bias = BiasInput<kLayout, T>(io, g);
+    T* output = io.Output<T>(0, {g.batch, g.out_channels, g.out_h, g.out_w});
+    if (g.batch * g.out_channels * positions == 0) return;
+
+    const int64_t group_channels = g.channels / conv_.groups, group_out = g.out_channels / conv_.groups;
+    const int64_t depth = group_channels * taps;  // the product's K
+    if (depth == 0) {
+      io.ForEach(g.batch * g.out_channels * positions, FillWithBias<T>{bias, output, g.out_channels, positions});
+      return;
+    }
+    // The weights as the product reads them: [C_out, C / groups * taps] in A, as stored.
+    constexpr bool kDirect = std::is_same_v<T, A>;
+    const Scratch<A> widened = io.Allocate<A>(kDirect ? 0 : static_cast<size_t>(g.out_channels * depth));
+    const A* weights = nullptr;
+    if constexpr (kDirect) {
+      weights = weight.data;
+    } else {
+      io.ForEach(g.out_channels * depth, Widen<T>{weight.data, widened.data()});
+      weights = widened.data();
+    }
+
+    // Blocks: whole images, as many as fit, or else runs of one image's positions.
+    const int64_t rows = g.channels * taps;  // column rows of every group
+    const int64_t per_position = (rows + g.out_channels) * static_cast<int64_t>(sizeof(A));
+    int64_t items = 1, block = positions;
+    if (positions <= kBlockBytes / per_position) {
+      items = std::min(g.batch, kBlockBytes / per_position / positions);
+    } else {
+      const int64_t widest = std::max(kMinBlock, kBlockBytes / per_position);
+      block = widest >= kBlockAlign ? widest / kBlockAlign * kBlockAlign : widest;
+    }
+    const Scratch<A> columns = io.Allocate<A>(static_cast<size_t>(items * rows * block));
+    const Scratch<A> product = io.Allocate<A>(kDirect ? 0 : static_cast<size_t>(items * g.out_channels * block));
+
+    for (int64_t first_item = 0; first_item < g.batch; first_item += items) {
+      const int64_t count = std::min(items, g.batch - first_item);
+      for (int64_t first_position = 0; first_position < positions; first_position += block) {
+        const int64_t width = std::min(block, positions - first_position);
+        io.ForEach(count * rows * width, ColumnElement<T>{.input = input.data,
+                                                          .offset = offset.data,
+                                                          .mask = mask,
+                                                          .columns = columns.data(),
+                                                          .first_item = first_item,
+                                                          .first_position = first_position,
+                                                          .block_width = width,
+                                                          .channels = g.channels,
+                                                          .height = g.height,
+                                                          .width = g.width,
+                                                          .out_w = g.out_w,
+                                                          .positions = positions,
+                                                          .kernel_w = g.kernel_w,
+                                                          .taps = taps,
+                                                          .deform_groups = conv_.deform_groups,
+                                                          .per_deform_group = g.channels / conv_.deform_groups,
+                                                          .stride_h = conv_.stride[0],
+                                                          .stride_w = conv_.stride[1],
+                                                          .pad_h = conv_.padding[0],
+                                                          .pad_w = conv_.padding[1],
+                                                          .dilation_h = conv_.dilation[0],
+                                                          .dilation_w = conv_.dilation[1]});
+        // Group by group, one product per image of the block: straight into the output,
+        // unless it holds float16.
+        A* target = nullptr;
+        int64_t target_ld = width, target_stride = g.out_channels * width;
+        if constexpr (kDirect) {
+          target = output + first_item * g.out_channels * positions + first_position;
+          target_ld = positions;
+          target_stride = g.out_channels * positions;
+        } else {
+          target = product.data();
+        }
+        for (int64_t group = 0; group < conv_.groups; ++group) {
+          device::Gemm(io, device::MatrixProduct<A>{.m = group_out,
+                                                    .n = width,
+                                                    .k = depth,
+                                                    .a = weights + group * group_out * depth,
+                                                    .lda = depth,
+                                                    .stride_a = 0,
+                                                    .b = columns.data() + group * depth * width,
+                                                    .ldb = width,
+                                                    .stride_b = rows * width,
+                                                    .c = target + group * group_out * target_ld,
+                                                    .ldc = target_ld,
+                                                    .stride_c = target_stride,
+                                                    .batch = count});
+        }
+        if (!kDirect || bias != nullptr) {
+          io.ForEach(count * g.out_channels * width,
+                     StoreOutput<T>{kDirect ? nullptr : product.data(), bias, output, first_item, first_position, width,
+                                    g.out_channels, positions});
+        }
+      }
+    }
+  }
+
+ private:
+  ConvAttributes conv_;
+};
+
+// Names unlike the CPU kernel's aliases (deform_conv.cc): GCC names MakeOps<Alias, ...> after
+// the alias, the same in both files' anonymous namespaces, and the linker kept the CPU
+// kernel's instantiation for both (the device factory then registered CPU kernels).
+template <typename T>
+using ModulatedDeviceKernel = DeformConvDeviceKernel<T, Layout::kModulated>;
+template <typename T>
+using V1DeviceKernel = DeformConvDeviceKernel<T, Layout::kV1>;
+template <typename T>
+using OrtopsDeviceKernel = DeformConvDeviceKernel<T, Layout::kOrtops>;
+template <typename T>
+using MmdeployV1DeviceKernel = DeformConvDeviceKernel<T, Layout::kMmdeployV1>;
+
+}  // namespace
+
+// The element types of the CPU kernels (deform_conv.cc says why the compat ops are float32 only).
+std::vector<OpPtr> MakeModulatedDevice(const OpDef& def) { return MakeOps<ModulatedDeviceKernel, float>(def); }
+std::vector<OpPtr> MakeV1Device(const OpDef& def) { return MakeOps<V1DeviceKernel, float>(def); }
+std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<OrtopsDeviceKernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeMmdeployV1Device(const OpDef& def) {
+  return MakeOps<MmdeployV1DeviceKernel, float, double, Half>(def);
+}
+
+}  // namespace ortops::deform_conv

@@ -1,0 +1,108 @@
+// The inputs of multi-scale deformable attention, checked as the CPU kernel and the device
+// path both check them, and the level table they read.
+#pragma once
+
+#include <cstdint>
+
+#include "core/custom_op.h"
+#include "core/host_device.h"
+#include "math/bilinear.h"
+
+namespace ortops::ms_deform_attn {
+
+// a * b, or an error naming `what` when it does not fit in int64 (dims are untrusted).
+inline int64_t Product(int64_t a, int64_t b, const char* what) {
+  int64_t result = 0;
+  Check(!__builtin_mul_overflow(a, b, &result), what, " overflows: ", a, " x ", b);
+  return result;
+}
+
+template <typename A>
+struct Level {
+  int64_t height, width;
+  A height_f, width_f;
+  int64_t start;  // first row of S
+};
+
+// Where the sampling location (x, y), normalised to the level, reads. As mmcv: the pixel
+// coordinate loc * size - 0.5, in the compute type A, sampled by the zero-padding rule.
+template <typename A, typename T>
+ORTOPS_HD ZeroPaddedSample<A> SampleAt(const Level<A>& level, const T* location) {
+  const A x = static_cast<A>(location[0]) * level.width_f - A(0.5);
+  const A y = static_cast<A>(location[1]) * level.height_f - A(0.5);
+  return ZeroPaddedBilinear(y, x, level.height, level.width);
+}
+
+template <typename T>
+struct Inputs {
+  ConstTensor<T> value;                 // [B, S, H, D]
+  ConstTensor<int64_t> shapes, starts;  // [L, 2], [L]
+  ConstTensor<T> locations;             // [B, Q, H, L, P, 2]
+  ConstTensor<T> weights;               // [B, Q, H, L, P]
+  int64_t batch, keys, heads, dim, levels, queries, points;
+  int64_t channels;  // H * D
+};
+
+// The inputs of a KernelIO or a device::DeviceIO, their shapes checked.
+template <typename T, typename IO>
+Inputs<T> CheckedInputs(const IO& io) {
+  ConstTensor<T> value = io.template Input<T>(0, 4);
+  ConstTensor<int64_t> shapes = io.template Input<int64_t>(1, 2);
+  ConstTensor<int64_t> starts = io.template Input<int64_t>(2, 1);
+  ConstTensor<T> locations = io.template Input<T>(3, 6);
+  ConstTensor<T> weights = io.template Input<T>(4, 5);
+  const int64_t batch = value.dim(0), keys = value.dim(1), heads = value.dim(2), dim = value.dim(3);
+  Check(shapes.dim(1) == 2, "input 'value_spatial_shapes' must have shape [L, 2], got ", ShapeText{shapes.shape});
+  const int64_t levels = shapes.dim(0);
+  Check(starts.dim(0) == levels, "input 'value_level_start_index' must have shape [L] with L = ", levels,
+        " (the levels of 'value_spatial_shapes'), got ", ShapeText{starts.shape});
+  Check(locations.dim(0) == batch && locations.dim(2) == heads && locations.dim(3) == levels && locations.dim(5) == 2,
+        "input 'sampling_locations' must have shape [B, Q, H, L, P, 2] with B = ", batch, ", H = ", heads,
+        " (from 'value' ", ShapeText{value.shape}, ") and L = ", levels, ", got ", ShapeText{locations.shape});
+  const int64_t queries = locations.dim(1), points = locations.dim(4);
+  const Shape expected{batch, queries, heads, levels, points};
+  Check(weights.shape == expected, "input 'attention_weights' must have shape ", ShapeText{expected},
+        " ([B, Q, H, L, P] of 'sampling_locations'), got ", ShapeText{weights.shape});
+  const int64_t channels = Product(heads, dim, "H * D of input 'value'");
+  Product(Product(batch, queries, "the output size"), channels, "the output size");
+  return {std::move(value),
+          std::move(shapes),
+          std::move(starts),
+          std::move(locations),
+          std::move(weights),
+          batch,
+          keys,
+          heads,
+          dim,
+          levels,
+          queries,
+          points,
+          channels};
+}
+
+// The levels into `table` (L entries, host memory), checked: non-negative sizes whose areas
+// add up to S without overflow, and start indices equal to the running sums (so the
+// kernels' reads stay inside `value`). `shapes` and `starts` are in host memory.
+template <typename T, typename A>
+void CheckLevels(const Inputs<T>& in, Level<A>* table) {
+  int64_t total = 0;
+  for (int64_t l = 0; l < in.levels; ++l) {
+    const int64_t height = in.shapes.data[2 * l], width = in.shapes.data[2 * l + 1];
+    Check(height >= 0 && width >= 0, "input 'value_spatial_shapes' must hold non-negative (H_l, W_l), got (", height,
+          ", ", width, ") at level ", l);
+    int64_t area = 0, next = 0;
+    Check(!__builtin_mul_overflow(height, width, &area) && !__builtin_add_overflow(total, area, &next),
+          "input 'value_spatial_shapes': the levels' sizes overflow int64 at level ", l, " (", height, ", ", width,
+          ")");
+    Check(in.starts.data[l] == total,
+          "input 'value_level_start_index' must hold the running sums of H_l * W_l of 'value_spatial_shapes' "
+          "(where each level starts in S): level ",
+          l, " starts at ", total, ", got ", in.starts.data[l]);
+    table[l] = {height, width, static_cast<A>(height), static_cast<A>(width), total};
+    total = next;
+  }
+  Check(total == in.keys, "input 'value' ", ShapeText{in.value.shape}, " has S = ", in.keys,
+        ", but the levels of 'value_spatial_shapes' hold ", total, " (the sum of H_l * W_l)");
+}
+
+}  // namespace ortops::ms_deform_attn
