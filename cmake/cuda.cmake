@@ -43,7 +43,7 @@ if(ORTOPS_GLIBC_COMPAT)
     pthread_spin_unlock sem_init sem_destroy sem_post sem_wait sem_trywait sem_timedwait shm_open shm_unlink fstat64
     LIBRARIES libpthread.so.0 libdl.so.2 librt.so.1)
 endif()
-# The manifest beside the library, where the Python package looks for it (ortops.ops()).
-add_dependencies(ortops_cuda ortops_manifest_json)
+# Its manifest beside it, where the Python package looks (ortops.ops(), library_providers()).
 add_custom_command(TARGET ortops_cuda POST_BUILD
-  COMMAND "${CMAKE_COMMAND}" -E copy_if_different "${CMAKE_BINARY_DIR}/ortops_ops.json" "${CMAKE_BINARY_DIR}/cuda/")
+  COMMAND ortops_manifest --cuda-build > "${CMAKE_BINARY_DIR}/cuda/ortops_ops.json"
+  COMMENT "Writing the CUDA build's op manifest")

@@ -75,8 +75,14 @@ std::string KernelName(const ortops::OpDef& def) {
 
 }  // namespace
 
-int main() {
-  std::cout << "{\n  \"version\": " << Quote(ORTOPS_VERSION) << ",\n  \"domains\": [";
+// ortops_manifest [--cuda-build]: --cuda-build writes the manifest of the CUDA build
+// (cuda/libortops.so), whose "library_providers" then name CUDA's too: which providers the
+// library beside the manifest has kernels for, where each op's "execution_providers" say
+// which it runs on in a build that has them.
+int main(int argc, char** argv) {
+  const bool cuda_build = argc > 1 && std::string_view(argv[1]) == "--cuda-build";
+  std::cout << "{\n  \"version\": " << Quote(ORTOPS_VERSION) << ",\n  \"library_providers\": [\"CPUExecutionProvider\""
+            << (cuda_build ? ", \"CUDAExecutionProvider\"" : "") << "],\n  \"domains\": [";
   for (size_t i = 0; i < std::size(ortops::kDomains); ++i) std::cout << (i ? ", " : "") << Quote(ortops::kDomains[i]);
   std::cout << "],\n  \"ops\": [";
   bool first = true;

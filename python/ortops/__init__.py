@@ -41,6 +41,7 @@ __all__ = [
     "check_model",
     "domains",
     "get_library_path",
+    "library_providers",
     "library_version",
     "ops",
     "register_onnx_schemas",
@@ -213,6 +214,14 @@ def ops() -> tuple[OpInfo, ...]:
 def domains() -> tuple[str, ...]:
     """The custom domains the library registers, each at opset version 1."""
     return tuple(_manifest()["domains"])
+
+
+def library_providers() -> tuple[str, ...]:
+    """The execution providers the library that :func:`get_library_path` names has kernels
+    for: ``("CPUExecutionProvider",)``, and ``"CUDAExecutionProvider"`` in the CUDA build (the
+    ortops-gpu wheel), whose CUDA kernels run the ops whose ``OpInfo.execution_providers``
+    name CUDA."""
+    return tuple(_manifest().get("library_providers", ("CPUExecutionProvider",)))
 
 
 def library_version() -> str:

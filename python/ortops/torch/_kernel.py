@@ -1,9 +1,15 @@
-"""Eager CPU ops run ortops' own kernels, so that eager and exported results are the same code.
+"""Eager ops run ortops' own kernels, so that eager and exported results are the same code.
 
 Each call runs a one-node ONNX Runtime session of the op, cached per attributes, element
 types, ranks and thread count. Tensors go in and (where the op's output shape is known
 beforehand) come out by pointer through an IOBinding: no copies, about 20 us per call.
 Input names, accepted element types and attribute types all come from the op manifest.
+
+CUDA tensors run the op's CUDA kernel the same way (:func:`cuda_kernels`: onnxruntime-gpu and
+the CUDA build of the library, the ortops-gpu wheel), in a session on the tensors' GPU whose
+compute stream is torch's current stream there, so the kernel is ordered with the torch work
+around it without waiting for it. Only outputs whose size the kernel decides (NMS's kept
+indices) come back through the host.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import contextlib
 import functools
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import onnx
@@ -97,6 +103,31 @@ def _model(
 _creation_lock = threading.Lock()
 
 
+@functools.cache
+def cuda_kernels() -> bool:
+    """Whether CUDA tensors can run ortops' CUDA kernels: ONNX Runtime has its CUDA provider
+    (onnxruntime-gpu) and the library has CUDA kernels (its CUDA build)."""
+    if "CUDAExecutionProvider" not in ortops.library_providers():
+        return False
+    if hasattr(ort, "preload_dlls"):  # onnxruntime-gpu finds the CUDA libraries of the nvidia-* packages
+        with contextlib.suppress(Exception):
+            ort.preload_dlls()
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+def runs_on_cuda(onnx_op: str) -> bool:
+    """Whether ``ortops::<onnx_op>`` has a CUDA kernel that CUDA tensors can run (:func:`cuda_kernels`)."""
+    return cuda_kernels() and "CUDAExecutionProvider" in op_info(onnx_op).execution_providers
+
+
+class NotOnDevice(Exception):
+    """The op has no CUDA kernel for these inputs (an element type): run it another way."""
+
+
+# A session's device: None (the CPU) or (CUDA device index, the torch stream it computes on).
+Device = Optional[tuple[int, int]]
+
+
 @functools.lru_cache(maxsize=128)
 def _session(
     onnx_op: str,
@@ -104,6 +135,7 @@ def _session(
     ranks: tuple[int, ...],
     attributes: tuple[tuple[str, Any], ...],
     threads: int,
+    device: Device = None,
 ) -> ort.InferenceSession:
     options = ortops.session_options()
     options.intra_op_num_threads = threads
@@ -114,10 +146,16 @@ def _session(
     options.enable_cpu_mem_arena = False
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4  # errors come back as exceptions; do not also print them
+    providers: list[Any] = ["CPUExecutionProvider"]
+    if device is not None:
+        index, stream = device
+        cuda = {"device_id": str(index), "has_user_compute_stream": "1", "user_compute_stream": str(stream)}
+        providers = [("CUDAExecutionProvider", cuda)]
+        # The node must run on the GPU: a node ONNX Runtime would place on the CPU (an element
+        # type without a CUDA kernel) fails here, and the caller takes the CPU kernel instead.
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     with _creation_lock:
-        return ort.InferenceSession(
-            _model(onnx_op, types, ranks, attributes), options, providers=["CPUExecutionProvider"]
-        )
+        return ort.InferenceSession(_model(onnx_op, types, ranks, attributes), options, providers=providers)
 
 
 @contextlib.contextmanager
@@ -142,11 +180,12 @@ def run(
     attributes: dict[str, Any],
     output_shapes: Sequence[Shape | None] | None = None,
 ) -> list[torch.Tensor]:
-    """Runs the kernel of ``ortops::<onnx_op>`` on CPU tensors and returns its outputs.
+    """Runs the kernel of ``ortops::<onnx_op>`` on tensors where they live (CPU; CUDA where
+    :func:`runs_on_cuda`) and returns its outputs there.
 
     Args:
         onnx_op: the op's name in the ortops domain.
-        inputs: its inputs in order (made contiguous here); dtypes already checked.
+        inputs: its inputs in order (made contiguous here), on one device; dtypes already checked.
         attributes: node attributes by name, converted to the manifest's attribute types.
         output_shapes: per output, its shape when known before the run (the output is then
             written in place into a new tensor) or None (the kernel decides, e.g. NMS's K);
@@ -155,19 +194,33 @@ def run(
     Raises:
         ValueError: with the kernel's message ("ortops.Op: ...") for inputs or attributes it
             rejects.
+        NotOnDevice: for CUDA inputs the CUDA kernels do not take (see runs_on_cuda).
     """
     info = op_info(onnx_op)
     inputs = [t.contiguous() for t in inputs]
     names = _input_names(info, len(inputs))
     specs = info.node_inputs(len(inputs))
-    with _kernel_errors():
+    place = inputs[0].device
+    device: Device = None
+    if place.type == "cuda":
+        index = place.index if place.index is not None else torch.cuda.current_device()
+        device = (index, torch.cuda.current_stream(index).cuda_stream)
+    try:
         session = _session(
             onnx_op,
             tuple(t.dtype for t in inputs),
             tuple(t.dim() for t in inputs),
             tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attributes.items())),
             torch.get_num_threads(),
+            device,
         )
+    except Exception as error:
+        if device is not None and "fallback to CPU EP has been explicitly disabled" in str(error):
+            raise NotOnDevice(f"ortops::{onnx_op} has no CUDA kernel for these inputs") from None
+        with _kernel_errors():
+            raise
+    if device is not None:
+        return _run_bound(session, info, names, specs, inputs, output_shapes or [None] * len(info.outputs))
     if output_shapes is None:
         # Outputs the kernel sizes (the NMS family's indices) are small: a plain run over
         # zero-copy numpy views of the inputs costs less than binding them.
@@ -175,24 +228,39 @@ def run(
         with _kernel_errors():
             produced_arrays = session.run(None, feeds)
         return [_from_numpy(array) for array in produced_arrays]
+    return _run_bound(session, info, names, specs, inputs, output_shapes)
+
+
+def _run_bound(
+    session: ort.InferenceSession,
+    info: ortops.OpInfo,
+    names: list[str],
+    specs: Sequence[ortops.InputInfo],
+    inputs: list[torch.Tensor],
+    output_shapes: Sequence[Shape | None],
+) -> list[torch.Tensor]:
+    """A run with the inputs, and the outputs of known shape, bound where they live (CPU or
+    CUDA memory); an output the kernel sizes comes back through the host."""
+    place = inputs[0].device
+    kind, index = ("cuda", place.index or 0) if place.type == "cuda" else ("cpu", 0)
     binding = session.io_binding()
     for name, tensor in zip(names, inputs):
-        binding.bind_input(name, "cpu", 0, _NUMPY_TYPES[tensor.dtype], list(tensor.shape), tensor.data_ptr())
+        binding.bind_input(name, kind, index, _NUMPY_TYPES[tensor.dtype], list(tensor.shape), tensor.data_ptr())
     shared = next((t.dtype for spec, t in zip(specs, inputs) if len(spec.types) > 1), None)
     results: list[torch.Tensor | None] = []
     for spec, shape in zip(info.outputs, output_shapes):
         if shape is None or 0 in tuple(shape):  # an empty tensor has no address to bind
-            binding.bind_output(spec.name, "cpu")
+            binding.bind_output(spec.name, kind, index)
             results.append(None)
             continue
         dtype = shared if len(spec.types) > 1 else TORCH_TYPES[spec.types[0]]
-        out = torch.empty(tuple(shape), dtype=dtype)
-        binding.bind_output(spec.name, "cpu", 0, _NUMPY_TYPES[dtype], list(out.shape), out.data_ptr())
+        out = torch.empty(tuple(shape), dtype=dtype, device=place)
+        binding.bind_output(spec.name, kind, index, _NUMPY_TYPES[dtype], list(out.shape), out.data_ptr())
         results.append(out)
     with _kernel_errors():
         session.run_with_iobinding(binding)
     produced = binding.get_outputs()
-    return [r if r is not None else _to_torch(produced[i]) for i, r in enumerate(results)]
+    return [r if r is not None else _to_torch(produced[i]).to(place) for i, r in enumerate(results)]
 
 
 def _to_torch(value: ort.OrtValue) -> torch.Tensor:

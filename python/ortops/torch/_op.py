@@ -345,19 +345,28 @@ class Op:
             raise self._refusal(error) from None
 
     def _run(self, args: Sequence[Any]) -> Any:
-        """How the op runs eagerly: ortops' kernel for CPU tensors; for others, the torch
-        reference, or (ops without one) the CPU kernel through copies.
-
-        The only place that decides, for every op: a kernel for another device (an ONNX
-        Runtime session bound to CUDA memory) is one more branch here.
+        """How the op runs eagerly, the one place that decides for every op: ortops' kernel
+        for CPU tensors; for CUDA tensors its CUDA kernel in their memory, where
+        onnxruntime-gpu and the CUDA build of the library are installed (kernel.runs_on_cuda);
+        else the torch reference, or (ops without one) the CPU kernel through copies.
         """
         inputs = [t for _, t in self._node_inputs(args)]
         device = inputs[0].device
+        attributes = self._attributes(args)
+        if device.type == "cuda" and kernel.runs_on_cuda(self.onnx_op):
+            try:
+                return self._kernel(inputs, attributes)
+            except kernel.NotOnDevice:
+                pass  # an element type without a CUDA kernel: as without one, below
         if device.type != "cpu" and self.reference is not None:
             return self.reference(*args)
         if device.type != "cpu":
-            inputs = [t.cpu() for t in inputs]
-        attributes = self._attributes(args)
+            outputs = self._kernel([t.cpu() for t in inputs], attributes)
+            return outputs.to(device) if isinstance(outputs, torch.Tensor) else tuple(o.to(device) for o in outputs)
+        return self._kernel(inputs, attributes)
+
+    def _kernel(self, inputs: list[torch.Tensor], attributes: dict[str, Any]) -> Any:
+        """ortops' kernel on `inputs`, where they live."""
         sizes = tuple(attributes[name] for name in self._int_attributes)
         known = self._eager_shapes(tuple(t.shape for t in inputs), sizes)
         try:
@@ -365,8 +374,6 @@ class Op:
             outputs = kernel.run(self.onnx_op, inputs, attributes, known if any(s is not None for s in known) else None)
         except ValueError as error:
             raise ValueError(self._kernel_message(str(error))) from None
-        if device.type != "cpu":
-            outputs = [o.to(device) for o in outputs]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _fake(self, *args: Any) -> Any:

@@ -160,3 +160,35 @@ def test_sessions_and_threads_share_one_gpu() -> None:
     for t in threads:
         t.join()
     assert not failures, failures[:5]
+
+
+def test_eager_ops_on_cuda_tensors_run_the_cuda_kernels_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no GPU")
+    monkeypatch.setenv("ORTOPS_LIBRARY", str(LIBRARY))
+    import ortops.torch
+    from ortops.torch import _kernel
+
+    assert _kernel.runs_on_cuda("RoIAlign") and _kernel.runs_on_cuda("NMS")
+    places: list[str] = []
+    bound = _kernel._run_bound
+    monkeypatch.setattr(
+        _kernel, "_run_bound", lambda session, info, *rest: places.append(info.name) or bound(session, info, *rest)
+    )
+    rng = np.random.default_rng(3)
+    features = torch.from_numpy(rng.standard_normal((2, 8, 32, 32)).astype(np.float32))
+    rois = torch.tensor([[0, 1.0, 2.0, 20.0, 30.0], [1, 4.0, 4.5, 12.0, 9.0]])
+    xy = rng.uniform(0, 100, (500, 2)).astype(np.float32)
+    boxes = torch.from_numpy(np.concatenate([xy, xy + rng.uniform(2, 30, (500, 2)).astype(np.float32)], 1))
+    scores = torch.from_numpy(rng.random(500).astype(np.float32))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # ordered with torch's work on that stream, without a wait
+        doubled = features.cuda() * 2
+        pooled = ortops.torch.roi_align(doubled, rois.cuda(), (7, 7), 0.5, 2, aligned=True)
+        kept = ortops.torch.nms(boxes.cuda(), scores.cuda(), 0.5)
+    stream.synchronize()
+    assert places == ["RoIAlign", "NMS"], places  # the CUDA kernels, bound to the tensors' memory
+    assert pooled.device.type == "cuda" and kept.device.type == "cuda"
+    torch.testing.assert_close(pooled.cpu(), ortops.torch.roi_align(features * 2, rois, (7, 7), 0.5, 2, aligned=True))
+    assert torch.equal(kept.cpu(), ortops.torch.nms(boxes, scores, 0.5))
