@@ -75,7 +75,7 @@ constexpr OpDef kOpTable[] = {
   {kOrtopsDomain,   "MatrixInverse",             1,     OnCuda(matrix_inverse::MakeDevice),  &matrix_inverse::kSchema,        &matrix_inverse::Make},
   // mmdeploy's nodes that only its TensorRT plugins ran.
   {kMmdeployDomain, "MMCVDeformConv2d",              1,   OnCuda(deform_conv::MakeMmdeployV1Device),   &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},
-  {kMmdeployDomain, "GatherTopk",                    1,   kCpuOnly,   &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
+  {kMmdeployDomain, "GatherTopk",                    1,   OnCuda(gather_topk::MakeDevice),   &gather_topk::kSchema,                     &gather_topk::Make,                      kCompat},
   {kMmdeployDomain, "GridPriorsTRT",                 1,   OnCuda(grid_priors::MakeDevice),   &grid_priors::kSchema,                     &grid_priors::Make,                      kCompat},
   {kMmdeployDomain, "TRTBicubicInterpolate",         1,   OnCuda(bicubic_interpolate::MakeDevice),   &bicubic_interpolate::kSchema,             &bicubic_interpolate::Make,              kCompat},
   {kMmdeployDomain, "TRTInstanceNormalization",      1,   OnCuda(group_norm::MakeInstanceNormDevice),  &group_norm::kInstanceNormSchema,          &group_norm::MakeInstanceNorm,           kCompat},

@@ -36,6 +36,11 @@ std::ostream& operator<<(std::ostream& out, PositionText position) {
 
 }  // namespace
 
+void FailIndexOutside(const Shape& indices_shape, int64_t flat, int64_t index, int64_t rows, const Shape& input_shape) {
+  Fail("input 'indices' ", ShapeText{indices_shape}, " holds ", index, " at ", PositionText{indices_shape, flat},
+       ", outside [0, N = ", rows, ") of input 'input' ", ShapeText{input_shape});
+}
+
 constexpr OpSchema kSchema{
     .doc =
         "mmdeploy's gather of top-k rows (`mmdeploy::GatherTopk`, written by the TensorRT rewrite of "
@@ -66,44 +71,24 @@ class GatherTopkKernel : public KernelBase {
   GatherTopkKernel(const Attributes&, const OpDef& def) : KernelBase(def) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> input = io.Input<T>(0);
-    const ConstTensor<int64_t> indices = io.Input<int64_t>(1);
-    Check(indices.rank() >= 1, "input 'indices' must have rank 1 or more ([A..., K]), got shape ",
-          ShapeText{indices.shape});
-    // The axis of `input` that the indices pick along: after the leading (batch) dims they share.
-    const size_t row_axis = indices.rank() - 1;
-    Check(input.rank() > row_axis, "input 'input' ", ShapeText{input.shape}, " must have rank ", row_axis + 1,
-          " or more ([A..., N, ...], A... the leading dims of input 'indices' ", ShapeText{indices.shape}, ")");
-    Check(std::equal(indices.shape.begin(), indices.shape.begin() + static_cast<std::ptrdiff_t>(row_axis),
-                     input.shape.begin()),
-          "input 'indices' ", ShapeText{indices.shape}, " must have the leading dims of input 'input' ",
-          ShapeText{input.shape}, " (all but its last dim equal to the same dims of 'input')");
-    const int64_t rows = input.dim(row_axis), picks = indices.dim(row_axis);
-    int64_t row_size = 1;  // elements per row: the product of the trailing dims
-    for (size_t axis = row_axis + 1; axis < input.rank(); ++axis) row_size *= input.dim(axis);
-
-    const int64_t total = indices.size();  // rows to copy: batch items times picks
-    for (int64_t i = 0; i < total; ++i) {
-      const int64_t index = indices.data[i];
-      Check(index >= 0 && index < rows, "input 'indices' ", ShapeText{indices.shape}, " holds ", index, " at ",
-            PositionText{indices.shape, i}, ", outside [0, N = ", rows, ") of input 'input' ", ShapeText{input.shape});
+    const Gather<T> g = ReadGather<T>(io);
+    for (int64_t i = 0; i < g.total; ++i) {
+      const int64_t index = g.indices.data[i];
+      if (index < 0 || index >= g.rows) FailIndexOutside(g.indices.shape, i, index, g.rows, g.input.shape);
     }
-    int64_t output_size = 0;
-    Check(!__builtin_mul_overflow(total, row_size, &output_size), "the output of input 'input' ",
-          ShapeText{input.shape}, " and input 'indices' ", ShapeText{indices.shape},
-          " has more elements than int64 holds");
-    Shape shape = indices.shape;
-    shape.insert(shape.end(), input.shape.begin() + static_cast<std::ptrdiff_t>(row_axis + 1), input.shape.end());
-    T* output = io.Output<T>(0, shape);
-    if (output_size == 0) return;
+    T* output = io.Output<T>(0, g.output_shape);
+    if (g.output_size == 0) return;
+    const int64_t rows = g.rows, picks = g.picks, row_size = g.row_size, total = g.total;
+    const T* input = g.input.data;
+    const int64_t* indices = g.indices.data;
 
     // Whole rows are copied; ranges of them per task, so that each task moves a useful amount.
     constexpr int64_t kElementsPerTask = int64_t{1} << 16;
-    const int64_t tasks = std::clamp<int64_t>(output_size / kElementsPerTask, 1, total);
+    const int64_t tasks = std::clamp<int64_t>(g.output_size / kElementsPerTask, 1, total);
     io.ParallelForRanges(static_cast<size_t>(total), static_cast<size_t>(tasks), [&](size_t begin, size_t end) {
       for (auto i = static_cast<int64_t>(begin); i < static_cast<int64_t>(end); ++i) {
         const int64_t item = i / picks;  // the flat batch position a...
-        const T* row = input.data + (item * rows + indices.data[i]) * row_size;
+        const T* row = input + (item * rows + indices[i]) * row_size;
         std::memcpy(output + i * row_size, row, static_cast<size_t>(row_size) * sizeof(T));
       }
     });

@@ -1,0 +1,56 @@
+// GatherTopk's device path: the CPU kernel's shape checks, its index check run on the device
+// (the host writes the message of the first index outside [0, N)), then one thread per
+// output element.
+#include "device/device_kernel.h"
+#include "ops/gather_topk/gather_topk.h"
+
+namespace ortops::gather_topk {
+namespace {
+
+struct IndexOutside {
+  const int64_t* indices;
+  int64_t rows;
+  ORTOPS_HD bool operator()(int64_t i) const { return indices[i] < 0 || indices[i] >= rows; }
+};
+
+// Output element e is element e % row_size of the row that index e / row_size picks.
+template <typename T>
+struct CopyElement {
+  const T* input;
+  const int64_t* indices;
+  T* output;
+  int64_t rows, picks, row_size;
+
+  ORTOPS_HD void operator()(int64_t e) const {
+    const int64_t pick = e / row_size, offset = e - pick * row_size;
+    const int64_t item = pick / picks;  // the flat batch position a...
+    output[e] = input[(item * rows + indices[pick]) * row_size + offset];
+  }
+};
+
+template <typename T>
+class GatherTopkDeviceKernel : public device::DeviceKernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = gather_topk::kSchema;
+
+  GatherTopkDeviceKernel(const Attributes&, const OpDef& def) : DeviceKernelBase(def) {}
+
+  void Compute(const device::DeviceIO& io) const {
+    const Gather<T> g = ReadGather<T>(io);
+    device::CheckEach(io, g.indices.data, g.total, 1, IndexOutside{g.indices.data, g.rows},
+                      [&](int64_t flat, const int64_t* index) {
+                        FailIndexOutside(g.indices.shape, flat, *index, g.rows, g.input.shape);
+                      });
+    T* output = io.Output<T>(0, g.output_shape);
+    io.ForEach(g.output_size, CopyElement<T>{g.input.data, g.indices.data, output, g.rows, g.picks, g.row_size});
+  }
+};
+
+}  // namespace
+
+std::vector<OpPtr> MakeDevice(const OpDef& def) {
+  return MakeOps<GatherTopkDeviceKernel, float, double, int32_t, int64_t>(def);
+}
+
+}  // namespace ortops::gather_topk
