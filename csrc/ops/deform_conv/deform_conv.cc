@@ -84,8 +84,8 @@ constexpr IoSpec kOrtopsInputs[] = {
   "(y, x) samples the input at (y * stride_h - pad_h + i * dilation_h + dy, x * stride_w - pad_w + "  \
   "j * dilation_w + dx) bilinearly, where a point outside (-1, H) x (-1, W) reads 0 and each of its " \
   "four neighbours outside the map reads 0; the sample is multiplied by the mask (modulated form), "  \
-  "then the samples of a group's channels are multiplied with its weights (a GEMM: on CPUs, ortops' " \
-  "own in float32 and float16 with AVX2 or AVX-512, ONNX Runtime's Gemm otherwise; on CUDA, cuBLAS) " \
+  "then the samples of a group's channels are multiplied with its weights (a GEMM: ortops' own in "   \
+  "float32 and float16 on CPUs with AVX2 or AVX-512, ONNX Runtime's Gemm otherwise; cuBLAS on CUDA) " \
   "and the bias is added. "                                                                           \
   "Channel c uses deform group c / (C / deform_groups) "                                              \
   "whatever its convolution group (mmcv 1.7.2 got groups > 1 with deform_groups > 1 wrong; this "     \
