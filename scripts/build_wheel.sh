@@ -14,9 +14,19 @@
 # checks the Linux one: it must import system DLLs only and export RegisterCustomOps alone
 # (tests/cpp/check_windows_dll.cmake).
 #
+#   scripts/build_wheel.sh gpu
+#
+# builds dist/ortops_gpu-<version>-py3-none-manylinux_2_27_x86_64.whl: the same `ortops`
+# package with the CUDA build's library (scripts/build_cuda.sh, every architecture of
+# ORTOPS_CUDA_ARCHITECTURES), published as its own distribution, ortops-gpu, which requires
+# onnxruntime-gpu (the way onnxruntime and onnxruntime-gpu split). Its metadata is
+# pyproject.toml's with that name and requirement, written into a copy of the package.
+#
 # Options, by environment variable:
 #   ORTOPS_PREBUILT_DIR=<CMake build folder>  package that build instead of compiling one
-#                                             (with windows: a Windows cross build)
+#                                             (with windows: a Windows cross build; with
+#                                             gpu: a folder with the CUDA build's
+#                                             libortops.so and ortops_ops.json)
 #   ORTOPS_WHEEL_DIR=<folder>                 write the wheel there instead of dist/
 set -euo pipefail
 
@@ -65,6 +75,42 @@ if [[ "${1:-}" == windows ]]; then
   mkdir -p "$OUT"
   wheel="$OUT/$(basename "$raw"/ortops-*-py3-none-win_amd64.whl)"
   mv -f "$raw"/ortops-*-py3-none-win_amd64.whl "$wheel"
+  log "$wheel ($(du -k "$wheel" | cut -f1) KiB)"
+  echo "$wheel"
+  exit 0
+fi
+
+# The CUDA build as the ortops-gpu distribution: the package's sources copied, with
+# pyproject.toml's name and ONNX Runtime requirement changed, and the CUDA build's library.
+if [[ "${1:-}" == gpu ]]; then
+  library=${ORTOPS_PREBUILT_DIR:-}
+  [[ -n "$library" ]] || library=$(dirname "$("$ROOT/scripts/build_cuda.sh")")
+  grep -q '"library_providers": \[[^]]*CUDAExecutionProvider' "$library/ortops_ops.json" || {
+    log "$library/ortops_ops.json is not a CUDA build's manifest (scripts/build_cuda.sh makes one)"
+    exit 2
+  }
+  mkdir "$raw/source"
+  cp -r "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/README.md" "$ROOT/LICENSE" "$ROOT/CHANGELOG.md" "$raw/source/"
+  (cd "$ROOT" && git ls-files -z python) | (cd "$ROOT" && xargs -0 cp --parents -t "$raw/source")
+  "$VENV/bin/python" - "$raw/source/pyproject.toml" <<'PY'
+import re, sys
+path = sys.argv[1]
+text = open(path).read()
+text, named = re.subn(r'(?m)^name = "ortops"$', 'name = "ortops-gpu"', text)
+text, required = re.subn(r'(?m)^dependencies = \["numpy"\]$', 'dependencies = ["numpy", "onnxruntime-gpu>=1.17"]', text)
+text, extras = re.subn(r'(?m)^onnxruntime(-gpu)? = \[.*\]\n', "", text)
+assert (named, required, extras) == (1, 1, 2), "pyproject.toml's layout changed: update build_wheel.sh gpu"
+open(path, "w").write(text)
+PY
+  log "building the ortops-gpu wheel from $library/libortops.so"
+  ORTOPS_PREBUILT_DIR="$library" "$VENV/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
+    --no-build-isolation --wheel-dir "$raw" "$raw/source" >&2
+  log "checking and tagging it $ORTOPS_WHEEL_PLATFORM with auditwheel"
+  PATH="$VENV/bin:$PATH" "$VENV/bin/auditwheel" repair --only-plat --plat "$ORTOPS_WHEEL_PLATFORM" --strip \
+    --wheel-dir "$raw/repaired" "$raw"/ortops_gpu-*.whl >&2
+  mkdir -p "$OUT"
+  wheel="$OUT/$(basename "$raw"/repaired/*.whl)"
+  mv -f "$raw"/repaired/*.whl "$wheel"
   log "$wheel ($(du -k "$wheel" | cut -f1) KiB)"
   echo "$wheel"
   exit 0

@@ -10,9 +10,11 @@ supported) where there is no driver, running its CPU kernels with the CPU librar
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -107,3 +109,34 @@ def test_runs_its_cpu_kernels_without_a_driver_as_the_cpu_library(
     _, model, feeds = case
     for got, expected in zip(_run(LIBRARY, model, feeds), _run(CPU_LIBRARY, model, feeds)):
         np.testing.assert_array_equal(got, expected)
+
+
+def test_manifest_names_the_cuda_provider_beside_the_cpu_one() -> None:
+    manifest = json.loads((LIBRARY.parent / "ortops_ops.json").read_text())
+    assert manifest["library_providers"] == ["CPUExecutionProvider", "CUDAExecutionProvider"]
+    on_cuda = [op["name"] for op in manifest["ops"] if "CUDAExecutionProvider" in op["execution_providers"]]
+    assert "NMS" in on_cuda and "RoIAlign" in on_cuda
+
+
+@pytest.mark.skipif(not (ROOT / ".venv-wheel" / "bin" / "auditwheel").is_file(), reason="no .venv-wheel")
+def test_gpu_wheel_is_ortops_gpu_with_the_cuda_build_requiring_onnxruntime_gpu(tmp_path: Path) -> None:
+    env = {**os.environ, "ORTOPS_PREBUILT_DIR": str(LIBRARY.parent), "ORTOPS_WHEEL_DIR": str(tmp_path)}
+    built = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build_wheel.sh"), "gpu"], env=env, capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
+    wheel = Path(built.stdout.strip().splitlines()[-1])
+    version = re.search(r'__version__ = "(.+?)"', (ROOT / "python" / "ortops" / "_version.py").read_text())[1]
+    platform = re.search(r"^ORTOPS_WHEEL_PLATFORM=(\S+)$", (ROOT / "deps" / "versions.env").read_text(), re.M)[1]
+    assert wheel.name == f"ortops_gpu-{version}-py3-none-{platform}.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = archive.read(f"ortops_gpu-{version}.dist-info/METADATA").decode()
+        manifest = json.loads(archive.read("ortops/ortops_ops.json"))
+    assert "ortops/libortops.so" in names and "ortops/__init__.py" in names
+    assert re.search(r"^Name: ortops-gpu$", metadata, re.M)
+    requirements = re.findall(r"^Requires-Dist: (.+)$", metadata, re.M)
+    assert "onnxruntime-gpu>=1.17" in requirements
+    # No requirement or extra that would install the CPU onnxruntime over onnxruntime-gpu.
+    assert not [r for r in requirements if re.match(r"onnxruntime(?!-gpu)\b", r)], requirements
+    assert manifest["library_providers"] == ["CPUExecutionProvider", "CUDAExecutionProvider"]
