@@ -22,10 +22,11 @@
 #
 # With the project's device tool: `--stage` here, then one call per part, each carrying
 # .carry/K and running `bash scripts/test_gpu.sh --receive K`, the last one also running
-# `bash scripts/test_gpu.sh`, within the machine's warm window between calls. It fits in the
-# 30 minutes of device time a session has: about 2 for the transfers, 4 for the build on 16
-# cores, the rest for the tests and the benchmark. Record the date, the device and the figures
-# it prints in the README's GPU section.
+# `bash scripts/test_gpu.sh`, within the machine's warm window between calls (30 s idle).
+# Device time is short (15 minutes a session, starts and transfers included): about 2 minutes
+# go to the transfers and 4 to the build on 16 cores, so a first session runs `--quick` and
+# keeps time for a rerun after a fix. Record the date, the device and the figures it prints
+# in the README's GPU section.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,6 +51,8 @@ if [[ "${1:-}" == --stage ]]; then
   for i in "${!parts[@]}"; do mkdir -p ".carry/$i" && mv "${parts[$i]}" ".carry/$i/"; done
   last=$((${#parts[@]} - 1))
   (cd "$dest" && sha256sum "$(basename "$wheel")") >".carry/$last/SHA256SUM"
+  # The pinned ONNX Runtime headers (git-ignored, so not in the working tree there) travel too.
+  cp -r .deps/onnxruntime/include ".carry/$last/ort-include"
   rmdir .carry/parts
   log "split $(basename "$wheel") into ${#parts[@]} parts: .carry/0 .. .carry/$last"
   exit 0
@@ -93,9 +96,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 log "ONNX Runtime ready ($(elapsed))"
 
 # --- The CUDA build for the GPU at hand -----------------------------------------------------
+ort_include=${ORTOPS_ORT_INCLUDE_DIR:-$ROOT/.deps/onnxruntime/include}
+[[ -f "$ort_include/onnxruntime_c_api.h" ]] || ort_include=$STAGE/ort-include  # staged by --stage
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d '.')
 cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DORTOPS_BUILD_TESTS=OFF \
-  -DORTOPS_ORT_INCLUDE_DIR="${ORTOPS_ORT_INCLUDE_DIR:-$ROOT/.deps/onnxruntime/include}" \
+  -DORTOPS_ORT_INCLUDE_DIR="$ort_include" \
   -DORTOPS_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${arch}-real" >/dev/null
 cmake --build build/gpu --target ortops_cuda ortops_manifest_json -j "$(nproc)"
 LIBRARY="$ROOT/build/gpu/cuda/libortops.so"
