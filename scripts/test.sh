@@ -72,7 +72,7 @@ EOS
   # in the newest and the oldest supported runtime.
   echo "cuda-build: .venv-cuda/bin/cmake --build build --target ortops_cuda" \
     "&& $PY $PYTEST tests/python/cuda --junitxml $REPORTS/pytest-cuda-build.xml" \
-    "&& .venv-ort-min/bin/python $PYTEST tests/python/cuda -k 'not wheel' --junitxml $REPORTS/pytest-cuda-build-ort-min.xml"
+    "&& .venv-ort-min/bin/python $PYTEST tests/python/cuda -k 'not gpu_wheel' --junitxml $REPORTS/pytest-cuda-build-ort-min.xml"
   # ARM64 before the main Python tests, which also build examples/cpp against its cross build.
   [[ -n "$have_arm64" ]] && echo "arm64: scripts/test_arm64.sh --junit $REPORTS/ctest-arm64.xml"
   if [[ -n "$have_sanitizers" ]]; then
