@@ -44,23 +44,17 @@ constexpr OpSchema kSchema{
 namespace {
 
 template <typename T, bool kMax>
-class CumulativeKernel : public KernelBase {
+class CumulativeKernel : public OpKernel<T, kSchema, Axis> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = cummax::kSchema;
-
-  CumulativeKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), dim_(attrs.Int("dim")) {}
+  using OpKernel<T, kSchema, Axis>::OpKernel;
 
   void Compute(const KernelIO& io) const {
     const ConstTensor<T> input = io.Input<T>(0);
-    const scan::Layout layout = LayoutAlong(input, dim_);
+    const scan::Layout layout = LayoutAlong(input, this->attributes().dim);
     T* values = io.Output<T>(0, input.shape);
     int64_t* indices = io.Output<int64_t>(1, input.shape);
     scan::CumulativeExtreme<T, kMax>(io, input.data, values, indices, layout, false);
   }
-
- private:
-  int64_t dim_;
 };
 
 template <typename T>

@@ -8,23 +8,17 @@ namespace ortops::cummax {
 namespace {
 
 template <typename T, bool kMax>
-class CumulativeDeviceKernel : public device::DeviceKernelBase {
+class CumulativeDeviceKernel : public OpKernel<T, kSchema, Axis, device::DeviceKernelBase> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = cummax::kSchema;
-
-  CumulativeDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), dim_(attrs.Int("dim")) {}
+  using OpKernel<T, kSchema, Axis, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {
     const ConstTensor<T> input = io.Input<T>(0);
-    const scan::Layout layout = LayoutAlong(input, dim_);
+    const scan::Layout layout = LayoutAlong(input, this->attributes().dim);
     T* values = io.Output<T>(0, input.shape);
     int64_t* indices = io.Output<int64_t>(1, input.shape);
     scan::CumulativeExtremeOnDevice<T, kMax>(io, input.data, values, indices, layout, false);
   }
-
- private:
-  int64_t dim_;
 };
 
 template <typename T>

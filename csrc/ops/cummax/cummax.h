@@ -1,6 +1,6 @@
 #pragma once
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 #include "ops/cummax/scan_rows.h"
 
 namespace ortops::cummax {
@@ -9,6 +9,12 @@ std::vector<OpPtr> MakeMax(const OpDef& def);
 std::vector<OpPtr> MakeMin(const OpDef& def);
 std::vector<OpPtr> MakeMaxDevice(const OpDef& def);
 std::vector<OpPtr> MakeMinDevice(const OpDef& def);
+
+// The attribute 'dim', read once, as both kernels take it.
+struct Axis {
+  explicit Axis(const Attributes& attrs) : dim(attrs.Int("dim")) {}
+  int64_t dim;
+};
 
 // `input` viewed as [outer, length, inner] along attribute `dim` (negative counts from the
 // end; a rank-0 input is one element, scanned along dim 0 or -1), checked as both kernels

@@ -53,20 +53,17 @@ struct SampleSum {
 };
 
 template <typename T, bool kMmdeploy>
-class MsDeformAttnDeviceKernel : public device::DeviceKernelBase {
+class MsDeformAttnDeviceKernel : public OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes, device::DeviceKernelBase> {
  public:
-  using Element = T;
+  // im2col_step (mmdeploy) is ignored; the adapter has checked its type.
+  using OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = kMmdeploy ? kMmdeploySchema : ms_deform_attn::kSchema;
 
   // The level shapes and start indices are read on the host, where they are checked (ONNX
   // Runtime copies them there when they live on the GPU: a few int64 per level).
   static OrtMemType InputMemoryType(size_t index) {
     return index == 1 || index == 2 ? OrtMemTypeCPUInput : OrtMemTypeDefault;
   }
-
-  // im2col_step (mmdeploy) is ignored; the adapter has checked its type.
-  MsDeformAttnDeviceKernel(const Attributes&, const OpDef& def) : DeviceKernelBase(def) {}
 
   void Compute(const device::DeviceIO& io) const {
     const Inputs<T> in = CheckedInputs<T>(io);

@@ -171,19 +171,17 @@ namespace {
 // Registered for T = float only (see Make); written, like RoIAlign, for elements of T read
 // as their compute type A = ComputeType<T>.
 template <typename T, typename Node>
-class MultiLevelKernel : public KernelBase {
+class MultiLevelKernel : public OpKernel<T, Node::kSchema, LevelAttributes<Node, ComputeType<T>>> {
  public:
-  using Element = T;
+  using OpKernel<T, Node::kSchema, LevelAttributes<Node, ComputeType<T>>>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = Node::kSchema;
   static constexpr int64_t kColumns = multi_level_roi_align::kColumns<Node>;
 
-  MultiLevelKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
-
   void Compute(const KernelIO& io) const {
-    const roi_pooling::PoolingAttributes& pooling = attributes_.pooling;
+    const LevelAttributes<Node, A>& attributes = this->attributes();
+    const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> roi_input = io.Input<T>(0, 2);
-    const std::vector<ConstTensor<T>> features = FeatureInputs<T>(io, attributes_);
+    const std::vector<ConstTensor<T>> features = FeatureInputs<T>(io, attributes);
     const auto levels = static_cast<int64_t>(features.size());
     Scratch<A> roi_storage;
     const ConstTensor<A> rois{Upcast(io, roi_input, roi_storage), roi_input.shape};
@@ -196,7 +194,7 @@ class MultiLevelKernel : public KernelBase {
     ScratchVector<int64_t> level = io.Vector<int64_t>(static_cast<size_t>(roi_count));
     ScratchVector<int64_t> per_level = io.Vector<int64_t>(static_cast<size_t>(levels));
     for (int64_t r = 0; r < roi_count; ++r) {
-      level[r] = LevelOf<Node>(rois.data + kColumns * r, attributes_.finest_scale, levels);
+      level[r] = LevelOf<Node>(rois.data + kColumns * r, attributes.finest_scale, levels);
       ++per_level[level[r]];
     }
     // Each level is read from a channels-last copy where that pays for the rois it pools.
@@ -208,7 +206,7 @@ class MultiLevelKernel : public KernelBase {
       sources.push_back(roi_pooling::MakePoolSource(io, features[l], per_level[l], pooling, copies[l]));
       any_channels_last |= sources.back().channels_last != nullptr;
     }
-    const LevelGeometry<Node, A> geometry = attributes_.Geometry();
+    const LevelGeometry<Node, A> geometry = attributes.Geometry();
     // Rois in order of level, image and position, so that neighbouring rois, which read
     // overlapping parts of one map, are pooled one after the other (and by one thread).
     ScratchVector<int64_t> order = io.Vector<int64_t>(static_cast<size_t>(roi_count));
@@ -226,7 +224,7 @@ class MultiLevelKernel : public KernelBase {
         const A* roi = rois.data + kColumns * r;
         const int64_t l = level[r];
         const roi_pooling::PoolSource<T, A>& source = sources[l];
-        const auto g = geometry(roi, attributes_.Scale(l));
+        const auto g = geometry(roi, attributes.Scale(l));
         roi_pooling::CheckGrid(g, pooling);
         const int64_t per_bin = g.grid_h * g.grid_w;
         taps.resize(static_cast<size_t>(bins * per_bin));
@@ -235,14 +233,11 @@ class MultiLevelKernel : public KernelBase {
         } else {
           roi_pooling::AlignedRoiTaps(g, pooling, source.height, source.width, taps.data());
         }
-        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, per_bin, attributes_.mode,
+        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, per_bin, attributes.mode,
                              output + r * channels * bins, scratch);
       }
     });
   }
-
- private:
-  LevelAttributes<Node, A> attributes_;
 };
 
 template <typename T>

@@ -67,17 +67,15 @@ constexpr OpSchema kSchema{
 namespace {
 
 template <typename T>
-class TrtRoiAlignKernel : public KernelBase {
+class TrtRoiAlignKernel : public OpKernel<T, kSchema, TrtAttributes> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchema, TrtAttributes>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = trt_roi_align::kSchema;
-
-  TrtRoiAlignKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
 
   void Compute(const KernelIO& io) const {
-    const roi_pooling::PoolingAttributes& pooling = attributes_.pooling;
-    const bool average = attributes_.average != 0;
+    const TrtAttributes& attributes = this->attributes();
+    const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
+    const bool average = attributes.average != 0;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> roi_input = io.Input<T>(1, 2);
     const ConstTensor<int32_t> batch_indices = io.Input<int32_t>(2, 1);
@@ -99,7 +97,7 @@ class TrtRoiAlignKernel : public KernelBase {
     const Scratch<A> nhwc = channels_last ? roi_pooling::ToChannelsLast<A>(io, input) : Scratch<A>();
     const roi_pooling::PoolSource<T, A> source{input.data, channels_last ? nhwc.data() : nullptr, channels, height,
                                                width};
-    const roi_pooling::AlignedGeometry<A> geometry = attributes_.Geometry<A>();
+    const roi_pooling::AlignedGeometry<A> geometry = attributes.Geometry<A>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
       roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
@@ -135,8 +133,6 @@ class TrtRoiAlignKernel : public KernelBase {
       out[bin] = static_cast<T>(best);
     }
   }
-
-  TrtAttributes attributes_;
 };
 
 }  // namespace
