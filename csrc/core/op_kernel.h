@@ -56,4 +56,29 @@ class OpKernel : public Base {
   const Parsed attributes_;
 };
 
+// Kernel templates shared by several nodes take the node as a second argument: a value (a
+// layout, a grouping, a flag) or a type. Their factories name that argument, MakeOps<K, arg,
+// element types...>, in place of an alias per node: GCC names MakeOps<Alias, ...> after the
+// alias, so like-named aliases of two files' kernels once made the linker keep one file's
+// instantiation for both.
+template <template <typename, auto> class K, auto kNode>
+struct KernelOfNode {
+  template <typename T>
+  using Kernel = K<T, kNode>;
+};
+template <template <typename, typename> class K, typename Node>
+struct KernelOfNodeType {
+  template <typename T>
+  using Kernel = K<T, Node>;
+};
+
+template <template <typename, auto> class K, auto kNode, typename... Ts>
+std::vector<OpPtr> MakeOps(const OpDef& def) {
+  return MakeOps<KernelOfNode<K, kNode>::template Kernel, Ts...>(def);
+}
+template <template <typename, typename> class K, typename Node, typename... Ts>
+std::vector<OpPtr> MakeOps(const OpDef& def) {
+  return MakeOps<KernelOfNodeType<K, Node>::template Kernel, Ts...>(def);
+}
+
 }  // namespace ortops

@@ -57,14 +57,13 @@ class CumulativeKernel : public OpKernel<T, kSchema, Axis> {
   }
 };
 
-template <typename T>
-using CumMaxKernel = CumulativeKernel<T, true>;
-template <typename T>
-using CumMinKernel = CumulativeKernel<T, false>;
-
 }  // namespace
 
-std::vector<OpPtr> MakeMax(const OpDef& def) { return MakeOps<CumMaxKernel, float, double, int64_t, Half>(def); }
-std::vector<OpPtr> MakeMin(const OpDef& def) { return MakeOps<CumMinKernel, float, double, int64_t, Half>(def); }
+std::vector<OpPtr> MakeMax(const OpDef& def) {
+  return MakeOps<CumulativeKernel, true, float, double, int64_t, Half>(def);
+}
+std::vector<OpPtr> MakeMin(const OpDef& def) {
+  return MakeOps<CumulativeKernel, false, float, double, int64_t, Half>(def);
+}
 
 }  // namespace ortops::cummax

@@ -21,18 +21,13 @@ class CumulativeDeviceKernel : public OpKernel<T, kSchema, Axis, device::DeviceK
   }
 };
 
-template <typename T>
-using CumMaxDeviceKernel = CumulativeDeviceKernel<T, true>;
-template <typename T>
-using CumMinDeviceKernel = CumulativeDeviceKernel<T, false>;
-
 }  // namespace
 
 std::vector<OpPtr> MakeMaxDevice(const OpDef& def) {
-  return MakeOps<CumMaxDeviceKernel, float, double, int64_t, Half>(def);
+  return MakeOps<CumulativeDeviceKernel, true, float, double, int64_t, Half>(def);
 }
 std::vector<OpPtr> MakeMinDevice(const OpDef& def) {
-  return MakeOps<CumMinDeviceKernel, float, double, int64_t, Half>(def);
+  return MakeOps<CumulativeDeviceKernel, false, float, double, int64_t, Half>(def);
 }
 
 }  // namespace ortops::cummax

@@ -479,23 +479,18 @@ class DeformConvKernel : public OpKernel<T, SchemaOf(kLayout), ParsedWith<ConvAt
   std::vector<A> packed_weights_;
 };
 
-template <typename T>
-using ModulatedKernel = DeformConvKernel<T, Layout::kModulated>;
-template <typename T>
-using V1Kernel = DeformConvKernel<T, Layout::kV1>;
-template <typename T>
-using OrtopsKernel = DeformConvKernel<T, Layout::kOrtops>;
-template <typename T>
-using MmdeployV1Kernel = DeformConvKernel<T, Layout::kMmdeployV1>;
-
 }  // namespace
 
 // The compat ops are float32 only, as the originals: their optional bias input would not
 // type-check in ONNX Runtime 1.17 on an op registered for several element types.
-std::vector<OpPtr> MakeModulated(const OpDef& def) { return MakeOps<ModulatedKernel, float>(def); }
-std::vector<OpPtr> MakeV1(const OpDef& def) { return MakeOps<V1Kernel, float>(def); }
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<OrtopsKernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeModulated(const OpDef& def) { return MakeOps<DeformConvKernel, Layout::kModulated, float>(def); }
+std::vector<OpPtr> MakeV1(const OpDef& def) { return MakeOps<DeformConvKernel, Layout::kV1, float>(def); }
+std::vector<OpPtr> Make(const OpDef& def) {
+  return MakeOps<DeformConvKernel, Layout::kOrtops, float, double, Half>(def);
+}
 // No optional input, so several element types type-check; the plugin took float16 too.
-std::vector<OpPtr> MakeMmdeployV1(const OpDef& def) { return MakeOps<MmdeployV1Kernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeMmdeployV1(const OpDef& def) {
+  return MakeOps<DeformConvKernel, Layout::kMmdeployV1, float, double, Half>(def);
+}
 
 }  // namespace ortops::deform_conv

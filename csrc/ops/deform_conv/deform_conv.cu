@@ -211,26 +211,18 @@ class DeformConvDeviceKernel
   }
 };
 
-// Names unlike the CPU kernel's aliases (deform_conv.cc): GCC names MakeOps<Alias, ...> after
-// the alias, the same in both files' anonymous namespaces, and the linker kept the CPU
-// kernel's instantiation for both (the device factory then registered CPU kernels).
-template <typename T>
-using ModulatedDeviceKernel = DeformConvDeviceKernel<T, Layout::kModulated>;
-template <typename T>
-using V1DeviceKernel = DeformConvDeviceKernel<T, Layout::kV1>;
-template <typename T>
-using OrtopsDeviceKernel = DeformConvDeviceKernel<T, Layout::kOrtops>;
-template <typename T>
-using MmdeployV1DeviceKernel = DeformConvDeviceKernel<T, Layout::kMmdeployV1>;
-
 }  // namespace
 
 // The element types of the CPU kernels (deform_conv.cc says why the compat ops are float32 only).
-std::vector<OpPtr> MakeModulatedDevice(const OpDef& def) { return MakeOps<ModulatedDeviceKernel, float>(def); }
-std::vector<OpPtr> MakeV1Device(const OpDef& def) { return MakeOps<V1DeviceKernel, float>(def); }
-std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<OrtopsDeviceKernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeModulatedDevice(const OpDef& def) {
+  return MakeOps<DeformConvDeviceKernel, Layout::kModulated, float>(def);
+}
+std::vector<OpPtr> MakeV1Device(const OpDef& def) { return MakeOps<DeformConvDeviceKernel, Layout::kV1, float>(def); }
+std::vector<OpPtr> MakeDevice(const OpDef& def) {
+  return MakeOps<DeformConvDeviceKernel, Layout::kOrtops, float, double, Half>(def);
+}
 std::vector<OpPtr> MakeMmdeployV1Device(const OpDef& def) {
-  return MakeOps<MmdeployV1DeviceKernel, float, double, Half>(def);
+  return MakeOps<DeformConvDeviceKernel, Layout::kMmdeployV1, float, double, Half>(def);
 }
 
 }  // namespace ortops::deform_conv

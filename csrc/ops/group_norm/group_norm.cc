@@ -85,14 +85,13 @@ class NormKernel : public OpKernel<T, kNormSchema<kGrouping>, ParsedWith<NormAtt
   }
 };
 
-template <typename T>
-using GroupNormKernel = NormKernel<T, Grouping::kAttribute>;
-template <typename T>
-using InstanceNormKernel = NormKernel<T, Grouping::kInstance>;
-
 }  // namespace
 
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<GroupNormKernel, float, double, Half>(def); }
-std::vector<OpPtr> MakeInstanceNorm(const OpDef& def) { return MakeOps<InstanceNormKernel, float, double, Half>(def); }
+std::vector<OpPtr> Make(const OpDef& def) {
+  return MakeOps<NormKernel, Grouping::kAttribute, float, double, Half>(def);
+}
+std::vector<OpPtr> MakeInstanceNorm(const OpDef& def) {
+  return MakeOps<NormKernel, Grouping::kInstance, float, double, Half>(def);
+}
 
 }  // namespace ortops::group_norm

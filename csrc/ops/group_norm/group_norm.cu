@@ -113,16 +113,13 @@ class NormDeviceKernel
   }
 };
 
-template <typename T>
-using GroupNormDeviceKernel = NormDeviceKernel<T, Grouping::kAttribute>;
-template <typename T>
-using InstanceNormDeviceKernel = NormDeviceKernel<T, Grouping::kInstance>;
-
 }  // namespace
 
-std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<GroupNormDeviceKernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeDevice(const OpDef& def) {
+  return MakeOps<NormDeviceKernel, Grouping::kAttribute, float, double, Half>(def);
+}
 std::vector<OpPtr> MakeInstanceNormDevice(const OpDef& def) {
-  return MakeOps<InstanceNormDeviceKernel, float, double, Half>(def);
+  return MakeOps<NormDeviceKernel, Grouping::kInstance, float, double, Half>(def);
 }
 
 }  // namespace ortops::group_norm

@@ -228,14 +228,11 @@ class MsDeformAttnKernel : public OpKernel<T, kSchemaOf<kMmdeploy>> {
   }
 };
 
-template <typename T>
-using OrtopsKernel = MsDeformAttnKernel<T, false>;
-template <typename T>
-using MmdeployKernel = MsDeformAttnKernel<T, true>;
-
 }  // namespace
 
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<OrtopsKernel, float, double, Half>(def); }
-std::vector<OpPtr> MakeMmdeploy(const OpDef& def) { return MakeOps<MmdeployKernel, float, double, Half>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<MsDeformAttnKernel, false, float, double, Half>(def); }
+std::vector<OpPtr> MakeMmdeploy(const OpDef& def) {
+  return MakeOps<MsDeformAttnKernel, true, float, double, Half>(def);
+}
 
 }  // namespace ortops::ms_deform_attn

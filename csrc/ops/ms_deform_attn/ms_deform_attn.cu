@@ -85,16 +85,14 @@ class MsDeformAttnDeviceKernel : public OpKernel<T, kSchemaOf<kMmdeploy>, NoAttr
 };
 
 // Names unlike the CPU kernel's aliases: see deform_conv.cu.
-template <typename T>
-using OrtopsDeviceKernel = MsDeformAttnDeviceKernel<T, false>;
-template <typename T>
-using MmdeployDeviceKernel = MsDeformAttnDeviceKernel<T, true>;
 
 }  // namespace
 
-std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<OrtopsDeviceKernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeDevice(const OpDef& def) {
+  return MakeOps<MsDeformAttnDeviceKernel, false, float, double, Half>(def);
+}
 std::vector<OpPtr> MakeMmdeployDevice(const OpDef& def) {
-  return MakeOps<MmdeployDeviceKernel, float, double, Half>(def);
+  return MakeOps<MsDeformAttnDeviceKernel, true, float, double, Half>(def);
 }
 
 }  // namespace ortops::ms_deform_attn

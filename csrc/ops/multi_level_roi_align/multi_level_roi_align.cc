@@ -240,20 +240,15 @@ class MultiLevelKernel : public OpKernel<T, Node::kSchema, LevelAttributes<Node,
   }
 };
 
-template <typename T>
-using OrtopsKernel = MultiLevelKernel<T, OrtopsNode>;
-template <typename T>
-using MmdeployKernel = MultiLevelKernel<T, MmdeployNode>;
-template <typename T>
-using MmdeployRotatedKernel = MultiLevelKernel<T, MmdeployRotatedNode>;
-
 }  // namespace
 
 // float32 only: ONNX Runtime 1.17 cannot type the output of a node with two or more values in
 // a variadic input when the op is registered for several element types (its type inference
 // looks for a kernel type constraint per node input, and kernels have one per declared input).
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<OrtopsKernel, float>(def); }
-std::vector<OpPtr> MakeMmdeploy(const OpDef& def) { return MakeOps<MmdeployKernel, float>(def); }
-std::vector<OpPtr> MakeMmdeployRotated(const OpDef& def) { return MakeOps<MmdeployRotatedKernel, float>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<MultiLevelKernel, OrtopsNode, float>(def); }
+std::vector<OpPtr> MakeMmdeploy(const OpDef& def) { return MakeOps<MultiLevelKernel, MmdeployNode, float>(def); }
+std::vector<OpPtr> MakeMmdeployRotated(const OpDef& def) {
+  return MakeOps<MultiLevelKernel, MmdeployRotatedNode, float>(def);
+}
 
 }  // namespace ortops::multi_level_roi_align

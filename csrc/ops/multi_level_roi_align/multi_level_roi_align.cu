@@ -93,18 +93,15 @@ class MultiLevelDeviceKernel
   }
 };
 
-template <typename T>
-using OrtopsKernel = MultiLevelDeviceKernel<T, OrtopsNode>;
-template <typename T>
-using MmdeployKernel = MultiLevelDeviceKernel<T, MmdeployNode>;
-template <typename T>
-using MmdeployRotatedKernel = MultiLevelDeviceKernel<T, MmdeployRotatedNode>;
-
 }  // namespace
 
 // float32 only, as the CPU kernels (multi_level_roi_align.cc says why).
-std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<OrtopsKernel, float>(def); }
-std::vector<OpPtr> MakeMmdeployDevice(const OpDef& def) { return MakeOps<MmdeployKernel, float>(def); }
-std::vector<OpPtr> MakeMmdeployRotatedDevice(const OpDef& def) { return MakeOps<MmdeployRotatedKernel, float>(def); }
+std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<MultiLevelDeviceKernel, OrtopsNode, float>(def); }
+std::vector<OpPtr> MakeMmdeployDevice(const OpDef& def) {
+  return MakeOps<MultiLevelDeviceKernel, MmdeployNode, float>(def);
+}
+std::vector<OpPtr> MakeMmdeployRotatedDevice(const OpDef& def) {
+  return MakeOps<MultiLevelDeviceKernel, MmdeployRotatedNode, float>(def);
+}
 
 }  // namespace ortops::multi_level_roi_align
