@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import ortops
 
-from ortest import DEFAULT_OPSET, IR_VERSION, mmcv_nms_model, python_without
+from ortest import mmcv_nms_model, model_of, python_without
 
 # Hand-made NMS case: box 1 overlaps box 0 with IoU 81/119 = 0.68 (dropped at 0.5), box 2
 # overlaps box 0 with IoU 16/184 = 0.09 (kept), box 3 is box 2 shifted by 1 (IoU 0.68 with
@@ -69,15 +69,7 @@ def mixed_model_file(tmp_path: Path) -> Path:
         ],
         [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in ("values", "indices", "num", "det")],
     )
-    model = helper.make_model(
-        graph,
-        ir_version=IR_VERSION,
-        opset_imports=[
-            helper.make_opsetid("", DEFAULT_OPSET),
-            helper.make_opsetid("mmcv", 1),
-            helper.make_opsetid("TRT", 1),
-        ],
-    )
+    model = model_of(graph, "mmcv", "TRT")
     path = tmp_path / "mixed.onnx"
     onnx.save(model, str(path))
     return path
@@ -98,11 +90,7 @@ def cummax_model_file(tmp_path: Path) -> Path:
             helper.make_tensor_value_info("indices", TensorProto.INT64, None),
         ],
     )
-    model = helper.make_model(
-        graph,
-        ir_version=IR_VERSION,
-        opset_imports=[helper.make_opsetid("", DEFAULT_OPSET), helper.make_opsetid("mmcv", 1)],
-    )
+    model = model_of(graph, "mmcv")
     path = tmp_path / "cummax.onnx"
     onnx.save(model, str(path))
     return path
