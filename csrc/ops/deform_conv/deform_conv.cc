@@ -27,32 +27,39 @@
 namespace ortops::deform_conv {
 namespace {
 
+// The attributes every layout shares, as ConvAttributes reads them (mmdeploy's padding differs).
+constexpr AttrSpec kStride{"stride", AttrType::kInts, "1,1", "(stride_h, stride_w)"};
+constexpr AttrSpec kPadding{"padding", AttrType::kInts, "0,0", "(pad_h, pad_w), applied on both sides"};
+constexpr AttrSpec kDilation{"dilation", AttrType::kInts, "1,1", "(dilation_h, dilation_w)"};
+constexpr AttrSpec kGroups{"groups", AttrType::kInt, "1", "convolution groups; C and C_out must be divisible by it"};
+constexpr AttrSpec kOffsetGroups{"deform_groups", AttrType::kInt, "1", "offset groups; C must be divisible by it"};
+
 constexpr AttrSpec kConvAttributes[] = {
-    {"stride", AttrType::kInts, "1,1", "(stride_h, stride_w)"},
-    {"padding", AttrType::kInts, "0,0", "(pad_h, pad_w), applied on both sides"},
-    {"dilation", AttrType::kInts, "1,1", "(dilation_h, dilation_w)"},
-    {"groups", AttrType::kInt, "1", "convolution groups; C and C_out must be divisible by it"},
+    kStride,
+    kPadding,
+    kDilation,
+    kGroups,
     {"deform_groups", AttrType::kInt, "1", "offset (and mask) groups; C must be divisible by it"},
 };
 constexpr AttrSpec kV1Attributes[] = {
-    {"stride", AttrType::kInts, "1,1", "(stride_h, stride_w)"},
-    {"padding", AttrType::kInts, "0,0", "(pad_h, pad_w), applied on both sides"},
-    {"dilation", AttrType::kInts, "1,1", "(dilation_h, dilation_w)"},
-    {"groups", AttrType::kInt, "1", "convolution groups; C and C_out must be divisible by it"},
-    {"deform_groups", AttrType::kInt, "1", "offset groups; C must be divisible by it"},
+    kStride,
+    kPadding,
+    kDilation,
+    kGroups,
+    kOffsetGroups,
     {"bias", AttrType::kInt, "0", "present in mmcv's files; ignored (this op has no bias input)"},
     {"im2col_step", AttrType::kInt, "32", "present in mmcv's files; ignored"},
 };
 
 // mmdeploy's symbolic (mmdeploy/mmcv/ops/deform_conv.py) writes exactly these five.
 constexpr AttrSpec kMmdeployAttributes[] = {
-    {"stride", AttrType::kInts, "1,1", "(stride_h, stride_w)"},
+    kStride,
     {"padding", AttrType::kInts, "0,0,0,0",
      "(pad_h, pad_h, pad_w, pad_w): each of mmdeploy's (pad_h, pad_w) written twice; pad_h is applied above and "
      "below, pad_w left and right"},
-    {"dilation", AttrType::kInts, "1,1", "(dilation_h, dilation_w)"},
-    {"groups", AttrType::kInt, "1", "convolution groups; C and C_out must be divisible by it"},
-    {"deform_groups", AttrType::kInt, "1", "offset groups; C must be divisible by it"},
+    kDilation,
+    kGroups,
+    kOffsetGroups,
 };
 
 constexpr IoSpec kInput = {"input", ElemType::kTypeParam, "`[N, C, H, W]` input feature maps"};

@@ -11,6 +11,7 @@
 #include "core/upcast.h"
 #include "math/bilinear.h"
 #include "ops/multi_level_roi_align/multi_level.h"
+#include "ops/roi_align/pooling_specs.h"
 #include "ops/roi_align/roi_pooling.h"
 
 namespace ortops::multi_level_roi_align {
@@ -30,17 +31,23 @@ constexpr IoSpec kRotatedInputs[] = {
     kInputs[1],
 };
 constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, "`[R, C, output_height, output_width]` pooled features"},
+    {"output", ElemType::kTypeParam, roi_pooling::kPooledDoc},
 };
 
+constexpr AttrSpec kFinestScale{"finest_scale", AttrType::kInt, "56",
+                                "roi scale (sqrt of its area) under which a roi stays on the finest level"};
+// The plugins' strides (both mmdeploy nodes).
+constexpr AttrSpec kMmdeployStrides{"featmap_strides", AttrType::kFloats, "",
+                                    "stride of each level: level l has spatial scale 1 / featmap_strides[l]; strides "
+                                    "past the number of `features` inputs are ignored"};
+
 constexpr AttrSpec kAttributes[] = {
-    {"output_height", AttrType::kInt, "7", "height of each pooled output"},
-    {"output_width", AttrType::kInt, "7", "width of each pooled output"},
-    {"sampling_ratio", AttrType::kInt, "0",
-     "samples per bin along each axis; 0 or less: adaptive, ceil(roi size / output size)"},
+    roi_pooling::OutputHeightSpec("7"),
+    roi_pooling::OutputWidthSpec("7"),
+    roi_pooling::SamplingRatioSpec("0"),
     {"featmap_strides", AttrType::kFloats, "",
      "stride of each level (one per `features` input): level l has spatial scale 1 / featmap_strides[l]"},
-    {"finest_scale", AttrType::kInt, "56", "roi scale (sqrt of its area) under which a roi stays on the finest level"},
+    kFinestScale,
     {"roi_scale_factor", AttrType::kFloat, "1.0",
      "after the level is chosen, each roi's width and height are multiplied by this, about its centre"},
     {"pool_mode", AttrType::kString, "avg", "`avg` (mean of the samples) or `max` (largest sample)"},
@@ -49,33 +56,27 @@ constexpr AttrSpec kAttributes[] = {
 };
 
 constexpr AttrSpec kMmdeployAttributes[] = {
-    {"output_height", AttrType::kInt, "7", "height of each pooled output"},
-    {"output_width", AttrType::kInt, "7", "width of each pooled output"},
+    roi_pooling::OutputHeightSpec("7"),
+    roi_pooling::OutputWidthSpec("7"),
     {"pool_mode", AttrType::kInt, "0", "0: max (largest sample), 1: avg (mean of the samples)"},
-    {"sampling_ratio", AttrType::kInt, "2",
-     "samples per bin along each axis; 0 or less: adaptive, ceil(roi size / output size)"},
-    {"featmap_strides", AttrType::kFloats, "",
-     "stride of each level: level l has spatial scale 1 / featmap_strides[l]; strides past the number of "
-     "`features` inputs are ignored"},
+    roi_pooling::SamplingRatioSpec("2"),
+    kMmdeployStrides,
     {"roi_scale_factor", AttrType::kFloat, "-1.0",
      "when positive, each roi is rescaled about its centre by this after its level is chosen"},
-    {"finest_scale", AttrType::kInt, "56", "roi scale (sqrt of its area) under which a roi stays on the finest level"},
+    kFinestScale,
     {"aligned", AttrType::kInt, "0",
      "1: shift the scaled roi by -0.5 pixel, sides of at least 0; 0: no shift, sides of at least 1"},
 };
 
 constexpr AttrSpec kMmdeployRotatedAttributes[] = {
-    {"output_height", AttrType::kInt, "7", "height of each pooled output"},
-    {"output_width", AttrType::kInt, "7", "width of each pooled output"},
+    roi_pooling::OutputHeightSpec("7"),
+    roi_pooling::OutputWidthSpec("7"),
     {"clockwise", AttrType::kInt, "0", "1: theta turns clockwise (it is negated)"},
-    {"sampling_ratio", AttrType::kInt, "2",
-     "samples per bin along each axis; 0 or less: adaptive, ceil(roi size / output size)"},
-    {"featmap_strides", AttrType::kFloats, "",
-     "stride of each level: level l has spatial scale 1 / featmap_strides[l]; strides past the number of "
-     "`features` inputs are ignored"},
+    roi_pooling::SamplingRatioSpec("2"),
+    kMmdeployStrides,
     {"roi_scale_factor", AttrType::kFloat, "-1.0",
      "when positive, each roi's width and height are multiplied by this after its level is chosen"},
-    {"finest_scale", AttrType::kInt, "56", "roi scale (sqrt of its area) under which a roi stays on the finest level"},
+    kFinestScale,
     {"aligned", AttrType::kInt, "0", "1: shift the scaled centre by -0.5 pixel; 0: no shift"},
 };
 

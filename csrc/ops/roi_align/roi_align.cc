@@ -8,24 +8,24 @@
 
 #include "core/upcast.h"
 #include "math/bilinear.h"
+#include "ops/roi_align/pooling_specs.h"
 #include "ops/roi_align/roi_pooling.h"
 
 namespace ortops::roi_align {
 namespace {
 
 constexpr IoSpec kInputs[] = {
-    {"input", ElemType::kTypeParam, "`[N, C, H, W]` feature maps"},
+    {"input", ElemType::kTypeParam, roi_pooling::kFeatureMapsDoc},
     {"rois", ElemType::kTypeParam, "`[R, 5]` rois as (batch_index, x1, y1, x2, y2) in input-image coordinates"},
 };
 constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, "`[R, C, output_height, output_width]` pooled features"},
+    {"output", ElemType::kTypeParam, roi_pooling::kPooledDoc},
 };
 constexpr AttrSpec kAttributes[] = {
-    {"output_height", AttrType::kInt, "1", "height of each pooled output"},
-    {"output_width", AttrType::kInt, "1", "width of each pooled output"},
+    roi_pooling::OutputHeightSpec("1"),
+    roi_pooling::OutputWidthSpec("1"),
     {"spatial_scale", AttrType::kFloat, "1.0", "multiplies roi coordinates to give feature-map coordinates"},
-    {"sampling_ratio", AttrType::kInt, "0",
-     "samples per bin along each axis; 0 or less: adaptive, ceil(roi size / output size)"},
+    roi_pooling::SamplingRatioSpec("0"),
     {"mode", AttrType::kString, "avg", "`avg` (mean of the samples) or `max` (largest sample)"},
     {"aligned", AttrType::kInt, "1",
      "1: shift the scaled roi by -0.5 pixel (true alignment); 0: legacy, no shift and roi sides of at least 1"},

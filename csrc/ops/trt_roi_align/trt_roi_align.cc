@@ -8,26 +8,27 @@
 
 #include "core/upcast.h"
 #include "math/bilinear.h"
+#include "ops/roi_align/pooling_specs.h"
 #include "ops/roi_align/roi_pooling.h"
 
 namespace ortops::trt_roi_align {
 namespace {
 
 constexpr IoSpec kInputs[] = {
-    {"X", ElemType::kTypeParam, "`[N, C, H, W]` feature maps"},
+    {"X", ElemType::kTypeParam, roi_pooling::kFeatureMapsDoc},
     {"rois", ElemType::kTypeParam, "`[R, 4]` rois as (x1, y1, x2, y2) in input-image coordinates"},
     {"batch_indices", ElemType::kInt32, "`[R]` the image of `X` each roi pools from"},
 };
 constexpr IoSpec kOutputs[] = {
-    {"Y", ElemType::kTypeParam, "`[R, C, output_height, output_width]` pooled features"},
+    {"Y", ElemType::kTypeParam, roi_pooling::kPooledDoc},
 };
 constexpr AttrSpec kAttributes[] = {
     {"coordinate_transformation_mode", AttrType::kInt, "1",
      "1 (ONNX's half_pixel): roi corners shifted by -0.5 pixel; 0 (output_half_pixel): not shifted, and roi "
      "sides of at least 1"},
     {"mode", AttrType::kInt, "1", "1: average of the samples; 0: max (ONNX's max, see above)"},
-    {"output_height", AttrType::kInt, "1", "height of each pooled output"},
-    {"output_width", AttrType::kInt, "1", "width of each pooled output"},
+    roi_pooling::OutputHeightSpec("1"),
+    roi_pooling::OutputWidthSpec("1"),
     {"sampling_ratio", AttrType::kInt, "0",
      "samples per bin along each axis; 0: adaptive, ceil(roi size / output size)"},
     {"spatial_scale", AttrType::kFloat, "1.0", "multiplies roi coordinates to give feature-map coordinates; positive"},
