@@ -49,11 +49,8 @@ class CumulativeKernel : public OpKernel<T, kSchema, Axis> {
   using OpKernel<T, kSchema, Axis>::OpKernel;
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> input = io.Input<T>(0);
-    const scan::Layout layout = LayoutAlong(input, this->attributes().dim);
-    T* values = io.Output<T>(0, input.shape);
-    int64_t* indices = io.Output<int64_t>(1, input.shape);
-    scan::CumulativeExtreme<T, kMax>(io, input.data, values, indices, layout, false);
+    const ScanCall<T> call = PrepareCall<T>(io, this->attributes());
+    scan::CumulativeExtreme<T, kMax>(io, call.input.data, call.values, call.indices, call.layout, false);
   }
 };
 

@@ -13,11 +13,8 @@ class CumulativeDeviceKernel : public OpKernel<T, kSchema, Axis, device::DeviceK
   using OpKernel<T, kSchema, Axis, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {
-    const ConstTensor<T> input = io.Input<T>(0);
-    const scan::Layout layout = LayoutAlong(input, this->attributes().dim);
-    T* values = io.Output<T>(0, input.shape);
-    int64_t* indices = io.Output<int64_t>(1, input.shape);
-    scan::CumulativeExtremeOnDevice<T, kMax>(io, input.data, values, indices, layout, false);
+    const ScanCall<T> call = PrepareCall<T>(io, this->attributes());
+    scan::CumulativeExtremeOnDevice<T, kMax>(io, call.input.data, call.values, call.indices, call.layout, false);
   }
 };
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <utility>
+
 #include "core/op_kernel.h"
 #include "ops/cummax/scan_rows.h"
 
@@ -33,6 +35,25 @@ scan::Layout LayoutAlong(const ConstTensor<T>& input, int64_t dim) {
     if (a > axis) layout.inner *= input.dim(static_cast<size_t>(a));
   }
   return layout;
+}
+
+// One call, from a KernelIO or a device::DeviceIO: the input, checked and viewed as lines along
+// `dim`, and the two outputs of its shape.
+template <typename T>
+struct ScanCall {
+  ConstTensor<T> input;
+  scan::Layout layout;
+  T* values;
+  int64_t* indices;
+};
+
+template <typename T, typename IO>
+ScanCall<T> PrepareCall(const IO& io, const Axis& axis) {
+  ConstTensor<T> input = io.template Input<T>(0);
+  const scan::Layout layout = LayoutAlong(input, axis.dim);
+  T* values = io.template Output<T>(0, input.shape);
+  int64_t* indices = io.template Output<int64_t>(1, input.shape);
+  return {std::move(input), layout, values, indices};
 }
 
 }  // namespace ortops::cummax
