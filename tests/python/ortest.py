@@ -184,3 +184,9 @@ def run(
     model = make_model(op_type, domain, spec, outputs, **attributes)
     feeds = {name: value for name, value in inputs.items() if value is not None}
     return session(model, threads).run(None, feeds)
+
+
+def pool(op: str, domain: str, features: np.ndarray, rois: np.ndarray, **attributes: Any) -> list[np.ndarray]:
+    """Runs a RoIAlign node of ``domain`` (inputs ``input`` and ``rois``, output ``output``);
+    ``attributes``: the node's, and run's ``threads``."""
+    return run(op, domain, {"input": features, "rois": rois}, ["output"], **attributes)
