@@ -172,9 +172,9 @@ namespace {
 // Registered for T = float only (see Make); written, like RoIAlign, for elements of T read
 // as their compute type A = ComputeType<T>.
 template <typename T, typename Node>
-class MultiLevelKernel : public OpKernel<T, Node::kSchema, LevelAttributes<Node, ComputeType<T>>> {
+class MultiLevelKernel : public OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, ComputeType<T>>> {
  public:
-  using OpKernel<T, Node::kSchema, LevelAttributes<Node, ComputeType<T>>>::OpKernel;
+  using OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, ComputeType<T>>>::OpKernel;
   using A = ComputeType<T>;
   static constexpr int64_t kColumns = multi_level_roi_align::kColumns<Node>;
 

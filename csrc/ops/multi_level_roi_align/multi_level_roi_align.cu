@@ -51,9 +51,9 @@ struct LevelRois {
 
 template <typename T, typename Node>
 class MultiLevelDeviceKernel
-    : public OpKernel<T, Node::kSchema, LevelAttributes<Node, ComputeType<T>>, device::DeviceKernelBase> {
+    : public OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, ComputeType<T>>, device::DeviceKernelBase> {
  public:
-  using OpKernel<T, Node::kSchema, LevelAttributes<Node, ComputeType<T>>, device::DeviceKernelBase>::OpKernel;
+  using OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, ComputeType<T>>, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
   static constexpr int64_t kColumns = multi_level_roi_align::kColumns<Node>;
 
