@@ -37,6 +37,7 @@ import onnx
 import onnxruntime as ort
 import torch
 import torchvision
+from compositions import ms_deform_attn_composition
 from onnx import TensorProto, helper
 from timing import median_seconds
 
@@ -489,34 +490,29 @@ def scan_cases() -> list[Case]:
     x = np.random.default_rng(0).normal(size=(1, 256, 200, 200)).astype(np.float32)
     tx = torch.from_numpy(x)
     cases = []
+    targets = {"torch.cummax": 3.0, BANDWIDTH_LIMIT: 0.6}
     for axis, mode in ((2, 1), (3, 3)):  # along H (bottom pool), along W (right pool)
         name = "H" if axis == 2 else "W"
-        cummax = one_node_model("cummax", "mmcv", {"input": x}, ["values", "indices"], dim=axis)
-        pool = one_node_model("MMCVCornerPool", "mmcv", {"input": x}, ["output"], mode=mode)
         anchor = {"torch.cummax": torch_runner(lambda axis=axis: torch.cummax(tx, axis))}
         # Both read x once and write float32 values (cummax also int64 indices).
-        cummax_anchors = {**anchor, BANDWIDTH_LIMIT: stream_copy(x.nbytes * 4)}
-        pool_anchors = {**anchor, BANDWIDTH_LIMIT: stream_copy(x.nbytes * 2)}
-        cases.append(
-            Case(
-                f"cummax 1x256x200x200 along {name}",
-                session_runner(cummax, {"input": x}, True),
-                cummax_anchors,
-                agree=agree_with_cummax,
-                targets={"torch.cummax": 3.0, BANDWIDTH_LIMIT: 0.6},
-                targets_all={"torch.cummax": 3.0, BANDWIDTH_LIMIT: 0.6},
+        for label, model, bytes_moved in (
+            ("cummax", one_node_model("cummax", "mmcv", {"input": x}, ["values", "indices"], dim=axis), x.nbytes * 4),
+            (
+                "corner pool",
+                one_node_model("MMCVCornerPool", "mmcv", {"input": x}, ["output"], mode=mode),
+                x.nbytes * 2,
+            ),
+        ):
+            cases.append(
+                Case(
+                    f"{label} 1x256x200x200 along {name}",
+                    session_runner(model, {"input": x}, True),
+                    {**anchor, BANDWIDTH_LIMIT: stream_copy(bytes_moved)},
+                    agree=agree_with_cummax,
+                    targets=targets,
+                    targets_all=targets,
+                )
             )
-        )
-        cases.append(
-            Case(
-                f"corner pool 1x256x200x200 along {name}",
-                session_runner(pool, {"input": x}, True),
-                pool_anchors,
-                agree=agree_with_cummax,
-                targets={"torch.cummax": 3.0, BANDWIDTH_LIMIT: 0.6},
-                targets_all={"torch.cummax": 3.0, BANDWIDTH_LIMIT: 0.6},
-            )
-        )
     return cases
 
 
@@ -615,6 +611,35 @@ def eager_cases() -> list[Case]:
     return cases
 
 
+def float16_case(
+    name: str,
+    op: tuple[str, str],
+    single: dict[str, np.ndarray],
+    attrs: dict[str, Any],
+    torch_name: str,
+    torch_run: Callable[[dict[str, torch.Tensor]], Any],
+    tolerance: float,
+) -> Case:
+    """One op (domain, op type) on the float16 values of `single`: against the same node on
+    those values in float32 and against torch on the float16 tensors (timed, not checked)."""
+    half = {k: v.astype(np.float16) for k, v in single.items()}
+    single = {k: v.astype(np.float32) for k, v in half.items()}
+    tensors = {k: torch.from_numpy(v) for k, v in half.items()}
+    op_type, domain = op
+    return Case(
+        name=name,
+        ortops=session_runner(one_node_model(op_type, domain, half, ["output"], **attrs), half, True),
+        anchors={
+            f"ortops {op_type} float32": session_runner(
+                one_node_model(op_type, domain, single, ["output"], **attrs), single, True
+            ),
+            torch_name: torch_runner(lambda: torch_run(tensors)),
+        },
+        agree=close(tolerance, tolerance),
+        unchecked=(torch_name,),
+    )
+
+
 def float16_cases() -> list[Case]:
     """The feature ops on float16 inputs (computing in float32): against the same ortops op on
     float32 (the cost of half precision) and torch's CPU kernels on float16. Only the float32
@@ -626,48 +651,29 @@ def float16_cases() -> list[Case]:
     features = rng.normal(size=(1, 256, 200, 272)).astype(np.float32)
     xy = rng.uniform(0, 1000, (1000, 2))
     rois = np.concatenate([np.zeros((1000, 1)), xy, np.minimum(xy + rng.uniform(16, 400, (1000, 2)), [1088, 800])], 1)
-    rois = rois.astype(np.float32)
-    attrs = dict(output_height=7, output_width=7, spatial_scale=0.25, sampling_ratio=2, mode="avg", aligned=1)
-    half = {"input": features.astype(np.float16), "rois": rois.astype(np.float16)}
-    single = {"input": features, "rois": half["rois"].astype(np.float32)}
-    roi_t = {k: torch.from_numpy(v) for k, v in half.items()}
     cases.append(
-        Case(
-            name="float16 RoIAlign avg 1x256x200x272, 1000 rois, 7x7, sampling 2, aligned",
-            ortops=session_runner(one_node_model("RoIAlign", "ortops", half, ["output"], **attrs), half, True),
-            anchors={
-                "ortops RoIAlign float32": session_runner(
-                    one_node_model("RoIAlign", "ortops", single, ["output"], **attrs), single, True
-                ),
-                "torchvision roi_align float16": torch_runner(
-                    lambda: torchvision.ops.roi_align(roi_t["input"], roi_t["rois"], 7, 0.25, 2, True)
-                ),
-            },
-            agree=close(1e-2, 1e-2),
-            unchecked=("torchvision roi_align float16",),
+        float16_case(
+            "float16 RoIAlign avg 1x256x200x272, 1000 rois, 7x7, sampling 2, aligned",
+            ("RoIAlign", "ortops"),
+            {"input": features, "rois": rois.astype(np.float32)},
+            dict(output_height=7, output_width=7, spatial_scale=0.25, sampling_ratio=2, mode="avg", aligned=1),
+            "torchvision roi_align float16",
+            lambda t: torchvision.ops.roi_align(t["input"], t["rois"], 7, 0.25, 2, True),
+            1e-2,
         )
     )
 
     x = rng.normal(size=(1, 64, 256, 256)).astype(np.float32)
     grid = rng.uniform(-1, 1, (1, 256, 256, 2)).astype(np.float32)
-    half = {"input": x.astype(np.float16), "grid": grid.astype(np.float16)}
-    single = {"input": half["input"].astype(np.float32), "grid": half["grid"].astype(np.float32)}
-    attrs = dict(interpolation_mode=0, padding_mode=0, align_corners=0)
-    grid_t = {k: torch.from_numpy(v) for k, v in half.items()}
     cases.append(
-        Case(
-            name="float16 grid_sampler bilinear zeros 1x64x256x256, grid 256x256",
-            ortops=session_runner(one_node_model("grid_sampler", "mmcv", half, ["output"], **attrs), half, True),
-            anchors={
-                "ortops grid_sampler float32": session_runner(
-                    one_node_model("grid_sampler", "mmcv", single, ["output"], **attrs), single, True
-                ),
-                "torch grid_sample float16": torch_runner(
-                    lambda: torch.nn.functional.grid_sample(grid_t["input"], grid_t["grid"], "bilinear", "zeros", False)
-                ),
-            },
-            agree=close(1e-2, 1e-2),
-            unchecked=("torch grid_sample float16",),
+        float16_case(
+            "float16 grid_sampler bilinear zeros 1x64x256x256, grid 256x256",
+            ("grid_sampler", "mmcv"),
+            {"input": x, "grid": grid},
+            dict(interpolation_mode=0, padding_mode=0, align_corners=0),
+            "torch grid_sample float16",
+            lambda t: torch.nn.functional.grid_sample(t["input"], t["grid"], "bilinear", "zeros", False),
+            1e-2,
         )
     )
 
@@ -680,26 +686,17 @@ def float16_cases() -> list[Case]:
         "bias": rng.normal(size=256).astype(np.float32),
         "mask": rng.random((1, 9, 64, 64)).astype(np.float32),
     }
-    half = {k: v.astype(np.float16) for k, v in single.items()}
-    single = {k: v.astype(np.float32) for k, v in half.items()}
-    attrs = dict(stride=[1, 1], padding=[1, 1], dilation=[1, 1], groups=1, deform_groups=1)
-    conv_t = {k: torch.from_numpy(v) for k, v in half.items()}
     cases.append(
-        Case(
-            name="float16 DeformConv2d (modulated) 1x256x64x64 -> 256, 3x3, pad 1",
-            ortops=session_runner(one_node_model("DeformConv2d", "ortops", half, ["output"], **attrs), half, True),
-            anchors={
-                "ortops deform conv float32": session_runner(
-                    one_node_model("DeformConv2d", "ortops", single, ["output"], **attrs), single, True
-                ),
-                "torchvision deform_conv2d float16": torch_runner(
-                    lambda: torchvision.ops.deform_conv2d(
-                        conv_t["input"], conv_t["offset"], conv_t["weight"], conv_t["bias"], 1, 1, 1, conv_t["mask"]
-                    )
-                ),
-            },
-            agree=close(5e-2, 5e-2),
-            unchecked=("torchvision deform_conv2d float16",),
+        float16_case(
+            "float16 DeformConv2d (modulated) 1x256x64x64 -> 256, 3x3, pad 1",
+            ("DeformConv2d", "ortops"),
+            single,
+            dict(stride=[1, 1], padding=[1, 1], dilation=[1, 1], groups=1, deform_groups=1),
+            "torchvision deform_conv2d float16",
+            lambda t: torchvision.ops.deform_conv2d(
+                t["input"], t["offset"], t["weight"], t["bias"], 1, 1, 1, t["mask"]
+            ),
+            5e-2,
         )
     )
     return cases
@@ -865,23 +862,6 @@ def efficient_nms_cases() -> list[Case]:
             )
         )
     return cases
-
-
-def ms_deform_attn_composition(
-    value: torch.Tensor, levels: list[tuple[int, int]], locations: torch.Tensor, weights: torch.Tensor
-) -> torch.Tensor:
-    """mmcv's multi_scale_deformable_attn_pytorch: one grid_sample per level, then the weighted sum."""
-    batch, _, heads, dim = value.shape
-    _, queries, _, count, points, _ = locations.shape
-    per_level = value.split([h * w for h, w in levels], dim=1)
-    samples = []
-    for level, (h, w) in enumerate(levels):
-        maps = per_level[level].flatten(2).transpose(1, 2).reshape(batch * heads, dim, h, w)
-        grid = (2 * locations[:, :, :, level] - 1).transpose(1, 2).flatten(0, 1)
-        samples.append(torch.nn.functional.grid_sample(maps, grid, "bilinear", "zeros", align_corners=False))
-    weights = weights.transpose(1, 2).reshape(batch * heads, 1, queries, count * points)
-    out = (torch.stack(samples, dim=-2).flatten(-2) * weights).sum(-1).view(batch, heads * dim, queries)
-    return out.transpose(1, 2).contiguous()
 
 
 def ms_deform_attn_case() -> Case:

@@ -35,6 +35,7 @@ import onnx
 import onnxruntime as ort
 import torch
 import torchvision
+from compositions import ms_deform_attn_composition
 from onnx import TensorProto, helper
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -353,7 +354,7 @@ def cases(bench: Bench) -> list[Case]:
             "MultiScaleDeformableAttention, 4 levels, 2000 queries",
             node,
             {
-                "torch grid_sample composition": lambda: _msda_torch(value, shapes, locations, weights),
+                "torch grid_sample composition": lambda: ms_deform_attn_composition(value, shapes, locations, weights),
                 "status quo": status_quo(node),
             },
             {"torch grid_sample composition": close(1e-3)},
@@ -361,26 +362,6 @@ def cases(bench: Bench) -> list[Case]:
         )
     )
     return out
-
-
-def _msda_torch(
-    value: torch.Tensor, shapes: list[tuple[int, int]], locations: torch.Tensor, weights: torch.Tensor
-) -> torch.Tensor:
-    """mmcv's multi_scale_deformable_attn_pytorch: one grid_sample per level."""
-    batch, _, heads, dim = value.shape
-    _, queries, _, levels, points, _ = locations.shape
-    per_level = value.split([h * w for h, w in shapes], dim=1)
-    grids = 2 * locations - 1
-    sampled = []
-    for level, (h, w) in enumerate(shapes):
-        v = per_level[level].flatten(2).transpose(1, 2).reshape(batch * heads, dim, h, w)
-        g = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
-        sampled.append(
-            torch.nn.functional.grid_sample(v, g, mode="bilinear", padding_mode="zeros", align_corners=False)
-        )
-    w = weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels * points)
-    result = (torch.stack(sampled, dim=-2).flatten(-2) * w).sum(-1).view(batch, heads * dim, queries)
-    return result.transpose(1, 2).contiguous()
 
 
 def main() -> None:

@@ -124,6 +124,22 @@ def make_model(
     )
 
 
+def model_of(graph: onnx.GraphProto, *domains: str, **fields: Any) -> onnx.ModelProto:
+    """``graph`` as a model at IR_VERSION and DEFAULT_OPSET that imports each domain of
+    ``domains`` at version 1 (``fields``: other ModelProto fields, such as functions)."""
+    opsets = [helper.make_opsetid("", DEFAULT_OPSET), *(helper.make_opsetid(domain, 1) for domain in domains)]
+    return helper.make_model(graph, ir_version=IR_VERSION, opset_imports=opsets, **fields)
+
+
+def exported_model(graph: onnx.GraphProto, domain: str) -> onnx.ModelProto:
+    """``graph`` as PyTorch's TorchScript exporter wrote mmcv's and mmdeploy's files: IR
+    version 6, opset 11 and ``domain`` at version 1, producer "pytorch"."""
+    opsets = [helper.make_opsetid("", 11), helper.make_opsetid(domain, 1)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="pytorch")
+    model.ir_version = 6
+    return model
+
+
 def mmcv_nms_model(**attributes: Any) -> onnx.ModelProto:
     """One ``mmcv::NonMaxSuppression`` node as mmcv 1.x files hold it: boxes [N, 4] and scores
     [N] float32 in, int64 ``indices`` out (the model the binding and packaging tests load)."""
@@ -168,3 +184,9 @@ def run(
     model = make_model(op_type, domain, spec, outputs, **attributes)
     feeds = {name: value for name, value in inputs.items() if value is not None}
     return session(model, threads).run(None, feeds)
+
+
+def pool(op: str, domain: str, features: np.ndarray, rois: np.ndarray, **attributes: Any) -> list[np.ndarray]:
+    """Runs a RoIAlign node of ``domain`` (inputs ``input`` and ``rois``, output ``output``);
+    ``attributes``: the node's, and run's ``threads``."""
+    return run(op, domain, {"input": features, "rois": rois}, ["output"], **attributes)

@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,17 @@ def roi_align_sample(plane: np.ndarray, y: float, x: float) -> float:
     )
 
 
+def _bins(t: type, roi_h: Any, roi_w: Any, out_h: int, out_w: int, sampling_ratio: int, aligned: bool) -> tuple:
+    """A roi's sides (legacy, not aligned: at least 1), bin sizes and samples per bin along
+    each axis (sampling_ratio, or adaptive: ceil(side / output size)), by the RoIAlign rule in
+    the element type t."""
+    if not aligned:
+        roi_h, roi_w = max(roi_h, t(1)), max(roi_w, t(1))
+    grid_h = sampling_ratio if sampling_ratio > 0 else max(math.ceil(roi_h / t(out_h)), 0)
+    grid_w = sampling_ratio if sampling_ratio > 0 else max(math.ceil(roi_w / t(out_w)), 0)
+    return roi_h, roi_w, roi_h / t(out_h), roi_w / t(out_w), grid_h, grid_w
+
+
 def roi_align(
     features: np.ndarray,
     rois: np.ndarray,
@@ -62,11 +74,7 @@ def roi_align(
         image = int(roi[0])
         start_w, start_h = roi[1] * scale - shift, roi[2] * scale - shift
         roi_w, roi_h = roi[3] * scale - shift - start_w, roi[4] * scale - shift - start_h
-        if not aligned:
-            roi_w, roi_h = max(roi_w, t(1)), max(roi_h, t(1))
-        bin_h, bin_w = roi_h / t(out_h), roi_w / t(out_w)
-        grid_h = sampling_ratio if sampling_ratio > 0 else max(math.ceil(roi_h / t(out_h)), 0)
-        grid_w = sampling_ratio if sampling_ratio > 0 else max(math.ceil(roi_w / t(out_w)), 0)
+        roi_h, roi_w, bin_h, bin_w, grid_h, grid_w = _bins(t, roi_h, roi_w, out_h, out_w, sampling_ratio, aligned)
         for ch in range(c):
             plane = features[image, ch]
             for ph in range(out_h):
@@ -112,11 +120,7 @@ def roi_align_rotated(
         roi_w, roi_h = roi[3] * scale, roi[4] * scale
         theta = -roi[5] if clockwise else roi[5]
         cos_t, sin_t = t(np.cos(theta)), t(np.sin(theta))
-        if not aligned:
-            roi_w, roi_h = max(roi_w, t(1)), max(roi_h, t(1))
-        bin_h, bin_w = roi_h / t(out_h), roi_w / t(out_w)
-        grid_h = sampling_ratio if sampling_ratio > 0 else max(math.ceil(roi_h / t(out_h)), 0)
-        grid_w = sampling_ratio if sampling_ratio > 0 else max(math.ceil(roi_w / t(out_w)), 0)
+        roi_h, roi_w, bin_h, bin_w, grid_h, grid_w = _bins(t, roi_h, roi_w, out_h, out_w, sampling_ratio, aligned)
         for ch in range(c):
             plane = features[int(roi[0]), ch]
             for ph in range(out_h):

@@ -57,16 +57,14 @@ constexpr OpSchema kSchema{
 namespace {
 
 template <typename T>
-class BicubicKernel : public KernelBase {
+class BicubicKernel : public OpKernel<T, kSchema, BicubicAttributes> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchema, BicubicAttributes>::OpKernel;
   using A = T;  // float32 in float32, as PyTorch's CPU and CUDA kernels compute
-  static constexpr const OpSchema& kSchema = bicubic_interpolate::kSchema;
-
-  BicubicKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
 
   void Compute(const KernelIO& io) const {
-    const ResizeCall<T> call = PrepareCall<T>(io, attributes_);
+    const BicubicAttributes& attributes = this->attributes();
+    const ResizeCall<T> call = PrepareCall<T>(io, attributes);
     const ConstTensor<T>& input = call.input;
     T* output = call.output;
     const int64_t height = call.height(), width = call.width(), out_h = call.out_h, out_w = call.out_w;
@@ -79,8 +77,8 @@ class BicubicKernel : public KernelBase {
 
     const Scratch<AxisTaps<A>> rows = io.Allocate<AxisTaps<A>>(static_cast<size_t>(out_h));
     const Scratch<AxisTaps<A>> columns = io.Allocate<AxisTaps<A>>(static_cast<size_t>(out_w));
-    const ResizeAxis<A> y_axis(height, out_h, attributes_.scale_h, attributes_.align_corners);
-    const ResizeAxis<A> x_axis(width, out_w, attributes_.scale_w, attributes_.align_corners);
+    const ResizeAxis<A> y_axis(height, out_h, attributes.scale_h, attributes.align_corners);
+    const ResizeAxis<A> x_axis(width, out_w, attributes.scale_w, attributes.align_corners);
     for (int64_t y = 0; y < out_h; ++y) rows[static_cast<size_t>(y)] = y_axis.TapsAt(y);
     for (int64_t x = 0; x < out_w; ++x) columns[static_cast<size_t>(x)] = x_axis.TapsAt(x);
 
@@ -127,8 +125,6 @@ class BicubicKernel : public KernelBase {
   static void InterpolateRow(const T* __restrict row, const AxisTaps<A>* columns, int64_t out_w, A* __restrict out) {
     for (int64_t x = 0; x < out_w; ++x) out[x] = InterpolateAlong(row, columns[x]);
   }
-
-  BicubicAttributes attributes_;
 };
 
 }  // namespace

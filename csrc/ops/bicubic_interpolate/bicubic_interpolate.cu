@@ -36,26 +36,21 @@ struct ResizeValue {
 };
 
 template <typename T>
-class BicubicDeviceKernel : public device::DeviceKernelBase {
+class BicubicDeviceKernel : public OpKernel<T, kSchema, BicubicAttributes, device::DeviceKernelBase> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = bicubic_interpolate::kSchema;
-
-  BicubicDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), attributes_(attrs) {}
+  using OpKernel<T, kSchema, BicubicAttributes, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {
-    const ResizeCall<T> call = PrepareCall<T>(io, attributes_);
+    const BicubicAttributes& attributes = this->attributes();
+    const ResizeCall<T> call = PrepareCall<T>(io, attributes);
     if (call.copies()) {
       io.ForEach(call.size, CopyValue<T>{call.input.data, call.output});
       return;
     }
-    const ResizeAxis<T> y_axis(call.height(), call.out_h, attributes_.scale_h, attributes_.align_corners);
-    const ResizeAxis<T> x_axis(call.width(), call.out_w, attributes_.scale_w, attributes_.align_corners);
+    const ResizeAxis<T> y_axis(call.height(), call.out_h, attributes.scale_h, attributes.align_corners);
+    const ResizeAxis<T> x_axis(call.width(), call.out_w, attributes.scale_w, attributes.align_corners);
     io.ForEach(call.size, ResizeValue<T>{call.input.data, call.output, call.out_h, call.out_w, y_axis, x_axis});
   }
-
- private:
-  BicubicAttributes attributes_;
 };
 
 }  // namespace

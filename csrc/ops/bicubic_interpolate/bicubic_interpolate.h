@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 
 namespace ortops::bicubic_interpolate {
 extern const OpSchema kSchema;  // mmdeploy TRTBicubicInterpolate

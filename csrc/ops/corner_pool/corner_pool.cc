@@ -42,21 +42,16 @@ constexpr OpSchema kSchema{
 namespace {
 
 template <typename T>
-class CornerPoolKernel : public KernelBase {
+class CornerPoolKernel : public OpKernel<T, kSchema, Direction> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = corner_pool::kSchema;
-
-  CornerPoolKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), direction_(attrs) {}
+  using OpKernel<T, kSchema, Direction>::OpKernel;
 
   void Compute(const KernelIO& io) const {
+    const Direction& direction = this->attributes();
     const ConstTensor<T> input = io.Input<T>(0, 4);
     T* output = io.Output<T>(0, input.shape);
-    scan::CumulativeExtreme<T, true>(io, input.data, output, nullptr, direction_.LayoutOf(input), direction_.reverse());
+    scan::CumulativeExtreme<T, true>(io, input.data, output, nullptr, direction.LayoutOf(input), direction.reverse());
   }
-
- private:
-  Direction direction_;
 };
 
 }  // namespace

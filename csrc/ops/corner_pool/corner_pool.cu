@@ -8,22 +8,17 @@ namespace ortops::corner_pool {
 namespace {
 
 template <typename T>
-class CornerPoolDeviceKernel : public device::DeviceKernelBase {
+class CornerPoolDeviceKernel : public OpKernel<T, kSchema, Direction, device::DeviceKernelBase> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = corner_pool::kSchema;
-
-  CornerPoolDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), direction_(attrs) {}
+  using OpKernel<T, kSchema, Direction, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {
+    const Direction& direction = this->attributes();
     const ConstTensor<T> input = io.Input<T>(0, 4);
     T* output = io.Output<T>(0, input.shape);
-    scan::CumulativeExtremeOnDevice<T, true>(io, input.data, output, nullptr, direction_.LayoutOf(input),
-                                             direction_.reverse());
+    scan::CumulativeExtremeOnDevice<T, true>(io, input.data, output, nullptr, direction.LayoutOf(input),
+                                             direction.reverse());
   }
-
- private:
-  Direction direction_;
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 #include "ops/cummax/scan_rows.h"
 
 namespace ortops::corner_pool {

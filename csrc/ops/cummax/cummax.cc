@@ -44,33 +44,23 @@ constexpr OpSchema kSchema{
 namespace {
 
 template <typename T, bool kMax>
-class CumulativeKernel : public KernelBase {
+class CumulativeKernel : public OpKernel<T, kSchema, Axis> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = cummax::kSchema;
-
-  CumulativeKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), dim_(attrs.Int("dim")) {}
+  using OpKernel<T, kSchema, Axis>::OpKernel;
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> input = io.Input<T>(0);
-    const scan::Layout layout = LayoutAlong(input, dim_);
-    T* values = io.Output<T>(0, input.shape);
-    int64_t* indices = io.Output<int64_t>(1, input.shape);
-    scan::CumulativeExtreme<T, kMax>(io, input.data, values, indices, layout, false);
+    const ScanCall<T> call = PrepareCall<T>(io, this->attributes());
+    scan::CumulativeExtreme<T, kMax>(io, call.input.data, call.values, call.indices, call.layout, false);
   }
-
- private:
-  int64_t dim_;
 };
-
-template <typename T>
-using CumMaxKernel = CumulativeKernel<T, true>;
-template <typename T>
-using CumMinKernel = CumulativeKernel<T, false>;
 
 }  // namespace
 
-std::vector<OpPtr> MakeMax(const OpDef& def) { return MakeOps<CumMaxKernel, float, double, int64_t, Half>(def); }
-std::vector<OpPtr> MakeMin(const OpDef& def) { return MakeOps<CumMinKernel, float, double, int64_t, Half>(def); }
+std::vector<OpPtr> MakeMax(const OpDef& def) {
+  return MakeOps<CumulativeKernel, true, float, double, int64_t, Half>(def);
+}
+std::vector<OpPtr> MakeMin(const OpDef& def) {
+  return MakeOps<CumulativeKernel, false, float, double, int64_t, Half>(def);
+}
 
 }  // namespace ortops::cummax

@@ -8,37 +8,23 @@ namespace ortops::cummax {
 namespace {
 
 template <typename T, bool kMax>
-class CumulativeDeviceKernel : public device::DeviceKernelBase {
+class CumulativeDeviceKernel : public OpKernel<T, kSchema, Axis, device::DeviceKernelBase> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = cummax::kSchema;
-
-  CumulativeDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), dim_(attrs.Int("dim")) {}
+  using OpKernel<T, kSchema, Axis, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {
-    const ConstTensor<T> input = io.Input<T>(0);
-    const scan::Layout layout = LayoutAlong(input, dim_);
-    T* values = io.Output<T>(0, input.shape);
-    int64_t* indices = io.Output<int64_t>(1, input.shape);
-    scan::CumulativeExtremeOnDevice<T, kMax>(io, input.data, values, indices, layout, false);
+    const ScanCall<T> call = PrepareCall<T>(io, this->attributes());
+    scan::CumulativeExtremeOnDevice<T, kMax>(io, call.input.data, call.values, call.indices, call.layout, false);
   }
-
- private:
-  int64_t dim_;
 };
-
-template <typename T>
-using CumMaxDeviceKernel = CumulativeDeviceKernel<T, true>;
-template <typename T>
-using CumMinDeviceKernel = CumulativeDeviceKernel<T, false>;
 
 }  // namespace
 
 std::vector<OpPtr> MakeMaxDevice(const OpDef& def) {
-  return MakeOps<CumMaxDeviceKernel, float, double, int64_t, Half>(def);
+  return MakeOps<CumulativeDeviceKernel, true, float, double, int64_t, Half>(def);
 }
 std::vector<OpPtr> MakeMinDevice(const OpDef& def) {
-  return MakeOps<CumMinDeviceKernel, float, double, int64_t, Half>(def);
+  return MakeOps<CumulativeDeviceKernel, false, float, double, int64_t, Half>(def);
 }
 
 }  // namespace ortops::cummax

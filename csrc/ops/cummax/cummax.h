@@ -1,6 +1,8 @@
 #pragma once
 
-#include "core/custom_op.h"
+#include <utility>
+
+#include "core/op_kernel.h"
 #include "ops/cummax/scan_rows.h"
 
 namespace ortops::cummax {
@@ -9,6 +11,12 @@ std::vector<OpPtr> MakeMax(const OpDef& def);
 std::vector<OpPtr> MakeMin(const OpDef& def);
 std::vector<OpPtr> MakeMaxDevice(const OpDef& def);
 std::vector<OpPtr> MakeMinDevice(const OpDef& def);
+
+// The attribute 'dim', read once, as both kernels take it.
+struct Axis {
+  explicit Axis(const Attributes& attrs) : dim(attrs.Int("dim")) {}
+  int64_t dim;
+};
 
 // `input` viewed as [outer, length, inner] along attribute `dim` (negative counts from the
 // end; a rank-0 input is one element, scanned along dim 0 or -1), checked as both kernels
@@ -27,6 +35,25 @@ scan::Layout LayoutAlong(const ConstTensor<T>& input, int64_t dim) {
     if (a > axis) layout.inner *= input.dim(static_cast<size_t>(a));
   }
   return layout;
+}
+
+// One call, from a KernelIO or a device::DeviceIO: the input, checked and viewed as lines along
+// `dim`, and the two outputs of its shape.
+template <typename T>
+struct ScanCall {
+  ConstTensor<T> input;
+  scan::Layout layout;
+  T* values;
+  int64_t* indices;
+};
+
+template <typename T, typename IO>
+ScanCall<T> PrepareCall(const IO& io, const Axis& axis) {
+  ConstTensor<T> input = io.template Input<T>(0);
+  const scan::Layout layout = LayoutAlong(input, axis.dim);
+  T* values = io.template Output<T>(0, input.shape);
+  int64_t* indices = io.template Output<int64_t>(1, input.shape);
+  return {std::move(input), layout, values, indices};
 }
 
 }  // namespace ortops::cummax

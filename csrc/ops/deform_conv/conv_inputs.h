@@ -5,7 +5,7 @@
 #include <array>
 #include <cstdint>
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 #include "ops/deform_conv/deform_conv.h"
 
 namespace ortops::deform_conv {

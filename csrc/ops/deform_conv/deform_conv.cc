@@ -27,32 +27,39 @@
 namespace ortops::deform_conv {
 namespace {
 
+// The attributes every layout shares, as ConvAttributes reads them (mmdeploy's padding differs).
+constexpr AttrSpec kStride{"stride", AttrType::kInts, "1,1", "(stride_h, stride_w)"};
+constexpr AttrSpec kPadding{"padding", AttrType::kInts, "0,0", "(pad_h, pad_w), applied on both sides"};
+constexpr AttrSpec kDilation{"dilation", AttrType::kInts, "1,1", "(dilation_h, dilation_w)"};
+constexpr AttrSpec kGroups{"groups", AttrType::kInt, "1", "convolution groups; C and C_out must be divisible by it"};
+constexpr AttrSpec kOffsetGroups{"deform_groups", AttrType::kInt, "1", "offset groups; C must be divisible by it"};
+
 constexpr AttrSpec kConvAttributes[] = {
-    {"stride", AttrType::kInts, "1,1", "(stride_h, stride_w)"},
-    {"padding", AttrType::kInts, "0,0", "(pad_h, pad_w), applied on both sides"},
-    {"dilation", AttrType::kInts, "1,1", "(dilation_h, dilation_w)"},
-    {"groups", AttrType::kInt, "1", "convolution groups; C and C_out must be divisible by it"},
+    kStride,
+    kPadding,
+    kDilation,
+    kGroups,
     {"deform_groups", AttrType::kInt, "1", "offset (and mask) groups; C must be divisible by it"},
 };
 constexpr AttrSpec kV1Attributes[] = {
-    {"stride", AttrType::kInts, "1,1", "(stride_h, stride_w)"},
-    {"padding", AttrType::kInts, "0,0", "(pad_h, pad_w), applied on both sides"},
-    {"dilation", AttrType::kInts, "1,1", "(dilation_h, dilation_w)"},
-    {"groups", AttrType::kInt, "1", "convolution groups; C and C_out must be divisible by it"},
-    {"deform_groups", AttrType::kInt, "1", "offset groups; C must be divisible by it"},
+    kStride,
+    kPadding,
+    kDilation,
+    kGroups,
+    kOffsetGroups,
     {"bias", AttrType::kInt, "0", "present in mmcv's files; ignored (this op has no bias input)"},
     {"im2col_step", AttrType::kInt, "32", "present in mmcv's files; ignored"},
 };
 
 // mmdeploy's symbolic (mmdeploy/mmcv/ops/deform_conv.py) writes exactly these five.
 constexpr AttrSpec kMmdeployAttributes[] = {
-    {"stride", AttrType::kInts, "1,1", "(stride_h, stride_w)"},
+    kStride,
     {"padding", AttrType::kInts, "0,0,0,0",
      "(pad_h, pad_h, pad_w, pad_w): each of mmdeploy's (pad_h, pad_w) written twice; pad_h is applied above and "
      "below, pad_w left and right"},
-    {"dilation", AttrType::kInts, "1,1", "(dilation_h, dilation_w)"},
-    {"groups", AttrType::kInt, "1", "convolution groups; C and C_out must be divisible by it"},
-    {"deform_groups", AttrType::kInt, "1", "offset groups; C must be divisible by it"},
+    kDilation,
+    kGroups,
+    kOffsetGroups,
 };
 
 constexpr IoSpec kInput = {"input", ElemType::kTypeParam, "`[N, C, H, W]` input feature maps"};
@@ -297,20 +304,17 @@ class BlockSlots {
 // Elements of T are read as A = ComputeType<T> (the image, weights and samples are float
 // for float16) and the GEMM runs in A; a float16 kernel rounds once, when it stores.
 template <typename T, Layout kLayout>
-class DeformConvKernel : public KernelBase {
+class DeformConvKernel : public OpKernel<T, SchemaOf(kLayout), ParsedWith<ConvAttributes, kLayout>> {
  public:
-  using Element = T;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = SchemaOf(kLayout);
 
   DeformConvKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
-        conv_(attrs, kLayout),
+      : DeformConvKernel::OpKernel(attrs, def),
         gemm_(std::make_unique<OrtGemm>(attrs.info(), OnnxType<A>())),
         in_panels_(std::is_same_v<A, float> && HasPackedGemm()) {
     // Weights stored in the model are reordered for the GEMM once, here.
     if (const std::optional<ConstTensor<T>> weight = attrs.ConstantInput<T>(kWeightIndex);
-        weight && weight->rank() == 4 && weight->size() > 0 && weight->dim(0) % conv_.groups == 0) {
+        weight && weight->rank() == 4 && weight->size() > 0 && weight->dim(0) % this->attributes().groups == 0) {
       packed_weight_shape_ = weight->shape;
       packed_weights_.resize(
           static_cast<size_t>(WeightsSize(weight->dim(0), weight->dim(1) * weight->dim(2) * weight->dim(3))));
@@ -322,17 +326,18 @@ class DeformConvKernel : public KernelBase {
   }
 
   void Compute(const KernelIO& io) const {
+    const ConvAttributes& conv = this->attributes();
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> offset = io.Input<T>(1, 4);
     const ConstTensor<T> weight = io.Input<T>(kWeightIndex, 4);
-    const Geometry g = CheckShapes(conv_, input.shape, offset.shape, weight.shape);
+    const Geometry g = CheckShapes(conv, input.shape, offset.shape, weight.shape);
     const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
-    const T* mask = MaskInput<kLayout, T>(io, g, conv_);
+    const T* mask = MaskInput<kLayout, T>(io, g, conv);
     const T* bias = BiasInput<kLayout, T>(io, g);
     T* output = io.Output<T>(0, {g.batch, g.out_channels, g.out_h, g.out_w});
     if (g.batch * g.out_channels * positions == 0) return;
 
-    const int64_t group_channels = g.channels / conv_.groups, group_out = g.out_channels / conv_.groups;
+    const int64_t group_channels = g.channels / conv.groups, group_out = g.out_channels / conv.groups;
     const int64_t rows = group_channels * taps;  // the GEMM's K
     if (rows == 0) {                             // no input channels: the output is the bias
       for (int64_t i = 0; i < g.batch * g.out_channels; ++i) {
@@ -356,15 +361,13 @@ class DeformConvKernel : public KernelBase {
     const A* weights = packed ? packed_weights_.data() : reordered.data();
     constexpr bool kDirect = std::is_same_v<T, A>;
     // The column fill reads offsets and masks in A: float16 ones are widened first.
-    const int64_t offset_size = 2 * conv_.deform_groups * taps * positions,
-                  mask_size = conv_.deform_groups * taps * positions;
+    const int64_t offset_size = 2 * conv.deform_groups * taps * positions,
+                  mask_size = conv.deform_groups * taps * positions;
     const Scratch<A> widened = io.Allocate<A>(kDirect ? 0 : static_cast<size_t>(offset_size + mask_size));
-    ColumnSource<A> source{image_nhwc.data(), nullptr,          nullptr,
-                           g.channels,        g.height,         g.width,
-                           g.out_h,           g.out_w,          g.kernel_h,
-                           g.kernel_w,        conv_.stride[0],  conv_.stride[1],
-                           conv_.padding[0],  conv_.padding[1], conv_.dilation[0],
-                           conv_.dilation[1], conv_.groups,     conv_.deform_groups};
+    ColumnSource<A> source{image_nhwc.data(), nullptr,        nullptr,           g.channels,      g.height,
+                           g.width,           g.out_h,        g.out_w,           g.kernel_h,      g.kernel_w,
+                           conv.stride[0],    conv.stride[1], conv.padding[0],   conv.padding[1], conv.dilation[0],
+                           conv.dilation[1],  conv.groups,    conv.deform_groups};
     // Image n's channels-last copy, offsets and masks, for the column fill.
     const auto prepare_image = [&](int64_t n) {
       ToChannelsLast(io, input.data + n * g.channels * pixels, g.channels, pixels, image_nhwc.data());
@@ -389,7 +392,7 @@ class DeformConvKernel : public KernelBase {
         const BlockSlots slots(io, blocks, static_cast<size_t>(block * rows));
         for (int64_t n = 0; n < g.batch; ++n) {
           prepare_image(n);
-          for (int64_t group = 0; group < conv_.groups; ++group) {
+          for (int64_t group = 0; group < conv.groups; ++group) {
             const float* panels = weights + group * PackedGemmSize(group_out, rows);
             T* out = output + (n * g.out_channels + group * group_out) * positions;
             io.ParallelFor(static_cast<size_t>(blocks), [&](size_t task) {
@@ -424,7 +427,7 @@ class DeformConvKernel : public KernelBase {
       for (int64_t start = 0; start < positions; start += chunk) {
         const int64_t width = std::min(chunk, positions - start);
         const int64_t slices = (width + kSlice - 1) / kSlice;
-        for (int64_t group = 0; group < conv_.groups; ++group) {
+        for (int64_t group = 0; group < conv.groups; ++group) {
           io.ParallelFor(static_cast<size_t>(slices), [&](size_t slice) {
             const int64_t begin = static_cast<int64_t>(slice) * kSlice;
             ORTOPS_ISA_CALL(FillColumns, source, group, start + begin, start + std::min(width, begin + kSlice),
@@ -452,7 +455,8 @@ class DeformConvKernel : public KernelBase {
   // Elements of the reordered weights: each group's panels for the packed GEMM, which pad
   // the group's C_out / groups rows to whole panels, or the plain matrix.
   int64_t WeightsSize(int64_t out_channels, int64_t depth) const {
-    return in_panels_ ? conv_.groups * PackedGemmSize(out_channels / conv_.groups, depth) : out_channels * depth;
+    const int64_t groups = this->attributes().groups;
+    return in_panels_ ? groups * PackedGemmSize(out_channels / groups, depth) : out_channels * depth;
   }
 
   // weight [C_out, C / groups, taps] -> [C_out, taps, C / groups] in A, the column matrix's
@@ -461,7 +465,7 @@ class DeformConvKernel : public KernelBase {
   template <typename ParallelFor>
   void ReorderWeights(const T* weight, int64_t out_channels, int64_t group_channels, int64_t taps, A* out,
                       ParallelFor&& parallel_for) const {
-    const int64_t depth = group_channels * taps, group_out = out_channels / conv_.groups;
+    const int64_t depth = group_channels * taps, group_out = out_channels / this->attributes().groups;
     if (in_panels_) std::fill_n(out, WeightsSize(out_channels, depth), A(0));  // the rows that pad a panel
     parallel_for(static_cast<size_t>(out_channels), [&](size_t channel) {
       const auto o = static_cast<int64_t>(channel);
@@ -476,30 +480,24 @@ class DeformConvKernel : public KernelBase {
     });
   }
 
-  ConvAttributes conv_;
   std::unique_ptr<OrtGemm> gemm_;
   bool in_panels_;             // the GEMM is PackedGemm, and the weights are packed for it
   Shape packed_weight_shape_;  // empty unless the weights are a constant of the model
   std::vector<A> packed_weights_;
 };
 
-template <typename T>
-using ModulatedKernel = DeformConvKernel<T, Layout::kModulated>;
-template <typename T>
-using V1Kernel = DeformConvKernel<T, Layout::kV1>;
-template <typename T>
-using OrtopsKernel = DeformConvKernel<T, Layout::kOrtops>;
-template <typename T>
-using MmdeployV1Kernel = DeformConvKernel<T, Layout::kMmdeployV1>;
-
 }  // namespace
 
 // The compat ops are float32 only, as the originals: their optional bias input would not
 // type-check in ONNX Runtime 1.17 on an op registered for several element types.
-std::vector<OpPtr> MakeModulated(const OpDef& def) { return MakeOps<ModulatedKernel, float>(def); }
-std::vector<OpPtr> MakeV1(const OpDef& def) { return MakeOps<V1Kernel, float>(def); }
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<OrtopsKernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeModulated(const OpDef& def) { return MakeOps<DeformConvKernel, Layout::kModulated, float>(def); }
+std::vector<OpPtr> MakeV1(const OpDef& def) { return MakeOps<DeformConvKernel, Layout::kV1, float>(def); }
+std::vector<OpPtr> Make(const OpDef& def) {
+  return MakeOps<DeformConvKernel, Layout::kOrtops, float, double, Half>(def);
+}
 // No optional input, so several element types type-check; the plugin took float16 too.
-std::vector<OpPtr> MakeMmdeployV1(const OpDef& def) { return MakeOps<MmdeployV1Kernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeMmdeployV1(const OpDef& def) {
+  return MakeOps<DeformConvKernel, Layout::kMmdeployV1, float, double, Half>(def);
+}
 
 }  // namespace ortops::deform_conv

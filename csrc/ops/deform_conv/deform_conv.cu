@@ -101,26 +101,25 @@ struct Widen {
 };
 
 template <typename T, Layout kLayout>
-class DeformConvDeviceKernel : public device::DeviceKernelBase {
+class DeformConvDeviceKernel
+    : public OpKernel<T, SchemaOf(kLayout), ParsedWith<ConvAttributes, kLayout>, device::DeviceKernelBase> {
  public:
-  using Element = T;
+  using OpKernel<T, SchemaOf(kLayout), ParsedWith<ConvAttributes, kLayout>, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = SchemaOf(kLayout);
-
-  DeformConvDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), conv_(attrs, kLayout) {}
 
   void Compute(const device::DeviceIO& io) const {
+    const ConvAttributes& conv = this->attributes();
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> offset = io.Input<T>(1, 4);
     const ConstTensor<T> weight = io.Input<T>(WeightIndex(kLayout), 4);
-    const Geometry g = CheckShapes(conv_, input.shape, offset.shape, weight.shape);
+    const Geometry g = CheckShapes(conv, input.shape, offset.shape, weight.shape);
     const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
-    const T* mask = MaskInput<kLayout, T>(io, g, conv_);
+    const T* mask = MaskInput<kLayout, T>(io, g, conv);
     const T* bias = BiasInput<kLayout, T>(io, g);
     T* output = io.Output<T>(0, {g.batch, g.out_channels, g.out_h, g.out_w});
     if (g.batch * g.out_channels * positions == 0) return;
 
-    const int64_t group_channels = g.channels / conv_.groups, group_out = g.out_channels / conv_.groups;
+    const int64_t group_channels = g.channels / conv.groups, group_out = g.out_channels / conv.groups;
     const int64_t depth = group_channels * taps;  // the product's K
     if (depth == 0) {
       io.ForEach(g.batch * g.out_channels * positions, FillWithBias<T>{bias, output, g.out_channels, positions});
@@ -168,14 +167,14 @@ class DeformConvDeviceKernel : public device::DeviceKernelBase {
                                                           .positions = positions,
                                                           .kernel_w = g.kernel_w,
                                                           .taps = taps,
-                                                          .deform_groups = conv_.deform_groups,
-                                                          .per_deform_group = g.channels / conv_.deform_groups,
-                                                          .stride_h = conv_.stride[0],
-                                                          .stride_w = conv_.stride[1],
-                                                          .pad_h = conv_.padding[0],
-                                                          .pad_w = conv_.padding[1],
-                                                          .dilation_h = conv_.dilation[0],
-                                                          .dilation_w = conv_.dilation[1]});
+                                                          .deform_groups = conv.deform_groups,
+                                                          .per_deform_group = g.channels / conv.deform_groups,
+                                                          .stride_h = conv.stride[0],
+                                                          .stride_w = conv.stride[1],
+                                                          .pad_h = conv.padding[0],
+                                                          .pad_w = conv.padding[1],
+                                                          .dilation_h = conv.dilation[0],
+                                                          .dilation_w = conv.dilation[1]});
         // Group by group, one product per image of the block: straight into the output,
         // unless it holds float16.
         A* target = nullptr;
@@ -187,7 +186,7 @@ class DeformConvDeviceKernel : public device::DeviceKernelBase {
         } else {
           target = product.data();
         }
-        for (int64_t group = 0; group < conv_.groups; ++group) {
+        for (int64_t group = 0; group < conv.groups; ++group) {
           device::Gemm(io, device::MatrixProduct<A>{.m = group_out,
                                                     .n = width,
                                                     .k = depth,
@@ -210,31 +209,20 @@ class DeformConvDeviceKernel : public device::DeviceKernelBase {
       }
     }
   }
-
- private:
-  ConvAttributes conv_;
 };
-
-// Names unlike the CPU kernel's aliases (deform_conv.cc): GCC names MakeOps<Alias, ...> after
-// the alias, the same in both files' anonymous namespaces, and the linker kept the CPU
-// kernel's instantiation for both (the device factory then registered CPU kernels).
-template <typename T>
-using ModulatedDeviceKernel = DeformConvDeviceKernel<T, Layout::kModulated>;
-template <typename T>
-using V1DeviceKernel = DeformConvDeviceKernel<T, Layout::kV1>;
-template <typename T>
-using OrtopsDeviceKernel = DeformConvDeviceKernel<T, Layout::kOrtops>;
-template <typename T>
-using MmdeployV1DeviceKernel = DeformConvDeviceKernel<T, Layout::kMmdeployV1>;
 
 }  // namespace
 
 // The element types of the CPU kernels (deform_conv.cc says why the compat ops are float32 only).
-std::vector<OpPtr> MakeModulatedDevice(const OpDef& def) { return MakeOps<ModulatedDeviceKernel, float>(def); }
-std::vector<OpPtr> MakeV1Device(const OpDef& def) { return MakeOps<V1DeviceKernel, float>(def); }
-std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<OrtopsDeviceKernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeModulatedDevice(const OpDef& def) {
+  return MakeOps<DeformConvDeviceKernel, Layout::kModulated, float>(def);
+}
+std::vector<OpPtr> MakeV1Device(const OpDef& def) { return MakeOps<DeformConvDeviceKernel, Layout::kV1, float>(def); }
+std::vector<OpPtr> MakeDevice(const OpDef& def) {
+  return MakeOps<DeformConvDeviceKernel, Layout::kOrtops, float, double, Half>(def);
+}
 std::vector<OpPtr> MakeMmdeployV1Device(const OpDef& def) {
-  return MakeOps<MmdeployV1DeviceKernel, float, double, Half>(def);
+  return MakeOps<DeformConvDeviceKernel, Layout::kMmdeployV1, float, double, Half>(def);
 }
 
 }  // namespace ortops::deform_conv

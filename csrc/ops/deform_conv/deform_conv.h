@@ -1,6 +1,6 @@
 #pragma once
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 
 namespace ortops::deform_conv {
 extern const OpSchema kModulatedSchema;  // mmcv / mmdeploy MMCVModulatedDeformConv2d

@@ -63,12 +63,9 @@ constexpr OpSchema kSchema{
 namespace {
 
 template <typename T>
-class GatherTopkKernel : public KernelBase {
+class GatherTopkKernel : public OpKernel<T, kSchema> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = gather_topk::kSchema;
-
-  GatherTopkKernel(const Attributes&, const OpDef& def) : KernelBase(def) {}
+  using OpKernel<T, kSchema>::OpKernel;
 
   void Compute(const KernelIO& io) const {
     const Gather<T> g = ReadGather<T>(io);

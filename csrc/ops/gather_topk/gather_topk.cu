@@ -29,12 +29,9 @@ struct CopyElement {
 };
 
 template <typename T>
-class GatherTopkDeviceKernel : public device::DeviceKernelBase {
+class GatherTopkDeviceKernel : public OpKernel<T, kSchema, NoAttributes, device::DeviceKernelBase> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = gather_topk::kSchema;
-
-  GatherTopkDeviceKernel(const Attributes&, const OpDef& def) : DeviceKernelBase(def) {}
+  using OpKernel<T, kSchema, NoAttributes, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {
     const Gather<T> g = ReadGather<T>(io);

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 
 namespace ortops::gather_topk {
 extern const OpSchema kSchema;  // mmdeploy GatherTopk

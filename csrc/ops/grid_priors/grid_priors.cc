@@ -46,20 +46,18 @@ constexpr OpSchema kSchema{
 namespace {
 
 template <typename T>
-class GridPriorsKernel : public KernelBase {
+class GridPriorsKernel : public OpKernel<T, kSchema, Strides> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = grid_priors::kSchema;
-
-  GridPriorsKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), strides_(attrs) {}
+  using OpKernel<T, kSchema, Strides>::OpKernel;
 
   void Compute(const KernelIO& io) const {
+    const Strides& strides = this->attributes();
     const PriorsCall<T> call = PrepareCall<T>(io);
     const ConstTensor<T>& base = call.base;
     const int64_t height = call.height, width = call.width, anchors = call.anchors, count = call.count;
     T* out = io.Output<T>(0, {count, 4});
     if (count == 0) return;
-    const T sh = static_cast<T>(strides_.h), sw = static_cast<T>(strides_.w);
+    const T sh = static_cast<T>(strides.h), sw = static_cast<T>(strides.w);
     // Rows of the grid, in ranges of about kValuesPerTask outputs per task.
     constexpr int64_t kValuesPerTask = int64_t{1} << 16;
     const int64_t per_row = width * anchors * 4;
@@ -76,9 +74,6 @@ class GridPriorsKernel : public KernelBase {
       }
     });
   }
-
- private:
-  Strides strides_;
 };
 
 }  // namespace

@@ -21,22 +21,17 @@ struct PlaceAnchor {
 };
 
 template <typename T>
-class GridPriorsDeviceKernel : public device::DeviceKernelBase {
+class GridPriorsDeviceKernel : public OpKernel<T, kSchema, Strides, device::DeviceKernelBase> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = grid_priors::kSchema;
-
-  GridPriorsDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), strides_(attrs) {}
+  using OpKernel<T, kSchema, Strides, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {
+    const Strides& strides = this->attributes();
     const PriorsCall<T> call = PrepareCall<T>(io);
     T* out = io.Output<T>(0, {call.count, 4});
-    io.ForEach(call.count, PlaceAnchor<T>{call.base.data, out, call.width, call.anchors, static_cast<T>(strides_.h),
-                                          static_cast<T>(strides_.w)});
+    io.ForEach(call.count, PlaceAnchor<T>{call.base.data, out, call.width, call.anchors, static_cast<T>(strides.h),
+                                          static_cast<T>(strides.w)});
   }
-
- private:
-  Strides strides_;
 };
 
 }  // namespace

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <utility>
 
-#include "core/custom_op.h"
 #include "core/host_device.h"
+#include "core/op_kernel.h"
 
 namespace ortops::grid_priors {
 extern const OpSchema kSchema;  // mmdeploy GridPriorsTRT

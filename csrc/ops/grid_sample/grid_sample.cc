@@ -76,22 +76,20 @@ struct CompactTaps {
 // all arithmetic is in A, so a float16 kernel computes what the float32 kernel does on the
 // same values, then rounds once on store.
 template <typename T>
-class GridSampleKernel : public KernelBase {
+class GridSampleKernel : public OpKernel<T, kSchema, GridSampleAttributes> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchema, GridSampleAttributes>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = grid_sample::kSchema;
-
-  GridSampleKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
 
   void Compute(const KernelIO& io) const {
+    const GridSampleAttributes& attributes = this->attributes();
     const GridSampleCall<T> call = PrepareCall<T>(io);
     if (call.empty) return;
     const ConstTensor<T>& input = call.input;
     const ConstTensor<T>& grid = call.grid;
     T* output = call.output;
     const int64_t batch = call.batch(), channels = call.channels(), height = call.height(), width = call.width();
-    const Axis<A> x_axis = attributes_.AxisOf<A>(width), y_axis = attributes_.AxisOf<A>(height);
+    const Axis<A> x_axis = attributes.AxisOf<A>(width), y_axis = attributes.AxisOf<A>(height);
     const int64_t plane = height * width, out_plane = call.out_plane();
     if constexpr (std::is_same_v<A, float>) {
       if (LocatesInVectors(x_axis, y_axis) && CopyPays(plane, out_plane)) {
@@ -99,7 +97,7 @@ class GridSampleKernel : public KernelBase {
         return;
       }
     }
-    const bool bicubic = attributes_.interpolation() == Interpolation::kBicubic;
+    const bool bicubic = attributes.interpolation() == Interpolation::kBicubic;
     if (!bicubic && ChannelsLastPays(channels, plane, out_plane)) {
       ComputeChannelsLast(io, input, grid, x_axis, y_axis, output);
       return;
@@ -125,7 +123,7 @@ class GridSampleKernel : public KernelBase {
             CompactTaps<A>& taps = compact[i];
             int32_t inside = 0;
             const bool number =
-                LocateLinear(attributes_.interpolation(), gx, gy, x_axis, y_axis, [&](int64_t offset, A weight) {
+                LocateLinear(attributes.interpolation(), gx, gy, x_axis, y_axis, [&](int64_t offset, A weight) {
                   taps.offset[inside] = static_cast<int32_t>(offset);
                   taps.weight[inside] = weight;
                   ++inside;
@@ -161,8 +159,9 @@ class GridSampleKernel : public KernelBase {
   // Bilinear sampling with zeros padding (the common case) on maps below 2^24 a side, where
   // the dispatched loops locate a vector of points at a time (their floor is exact there).
   bool LocatesInVectors(const Axis<A>& x_axis, const Axis<A>& y_axis) const {
+    const GridSampleAttributes& attributes = this->attributes();
     constexpr int64_t kVectorSide = int64_t{1} << 24;
-    return attributes_.interpolation() == Interpolation::kBilinear && x_axis.padding == Padding::kZeros &&
+    return attributes.interpolation() == Interpolation::kBilinear && x_axis.padding == Padding::kZeros &&
            x_axis.size < kVectorSide && y_axis.size < kVectorSide;
   }
 
@@ -174,6 +173,7 @@ class GridSampleKernel : public KernelBase {
   // no gathers; against one channels-last copy of all channels, the block stays close to the
   // core. Float16 is widened by the block copy and the samples rounded on store.
   void ComputeBlocked(const KernelIO& io, const ConstTensor<T>& input, const ConstTensor<T>& grid, T* output) const {
+    const GridSampleAttributes& attributes = this->attributes();
     Scratch<float> converted_grid;
     const float* coordinates = Upcast(io, grid, converted_grid);
     const int64_t batch = input.dim(0), channels = input.dim(1), height = input.dim(2), width = input.dim(3);
@@ -192,7 +192,7 @@ class GridSampleKernel : public KernelBase {
     io.ParallelFor(static_cast<size_t>(batch * tasks), [&](size_t task) {
       const int64_t n = static_cast<int64_t>(task) / tasks, first = static_cast<int64_t>(task) % tasks * kTaskPoints;
       ORTOPS_ISA_CALL(LocateTaps, coordinates + (n * out_plane + first) * 2, std::min(kTaskPoints, out_plane - first),
-                      width, height, attributes_.align_corners == 1, taps_of(n, first));
+                      width, height, attributes.align_corners == 1, taps_of(n, first));
     });
     const int64_t block_channels = ORTOPS_ISA_CALL(BlockChannels);
     const int64_t blocks = (channels + block_channels - 1) / block_channels;
@@ -263,6 +263,7 @@ class GridSampleKernel : public KernelBase {
   // their [tile, C] values are transposed into the [C, H_out * W_out] output.
   void ComputeChannelsLast(const KernelIO& io, const ConstTensor<T>& input, const ConstTensor<T>& grid,
                            const Axis<A>& x_axis, const Axis<A>& y_axis, T* output) const {
+    const GridSampleAttributes& attributes = this->attributes();
     const int64_t batch = input.dim(0), channels = input.dim(1), plane = input.dim(2) * input.dim(3);
     const int64_t out_plane = grid.dim(1) * grid.dim(2);
     const int64_t zero_pixel = plane, nan_pixel = plane + 1;
@@ -300,7 +301,7 @@ class GridSampleKernel : public KernelBase {
             PointTap<A>& tap = taps[static_cast<size_t>(i)];
             int inside = 0;
             const bool number =
-                LocateLinear(attributes_.interpolation(), static_cast<A>(points[2 * p]),
+                LocateLinear(attributes.interpolation(), static_cast<A>(points[2 * p]),
                              static_cast<A>(points[2 * p + 1]), x_axis, y_axis, [&](int64_t offset, A weight) {
                                tap.pixel[inside] = offset;
                                tap.weight[inside] = weight;
@@ -343,8 +344,6 @@ class GridSampleKernel : public KernelBase {
     for (int k = 0; k < p.count; ++k) sum += map[p.offset[k]] * p.weight[k];
     return sum;
   }
-
-  GridSampleAttributes attributes_;
 };
 
 }  // namespace

@@ -47,26 +47,21 @@ struct SamplePoint {
 };
 
 template <typename T>
-class GridSampleDeviceKernel : public device::DeviceKernelBase {
+class GridSampleDeviceKernel : public OpKernel<T, kSchema, GridSampleAttributes, device::DeviceKernelBase> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchema, GridSampleAttributes, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = grid_sample::kSchema;
-
-  GridSampleDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), attributes_(attrs) {}
 
   void Compute(const device::DeviceIO& io) const {
+    const GridSampleAttributes& attributes = this->attributes();
     const GridSampleCall<T> call = PrepareCall<T>(io);
     if (call.empty) return;
     const int64_t out_plane = call.out_plane();
     io.ForEach(call.batch() * call.channels() * out_plane,
                SamplePoint<T>{call.input.data, call.grid.data, call.output, call.channels(), out_plane,
-                              attributes_.AxisOf<A>(call.width()), attributes_.AxisOf<A>(call.height()),
-                              attributes_.interpolation()});
+                              attributes.AxisOf<A>(call.width()), attributes.AxisOf<A>(call.height()),
+                              attributes.interpolation()});
   }
-
- private:
-  GridSampleAttributes attributes_;
 };
 
 }  // namespace

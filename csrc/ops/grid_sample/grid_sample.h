@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 #include "ops/grid_sample/grid_points.h"
 
 namespace ortops::grid_sample {

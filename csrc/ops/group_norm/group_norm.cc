@@ -65,16 +65,13 @@ constexpr OpSchema kInstanceNormSchema{
 namespace {
 
 template <typename T, Grouping kGrouping>
-class NormKernel : public KernelBase {
+class NormKernel : public OpKernel<T, kNormSchema<kGrouping>, ParsedWith<NormAttributes, kGrouping>> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema =
-      kGrouping == Grouping::kInstance ? kInstanceNormSchema : group_norm::kSchema;
-
-  NormKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs, kGrouping) {}
+  using OpKernel<T, kNormSchema<kGrouping>, ParsedWith<NormAttributes, kGrouping>>::OpKernel;
 
   void Compute(const KernelIO& io) const {
-    const NormInputs<T> in = ReadNormInputs<T>(io, kGrouping, attributes_);
+    const NormAttributes& attributes = this->attributes();
+    const NormInputs<T> in = ReadNormInputs<T>(io, kGrouping, attributes);
     T* y = io.Output<T>(0, in.x.shape);
     if (in.x.size() == 0) return;  // also C = 0, where instance norm has no groups
     const int64_t channels = in.channels, num_groups = in.groups, group_channels = in.group_channels;
@@ -83,22 +80,18 @@ class NormKernel : public KernelBase {
       const int64_t first_channel = g * group_channels, first = (n * channels + first_channel) * in.spatial;
       ORTOPS_ISA_CALL(NormalizeGroup,
                       Group<T>{in.x.data + first, y + first, in.scale + first_channel, in.bias + first_channel,
-                               group_channels, in.spatial, static_cast<double>(attributes_.epsilon)});
+                               group_channels, in.spatial, static_cast<double>(attributes.epsilon)});
     });
   }
-
- private:
-  NormAttributes attributes_;
 };
-
-template <typename T>
-using GroupNormKernel = NormKernel<T, Grouping::kAttribute>;
-template <typename T>
-using InstanceNormKernel = NormKernel<T, Grouping::kInstance>;
 
 }  // namespace
 
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<GroupNormKernel, float, double, Half>(def); }
-std::vector<OpPtr> MakeInstanceNorm(const OpDef& def) { return MakeOps<InstanceNormKernel, float, double, Half>(def); }
+std::vector<OpPtr> Make(const OpDef& def) {
+  return MakeOps<NormKernel, Grouping::kAttribute, float, double, Half>(def);
+}
+std::vector<OpPtr> MakeInstanceNorm(const OpDef& def) {
+  return MakeOps<NormKernel, Grouping::kInstance, float, double, Half>(def);
+}
 
 }  // namespace ortops::group_norm

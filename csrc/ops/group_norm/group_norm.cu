@@ -85,23 +85,21 @@ struct NormalizeElement {
 };
 
 template <typename T, Grouping kGrouping>
-class NormDeviceKernel : public device::DeviceKernelBase {
+class NormDeviceKernel
+    : public OpKernel<T, kNormSchema<kGrouping>, ParsedWith<NormAttributes, kGrouping>, device::DeviceKernelBase> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema =
-      kGrouping == Grouping::kInstance ? kInstanceNormSchema : group_norm::kSchema;
-
-  NormDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), attributes_(attrs, kGrouping) {}
+  using OpKernel<T, kNormSchema<kGrouping>, ParsedWith<NormAttributes, kGrouping>, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {
-    const NormInputs<T> in = ReadNormInputs<T>(io, kGrouping, attributes_);
+    const NormAttributes& attributes = this->attributes();
+    const NormInputs<T> in = ReadNormInputs<T>(io, kGrouping, attributes);
     T* y = io.Output<T>(0, in.x.shape);
     if (in.x.size() == 0) return;  // also C = 0, where instance norm has no groups
     // Groups are contiguous: group g (sample g / groups) starts at element g * group_size.
     const int64_t groups = in.batch * in.groups, group_size = in.group_channels * in.spatial;
     const int64_t lanes = LanesPerGroup(groups, group_size);
     const auto count = static_cast<double>(group_size);
-    const auto epsilon = static_cast<double>(attributes_.epsilon);
+    const auto epsilon = static_cast<double>(attributes.epsilon);
     Scratch<double> partial = io.Allocate<double>(static_cast<size_t>(groups * lanes));
     Scratch<double> statistics = io.Allocate<double>(static_cast<size_t>(2 * groups));
     double* mean = statistics.data();
@@ -113,21 +111,15 @@ class NormDeviceKernel : public device::DeviceKernelBase {
     io.ForEach(in.x.size(), NormalizeElement<T>{in.x.data, in.scale, in.bias, mean, inv_std, y, group_size, in.spatial,
                                                 in.channels});
   }
-
- private:
-  NormAttributes attributes_;
 };
-
-template <typename T>
-using GroupNormDeviceKernel = NormDeviceKernel<T, Grouping::kAttribute>;
-template <typename T>
-using InstanceNormDeviceKernel = NormDeviceKernel<T, Grouping::kInstance>;
 
 }  // namespace
 
-std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<GroupNormDeviceKernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeDevice(const OpDef& def) {
+  return MakeOps<NormDeviceKernel, Grouping::kAttribute, float, double, Half>(def);
+}
 std::vector<OpPtr> MakeInstanceNormDevice(const OpDef& def) {
-  return MakeOps<InstanceNormDeviceKernel, float, double, Half>(def);
+  return MakeOps<NormDeviceKernel, Grouping::kInstance, float, double, Half>(def);
 }
 
 }  // namespace ortops::group_norm

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 
 namespace ortops::group_norm {
 extern const OpSchema kSchema;              // ortops GroupNorm
@@ -25,6 +25,10 @@ struct NormAttributes {
   int64_t num_groups;  // for kAttribute
   float epsilon;
 };
+
+// The schema of the node that kGrouping names.
+template <Grouping kGrouping>
+constexpr const OpSchema& kNormSchema = kGrouping == Grouping::kInstance ? kInstanceNormSchema : kSchema;
 
 // The checked inputs, as groups: batch * groups runs of group_channels * spatial contiguous
 // elements of X, each normalized with its own statistics.

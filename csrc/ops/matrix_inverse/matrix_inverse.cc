@@ -39,12 +39,9 @@ constexpr OpSchema kSchema{
 namespace {
 
 template <typename T>
-class MatrixInverseKernel : public KernelBase {
+class MatrixInverseKernel : public OpKernel<T, kSchema> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = matrix_inverse::kSchema;
-
-  MatrixInverseKernel(const Attributes&, const OpDef& def) : KernelBase(def) {}
+  using OpKernel<T, kSchema>::OpKernel;
 
   void Compute(const KernelIO& io) const {
     const Matrices<T> in = ReadMatrices<T>(io);

@@ -37,12 +37,9 @@ struct Failed {
 };
 
 template <typename T>
-class MatrixInverseDeviceKernel : public device::DeviceKernelBase {
+class MatrixInverseDeviceKernel : public OpKernel<T, kSchema, NoAttributes, device::DeviceKernelBase> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = matrix_inverse::kSchema;
-
-  MatrixInverseDeviceKernel(const Attributes&, const OpDef& def) : DeviceKernelBase(def) {}
+  using OpKernel<T, kSchema, NoAttributes, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {
     const Matrices<T> in = ReadMatrices<T>(io);

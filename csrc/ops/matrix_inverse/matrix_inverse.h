@@ -1,6 +1,6 @@
 #pragma once
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 
 namespace ortops::matrix_inverse {
 extern const OpSchema kSchema;

@@ -151,14 +151,11 @@ void SumTaps(const Tap<A>* taps, size_t count, int64_t dim, T* out) {
 // and all arithmetic is in A, so a float16 kernel computes what the float32 kernel does on
 // the same values, then rounds once on store.
 template <typename T, bool kMmdeploy>
-class MsDeformAttnKernel : public KernelBase {
+class MsDeformAttnKernel : public OpKernel<T, kSchemaOf<kMmdeploy>> {
  public:
-  using Element = T;
-  using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = kMmdeploy ? kMmdeploySchema : ms_deform_attn::kSchema;
-
   // im2col_step (mmdeploy) is ignored; the adapter has checked its type.
-  MsDeformAttnKernel(const Attributes&, const OpDef& def) : KernelBase(def) {}
+  using OpKernel<T, kSchemaOf<kMmdeploy>>::OpKernel;
+  using A = ComputeType<T>;
 
   void Compute(const KernelIO& io) const {
     const Inputs<T> in = CheckedInputs<T>(io);
@@ -231,14 +228,11 @@ class MsDeformAttnKernel : public KernelBase {
   }
 };
 
-template <typename T>
-using OrtopsKernel = MsDeformAttnKernel<T, false>;
-template <typename T>
-using MmdeployKernel = MsDeformAttnKernel<T, true>;
-
 }  // namespace
 
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<OrtopsKernel, float, double, Half>(def); }
-std::vector<OpPtr> MakeMmdeploy(const OpDef& def) { return MakeOps<MmdeployKernel, float, double, Half>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<MsDeformAttnKernel, false, float, double, Half>(def); }
+std::vector<OpPtr> MakeMmdeploy(const OpDef& def) {
+  return MakeOps<MsDeformAttnKernel, true, float, double, Half>(def);
+}
 
 }  // namespace ortops::ms_deform_attn

@@ -53,20 +53,17 @@ struct SampleSum {
 };
 
 template <typename T, bool kMmdeploy>
-class MsDeformAttnDeviceKernel : public device::DeviceKernelBase {
+class MsDeformAttnDeviceKernel : public OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes, device::DeviceKernelBase> {
  public:
-  using Element = T;
+  // im2col_step (mmdeploy) is ignored; the adapter has checked its type.
+  using OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = kMmdeploy ? kMmdeploySchema : ms_deform_attn::kSchema;
 
   // The level shapes and start indices are read on the host, where they are checked (ONNX
   // Runtime copies them there when they live on the GPU: a few int64 per level).
   static OrtMemType InputMemoryType(size_t index) {
     return index == 1 || index == 2 ? OrtMemTypeCPUInput : OrtMemTypeDefault;
   }
-
-  // im2col_step (mmdeploy) is ignored; the adapter has checked its type.
-  MsDeformAttnDeviceKernel(const Attributes&, const OpDef& def) : DeviceKernelBase(def) {}
 
   void Compute(const device::DeviceIO& io) const {
     const Inputs<T> in = CheckedInputs<T>(io);
@@ -88,16 +85,14 @@ class MsDeformAttnDeviceKernel : public device::DeviceKernelBase {
 };
 
 // Names unlike the CPU kernel's aliases: see deform_conv.cu.
-template <typename T>
-using OrtopsDeviceKernel = MsDeformAttnDeviceKernel<T, false>;
-template <typename T>
-using MmdeployDeviceKernel = MsDeformAttnDeviceKernel<T, true>;
 
 }  // namespace
 
-std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<OrtopsDeviceKernel, float, double, Half>(def); }
+std::vector<OpPtr> MakeDevice(const OpDef& def) {
+  return MakeOps<MsDeformAttnDeviceKernel, false, float, double, Half>(def);
+}
 std::vector<OpPtr> MakeMmdeployDevice(const OpDef& def) {
-  return MakeOps<MmdeployDeviceKernel, float, double, Half>(def);
+  return MakeOps<MsDeformAttnDeviceKernel, true, float, double, Half>(def);
 }
 
 }  // namespace ortops::ms_deform_attn

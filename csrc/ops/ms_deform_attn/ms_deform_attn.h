@@ -1,6 +1,6 @@
 #pragma once
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 
 namespace ortops::ms_deform_attn {
 extern const OpSchema kSchema;          // ortops::MultiScaleDeformableAttention
@@ -10,4 +10,7 @@ std::vector<OpPtr> MakeMmdeploy(const OpDef& def);
 // The device kernels of the same nodes (ms_deform_attn.cu).
 std::vector<OpPtr> MakeDevice(const OpDef& def);
 std::vector<OpPtr> MakeMmdeployDevice(const OpDef& def);
+
+template <bool kMmdeploy>
+constexpr const OpSchema& kSchemaOf = kMmdeploy ? kMmdeploySchema : kSchema;
 }  // namespace ortops::ms_deform_attn

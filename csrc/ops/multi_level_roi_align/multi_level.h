@@ -117,6 +117,11 @@ struct MmdeployRotatedNode {
   }
 };
 
+// A node's schema, for its kernels' OpKernel: nvcc's host pass writes a static reference
+// member given as a template argument (Node::kSchema) as its address, which GCC then refuses.
+template <typename Node>
+inline constexpr const OpSchema& kSchemaOf = Node::kSchema;
+
 // Rois of a node: [R, kColumns], (batch_index, box...), the box (x1, y1, x2, y2) or (cx, cy,
 // w, h, theta).
 template <typename Node>

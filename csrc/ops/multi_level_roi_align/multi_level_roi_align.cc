@@ -11,6 +11,7 @@
 #include "core/upcast.h"
 #include "math/bilinear.h"
 #include "ops/multi_level_roi_align/multi_level.h"
+#include "ops/roi_align/pooling_specs.h"
 #include "ops/roi_align/roi_pooling.h"
 
 namespace ortops::multi_level_roi_align {
@@ -30,17 +31,23 @@ constexpr IoSpec kRotatedInputs[] = {
     kInputs[1],
 };
 constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, "`[R, C, output_height, output_width]` pooled features"},
+    {"output", ElemType::kTypeParam, roi_pooling::kPooledDoc},
 };
 
+constexpr AttrSpec kFinestScale{"finest_scale", AttrType::kInt, "56",
+                                "roi scale (sqrt of its area) under which a roi stays on the finest level"};
+// The plugins' strides (both mmdeploy nodes).
+constexpr AttrSpec kMmdeployStrides{"featmap_strides", AttrType::kFloats, "",
+                                    "stride of each level: level l has spatial scale 1 / featmap_strides[l]; strides "
+                                    "past the number of `features` inputs are ignored"};
+
 constexpr AttrSpec kAttributes[] = {
-    {"output_height", AttrType::kInt, "7", "height of each pooled output"},
-    {"output_width", AttrType::kInt, "7", "width of each pooled output"},
-    {"sampling_ratio", AttrType::kInt, "0",
-     "samples per bin along each axis; 0 or less: adaptive, ceil(roi size / output size)"},
+    roi_pooling::OutputHeightSpec("7"),
+    roi_pooling::OutputWidthSpec("7"),
+    roi_pooling::SamplingRatioSpec("0"),
     {"featmap_strides", AttrType::kFloats, "",
      "stride of each level (one per `features` input): level l has spatial scale 1 / featmap_strides[l]"},
-    {"finest_scale", AttrType::kInt, "56", "roi scale (sqrt of its area) under which a roi stays on the finest level"},
+    kFinestScale,
     {"roi_scale_factor", AttrType::kFloat, "1.0",
      "after the level is chosen, each roi's width and height are multiplied by this, about its centre"},
     {"pool_mode", AttrType::kString, "avg", "`avg` (mean of the samples) or `max` (largest sample)"},
@@ -49,33 +56,27 @@ constexpr AttrSpec kAttributes[] = {
 };
 
 constexpr AttrSpec kMmdeployAttributes[] = {
-    {"output_height", AttrType::kInt, "7", "height of each pooled output"},
-    {"output_width", AttrType::kInt, "7", "width of each pooled output"},
+    roi_pooling::OutputHeightSpec("7"),
+    roi_pooling::OutputWidthSpec("7"),
     {"pool_mode", AttrType::kInt, "0", "0: max (largest sample), 1: avg (mean of the samples)"},
-    {"sampling_ratio", AttrType::kInt, "2",
-     "samples per bin along each axis; 0 or less: adaptive, ceil(roi size / output size)"},
-    {"featmap_strides", AttrType::kFloats, "",
-     "stride of each level: level l has spatial scale 1 / featmap_strides[l]; strides past the number of "
-     "`features` inputs are ignored"},
+    roi_pooling::SamplingRatioSpec("2"),
+    kMmdeployStrides,
     {"roi_scale_factor", AttrType::kFloat, "-1.0",
      "when positive, each roi is rescaled about its centre by this after its level is chosen"},
-    {"finest_scale", AttrType::kInt, "56", "roi scale (sqrt of its area) under which a roi stays on the finest level"},
+    kFinestScale,
     {"aligned", AttrType::kInt, "0",
      "1: shift the scaled roi by -0.5 pixel, sides of at least 0; 0: no shift, sides of at least 1"},
 };
 
 constexpr AttrSpec kMmdeployRotatedAttributes[] = {
-    {"output_height", AttrType::kInt, "7", "height of each pooled output"},
-    {"output_width", AttrType::kInt, "7", "width of each pooled output"},
+    roi_pooling::OutputHeightSpec("7"),
+    roi_pooling::OutputWidthSpec("7"),
     {"clockwise", AttrType::kInt, "0", "1: theta turns clockwise (it is negated)"},
-    {"sampling_ratio", AttrType::kInt, "2",
-     "samples per bin along each axis; 0 or less: adaptive, ceil(roi size / output size)"},
-    {"featmap_strides", AttrType::kFloats, "",
-     "stride of each level: level l has spatial scale 1 / featmap_strides[l]; strides past the number of "
-     "`features` inputs are ignored"},
+    roi_pooling::SamplingRatioSpec("2"),
+    kMmdeployStrides,
     {"roi_scale_factor", AttrType::kFloat, "-1.0",
      "when positive, each roi's width and height are multiplied by this after its level is chosen"},
-    {"finest_scale", AttrType::kInt, "56", "roi scale (sqrt of its area) under which a roi stays on the finest level"},
+    kFinestScale,
     {"aligned", AttrType::kInt, "0", "1: shift the scaled centre by -0.5 pixel; 0: no shift"},
 };
 
@@ -171,19 +172,17 @@ namespace {
 // Registered for T = float only (see Make); written, like RoIAlign, for elements of T read
 // as their compute type A = ComputeType<T>.
 template <typename T, typename Node>
-class MultiLevelKernel : public KernelBase {
+class MultiLevelKernel : public OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, ComputeType<T>>> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, ComputeType<T>>>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = Node::kSchema;
   static constexpr int64_t kColumns = multi_level_roi_align::kColumns<Node>;
 
-  MultiLevelKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
-
   void Compute(const KernelIO& io) const {
-    const roi_pooling::PoolingAttributes& pooling = attributes_.pooling;
+    const LevelAttributes<Node, A>& attributes = this->attributes();
+    const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> roi_input = io.Input<T>(0, 2);
-    const std::vector<ConstTensor<T>> features = FeatureInputs<T>(io, attributes_);
+    const std::vector<ConstTensor<T>> features = FeatureInputs<T>(io, attributes);
     const auto levels = static_cast<int64_t>(features.size());
     Scratch<A> roi_storage;
     const ConstTensor<A> rois{Upcast(io, roi_input, roi_storage), roi_input.shape};
@@ -196,7 +195,7 @@ class MultiLevelKernel : public KernelBase {
     ScratchVector<int64_t> level = io.Vector<int64_t>(static_cast<size_t>(roi_count));
     ScratchVector<int64_t> per_level = io.Vector<int64_t>(static_cast<size_t>(levels));
     for (int64_t r = 0; r < roi_count; ++r) {
-      level[r] = LevelOf<Node>(rois.data + kColumns * r, attributes_.finest_scale, levels);
+      level[r] = LevelOf<Node>(rois.data + kColumns * r, attributes.finest_scale, levels);
       ++per_level[level[r]];
     }
     // Each level is read from a channels-last copy where that pays for the rois it pools.
@@ -208,7 +207,7 @@ class MultiLevelKernel : public KernelBase {
       sources.push_back(roi_pooling::MakePoolSource(io, features[l], per_level[l], pooling, copies[l]));
       any_channels_last |= sources.back().channels_last != nullptr;
     }
-    const LevelGeometry<Node, A> geometry = attributes_.Geometry();
+    const LevelGeometry<Node, A> geometry = attributes.Geometry();
     // Rois in order of level, image and position, so that neighbouring rois, which read
     // overlapping parts of one map, are pooled one after the other (and by one thread).
     ScratchVector<int64_t> order = io.Vector<int64_t>(static_cast<size_t>(roi_count));
@@ -226,7 +225,7 @@ class MultiLevelKernel : public KernelBase {
         const A* roi = rois.data + kColumns * r;
         const int64_t l = level[r];
         const roi_pooling::PoolSource<T, A>& source = sources[l];
-        const auto g = geometry(roi, attributes_.Scale(l));
+        const auto g = geometry(roi, attributes.Scale(l));
         roi_pooling::CheckGrid(g, pooling);
         const int64_t per_bin = g.grid_h * g.grid_w;
         taps.resize(static_cast<size_t>(bins * per_bin));
@@ -235,30 +234,22 @@ class MultiLevelKernel : public KernelBase {
         } else {
           roi_pooling::AlignedRoiTaps(g, pooling, source.height, source.width, taps.data());
         }
-        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, per_bin, attributes_.mode,
+        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, per_bin, attributes.mode,
                              output + r * channels * bins, scratch);
       }
     });
   }
-
- private:
-  LevelAttributes<Node, A> attributes_;
 };
-
-template <typename T>
-using OrtopsKernel = MultiLevelKernel<T, OrtopsNode>;
-template <typename T>
-using MmdeployKernel = MultiLevelKernel<T, MmdeployNode>;
-template <typename T>
-using MmdeployRotatedKernel = MultiLevelKernel<T, MmdeployRotatedNode>;
 
 }  // namespace
 
 // float32 only: ONNX Runtime 1.17 cannot type the output of a node with two or more values in
 // a variadic input when the op is registered for several element types (its type inference
 // looks for a kernel type constraint per node input, and kernels have one per declared input).
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<OrtopsKernel, float>(def); }
-std::vector<OpPtr> MakeMmdeploy(const OpDef& def) { return MakeOps<MmdeployKernel, float>(def); }
-std::vector<OpPtr> MakeMmdeployRotated(const OpDef& def) { return MakeOps<MmdeployRotatedKernel, float>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<MultiLevelKernel, OrtopsNode, float>(def); }
+std::vector<OpPtr> MakeMmdeploy(const OpDef& def) { return MakeOps<MultiLevelKernel, MmdeployNode, float>(def); }
+std::vector<OpPtr> MakeMmdeployRotated(const OpDef& def) {
+  return MakeOps<MultiLevelKernel, MmdeployRotatedNode, float>(def);
+}
 
 }  // namespace ortops::multi_level_roi_align

@@ -50,65 +50,58 @@ struct LevelRois {
 };
 
 template <typename T, typename Node>
-class MultiLevelDeviceKernel : public device::DeviceKernelBase {
+class MultiLevelDeviceKernel
+    : public OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, ComputeType<T>>, device::DeviceKernelBase> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, ComputeType<T>>, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = Node::kSchema;
   static constexpr int64_t kColumns = multi_level_roi_align::kColumns<Node>;
 
-  MultiLevelDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), attributes_(attrs) {}
-
   void Compute(const device::DeviceIO& io) const {
-    const roi_pooling::PoolingAttributes& pooling = attributes_.pooling;
+    const LevelAttributes<Node, A>& attributes = this->attributes();
+    const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> rois = io.Input<T>(0, 2);
-    const std::vector<ConstTensor<T>> features = FeatureInputs<T>(io, attributes_);
+    const std::vector<ConstTensor<T>> features = FeatureInputs<T>(io, attributes);
     roi_pooling::CheckRoisShape(rois, kColumns, kRoiLayout<Node>);
     const auto level_count = static_cast<int64_t>(features.size());
     std::vector<Level<T>> host_levels;
     host_levels.reserve(features.size());
     for (int64_t l = 0; l < level_count; ++l) {
       const ConstTensor<T>& level = features[static_cast<size_t>(l)];
-      host_levels.push_back({level.data, level.dim(2), level.dim(3), attributes_.Scale(l)});
+      host_levels.push_back({level.data, level.dim(2), level.dim(3), attributes.Scale(l)});
     }
     Scratch<Level<T>> levels = io.Allocate<Level<T>>(host_levels.size());
     io.CopyToDevice(levels.data(), host_levels.data(), host_levels.size());
 
     const int64_t count = rois.dim(0), channels = features[0].dim(1);
-    const LevelGeometry<Node, A> geometry = attributes_.Geometry();
-    const LevelRois<T, Node> located{
-        rois.data, levels.data(), level_count, features[0].dim(0), channels, attributes_.finest_scale, geometry};
+    const LevelGeometry<Node, A> geometry = attributes.Geometry();
+    const LevelRois<T, Node> located{rois.data, levels.data(),           level_count, features[0].dim(0),
+                                     channels,  attributes.finest_scale, geometry};
     device::CheckEach(io, rois.data, count, kColumns,
                       roi_pooling::RoiFails<LevelRois<T, Node>>{located, pooling.bins(), channels > 0},
                       [&](int64_t r, const T* values) {
                         A roi[kColumns];
                         for (int64_t k = 0; k < kColumns; ++k) roi[k] = static_cast<A>(values[k]);
                         roi_pooling::CheckRoi(roi, r, kColumns, features[0].shape, "features[0]");
-                        const int64_t l = LevelOf<Node>(roi, attributes_.finest_scale, level_count);
-                        roi_pooling::CheckGrid(geometry(roi, attributes_.Scale(l)), pooling);
+                        const int64_t l = LevelOf<Node>(roi, attributes.finest_scale, level_count);
+                        roi_pooling::CheckGrid(geometry(roi, attributes.Scale(l)), pooling);
                       });
     T* output = io.Output<T>(0, {count, channels, pooling.output_height, pooling.output_width});
     io.ForEach(count * channels * pooling.bins(),
                roi_pooling::PoolBin<T, LevelRois<T, Node>, roi_pooling::MeanOrMax<A>>{
-                   located, {attributes_.mode}, output, channels, pooling});
+                   located, {attributes.mode}, output, channels, pooling});
   }
-
- private:
-  LevelAttributes<Node, A> attributes_;
 };
-
-template <typename T>
-using OrtopsKernel = MultiLevelDeviceKernel<T, OrtopsNode>;
-template <typename T>
-using MmdeployKernel = MultiLevelDeviceKernel<T, MmdeployNode>;
-template <typename T>
-using MmdeployRotatedKernel = MultiLevelDeviceKernel<T, MmdeployRotatedNode>;
 
 }  // namespace
 
 // float32 only, as the CPU kernels (multi_level_roi_align.cc says why).
-std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<OrtopsKernel, float>(def); }
-std::vector<OpPtr> MakeMmdeployDevice(const OpDef& def) { return MakeOps<MmdeployKernel, float>(def); }
-std::vector<OpPtr> MakeMmdeployRotatedDevice(const OpDef& def) { return MakeOps<MmdeployRotatedKernel, float>(def); }
+std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<MultiLevelDeviceKernel, OrtopsNode, float>(def); }
+std::vector<OpPtr> MakeMmdeployDevice(const OpDef& def) {
+  return MakeOps<MultiLevelDeviceKernel, MmdeployNode, float>(def);
+}
+std::vector<OpPtr> MakeMmdeployRotatedDevice(const OpDef& def) {
+  return MakeOps<MultiLevelDeviceKernel, MmdeployRotatedNode, float>(def);
+}
 
 }  // namespace ortops::multi_level_roi_align

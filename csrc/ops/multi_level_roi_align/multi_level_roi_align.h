@@ -1,6 +1,6 @@
 #pragma once
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 
 namespace ortops::multi_level_roi_align {
 // ortops::MultiLevelRoIAlign: mmdet's SingleRoIExtractor over RoIAlign as one node.

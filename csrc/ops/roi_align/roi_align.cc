@@ -8,24 +8,24 @@
 
 #include "core/upcast.h"
 #include "math/bilinear.h"
+#include "ops/roi_align/pooling_specs.h"
 #include "ops/roi_align/roi_pooling.h"
 
 namespace ortops::roi_align {
 namespace {
 
 constexpr IoSpec kInputs[] = {
-    {"input", ElemType::kTypeParam, "`[N, C, H, W]` feature maps"},
+    {"input", ElemType::kTypeParam, roi_pooling::kFeatureMapsDoc},
     {"rois", ElemType::kTypeParam, "`[R, 5]` rois as (batch_index, x1, y1, x2, y2) in input-image coordinates"},
 };
 constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, "`[R, C, output_height, output_width]` pooled features"},
+    {"output", ElemType::kTypeParam, roi_pooling::kPooledDoc},
 };
 constexpr AttrSpec kAttributes[] = {
-    {"output_height", AttrType::kInt, "1", "height of each pooled output"},
-    {"output_width", AttrType::kInt, "1", "width of each pooled output"},
+    roi_pooling::OutputHeightSpec("1"),
+    roi_pooling::OutputWidthSpec("1"),
     {"spatial_scale", AttrType::kFloat, "1.0", "multiplies roi coordinates to give feature-map coordinates"},
-    {"sampling_ratio", AttrType::kInt, "0",
-     "samples per bin along each axis; 0 or less: adaptive, ceil(roi size / output size)"},
+    roi_pooling::SamplingRatioSpec("0"),
     {"mode", AttrType::kString, "avg", "`avg` (mean of the samples) or `max` (largest sample)"},
     {"aligned", AttrType::kInt, "1",
      "1: shift the scaled roi by -0.5 pixel (true alignment); 0: legacy, no shift and roi sides of at least 1"},
@@ -67,16 +67,14 @@ namespace {
 // Elements of T are read as A = ComputeType<T> and all arithmetic is in A, so a float16
 // kernel computes what the float32 kernel does on the same values, then rounds once on store.
 template <typename T>
-class RoiAlignKernel : public KernelBase {
+class RoiAlignKernel : public OpKernel<T, kSchema, RoiAlignAttributes<ComputeType<T>>> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchema, RoiAlignAttributes<ComputeType<T>>>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = roi_align::kSchema;
-
-  RoiAlignKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def), pooling_(attrs), mode_(ReadMode<A>(attrs, def)) {}
 
   void Compute(const KernelIO& io) const {
+    const RoiAlignAttributes<A>& attributes = this->attributes();
+    const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> roi_input = io.Input<T>(1, 2);
     Scratch<A> roi_storage;
@@ -85,32 +83,28 @@ class RoiAlignKernel : public KernelBase {
     const int64_t channels = input.dim(1), height = input.dim(2), width = input.dim(3);
     const int64_t roi_count = rois.dim(0);
 
-    const int64_t bins = pooling_.bins();
-    T* output = io.Output<T>(0, {roi_count, channels, pooling_.output_height, pooling_.output_width});
+    const int64_t bins = pooling.bins();
+    T* output = io.Output<T>(0, {roi_count, channels, pooling.output_height, pooling.output_width});
     if (roi_count == 0 || channels == 0) return;
     Scratch<A> copy;
-    const roi_pooling::PoolSource<T, A> source = roi_pooling::MakePoolSource(io, input, roi_count, pooling_, copy);
+    const roi_pooling::PoolSource<T, A> source = roi_pooling::MakePoolSource(io, input, roi_count, pooling, copy);
     const bool channels_last = source.channels_last != nullptr;
-    const A scale = static_cast<A>(pooling_.spatial_scale);
+    const A scale = static_cast<A>(pooling.spatial_scale);
     // mmcv raised the sides of a legacy (not aligned) roi to 1.
-    const A min_side = pooling_.aligned ? roi_pooling::kNoMinSide<A> : A(1);
+    const A min_side = pooling.aligned ? roi_pooling::kNoMinSide<A> : A(1);
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
       roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const A* roi = rois.data + 5 * r;
-        const auto g = roi_pooling::AlignedRoiGeometry(roi + 1, scale, min_side, pooling_);
+        const auto g = roi_pooling::AlignedRoiGeometry(roi + 1, scale, min_side, pooling);
         taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
-        roi_pooling::AlignedRoiTaps(g, pooling_, height, width, taps.data());
-        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w, mode_,
-                             output + r * channels * bins, scratch);
+        roi_pooling::AlignedRoiTaps(g, pooling, height, width, taps.data());
+        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w,
+                             attributes.mode, output + r * channels * bins, scratch);
       }
     });
   }
-
- private:
-  roi_pooling::PoolingAttributes pooling_;
-  roi_pooling::PoolMode<A> mode_;
 };
 
 }  // namespace

@@ -9,29 +9,23 @@ namespace ortops::roi_align {
 namespace {
 
 template <typename T>
-class RoiAlignDeviceKernel : public device::DeviceKernelBase {
+class RoiAlignDeviceKernel : public OpKernel<T, kSchema, RoiAlignAttributes<ComputeType<T>>, device::DeviceKernelBase> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchema, RoiAlignAttributes<ComputeType<T>>, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = roi_align::kSchema;
-
-  RoiAlignDeviceKernel(const Attributes& attrs, const OpDef& def)
-      : DeviceKernelBase(def), pooling_(attrs), mode_(ReadMode<A>(attrs, def)) {}
 
   void Compute(const device::DeviceIO& io) const {
+    const RoiAlignAttributes<A>& attributes = this->attributes();
+    const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> rois = io.Input<T>(1, 2);
     roi_pooling::CheckRoisShape(rois, 5, "(batch_index, x1, y1, x2, y2)");
     // mmcv raised the sides of a legacy (not aligned) roi to 1.
-    const A min_side = pooling_.aligned ? roi_pooling::kNoMinSide<A> : A(1);
+    const A min_side = pooling.aligned ? roi_pooling::kNoMinSide<A> : A(1);
     roi_pooling::PoolIndexedRois(
-        io, input, rois, roi_pooling::AlignedGeometry<A>{static_cast<A>(pooling_.spatial_scale), min_side, pooling_},
-        roi_pooling::MeanOrMax<A>{mode_});
+        io, input, rois, roi_pooling::AlignedGeometry<A>{static_cast<A>(pooling.spatial_scale), min_side, pooling},
+        roi_pooling::MeanOrMax<A>{attributes.mode});
   }
-
- private:
-  roi_pooling::PoolingAttributes pooling_;
-  roi_pooling::PoolMode<A> mode_;
 };
 
 }  // namespace

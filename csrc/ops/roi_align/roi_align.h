@@ -3,7 +3,7 @@
 #include <limits>
 #include <string>
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 #include "ops/roi_align/roi_geometry.h"
 
 namespace ortops::roi_align {
@@ -21,5 +21,13 @@ roi_pooling::PoolMode<A> ReadMode(const Attributes& attrs, const OpDef& def) {
           .max_start = def.compat ? A(-10000) : -std::numeric_limits<A>::infinity(),
           .empty_bin = def.compat ? A(-10000) : A(0)};
 }
+
+// The attributes of a RoIAlign node, as its CPU and device kernels take them.
+template <typename A>
+struct RoiAlignAttributes {
+  RoiAlignAttributes(const Attributes& attrs, const OpDef& def) : pooling(attrs), mode(ReadMode<A>(attrs, def)) {}
+  roi_pooling::PoolingAttributes pooling;
+  roi_pooling::PoolMode<A> mode;
+};
 
 }  // namespace ortops::roi_align

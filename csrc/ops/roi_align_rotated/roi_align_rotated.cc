@@ -6,25 +6,25 @@
 
 #include "core/upcast.h"
 #include "math/bilinear.h"
+#include "ops/roi_align/pooling_specs.h"
 #include "ops/roi_align/roi_pooling.h"
 
 namespace ortops::roi_align_rotated {
 namespace {
 
 constexpr IoSpec kInputs[] = {
-    {"input", ElemType::kTypeParam, "`[N, C, H, W]` feature maps"},
+    {"input", ElemType::kTypeParam, roi_pooling::kFeatureMapsDoc},
     {"rois", ElemType::kTypeParam,
      "`[R, 6]` rotated rois as (batch_index, cx, cy, w, h, theta), theta in radians, in input-image coordinates"},
 };
 constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, "`[R, C, output_height, output_width]` pooled features"},
+    {"output", ElemType::kTypeParam, roi_pooling::kPooledDoc},
 };
 constexpr AttrSpec kAttributes[] = {
-    {"output_height", AttrType::kInt, "1", "height of each pooled output"},
-    {"output_width", AttrType::kInt, "1", "width of each pooled output"},
+    roi_pooling::OutputHeightSpec("1"),
+    roi_pooling::OutputWidthSpec("1"),
     {"spatial_scale", AttrType::kFloat, "1.0", "multiplies roi centres and sizes to give feature-map coordinates"},
-    {"sampling_ratio", AttrType::kInt, "0",
-     "samples per bin along each axis; 0 or less: adaptive, ceil(roi size / output size)"},
+    roi_pooling::SamplingRatioSpec("0"),
     {"aligned", AttrType::kInt, "1",
      "1: shift the scaled centre by -0.5 pixel; 0: legacy, no shift and roi sides of at least 1"},
     {"clockwise", AttrType::kInt, "0", "1: theta turns clockwise (it is negated)"},
@@ -66,16 +66,14 @@ namespace {
 // Elements of T are read as A = ComputeType<T> and all arithmetic is in A, so a float16
 // kernel computes what the float32 kernel does on the same values, then rounds once on store.
 template <typename T>
-class RoiAlignRotatedKernel : public KernelBase {
+class RoiAlignRotatedKernel : public OpKernel<T, kSchema, RotatedAttributes> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchema, RotatedAttributes>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = roi_align_rotated::kSchema;
-
-  RoiAlignRotatedKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
 
   void Compute(const KernelIO& io) const {
-    const roi_pooling::PoolingAttributes& pooling = attributes_.pooling;
+    const RotatedAttributes& attributes = this->attributes();
+    const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> roi_input = io.Input<T>(1, 2);
     Scratch<A> roi_storage;
@@ -90,7 +88,7 @@ class RoiAlignRotatedKernel : public KernelBase {
     Scratch<A> copy;
     const roi_pooling::PoolSource<T, A> source = roi_pooling::MakePoolSource(io, input, roi_count, pooling, copy);
     const bool channels_last = source.channels_last != nullptr;
-    const roi_pooling::RotatedGeometry<A> geometry = attributes_.Geometry<A>();
+    const roi_pooling::RotatedGeometry<A> geometry = attributes.Geometry<A>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
       roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
@@ -105,9 +103,6 @@ class RoiAlignRotatedKernel : public KernelBase {
       }
     });
   }
-
- private:
-  RotatedAttributes attributes_;
 };
 
 }  // namespace

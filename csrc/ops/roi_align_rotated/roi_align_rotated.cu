@@ -8,24 +8,19 @@ namespace ortops::roi_align_rotated {
 namespace {
 
 template <typename T>
-class RoiAlignRotatedDeviceKernel : public device::DeviceKernelBase {
+class RoiAlignRotatedDeviceKernel : public OpKernel<T, kSchema, RotatedAttributes, device::DeviceKernelBase> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchema, RotatedAttributes, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = roi_align_rotated::kSchema;
-
-  RoiAlignRotatedDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), attributes_(attrs) {}
 
   void Compute(const device::DeviceIO& io) const {
+    const RotatedAttributes& attributes = this->attributes();
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> rois = io.Input<T>(1, 2);
     roi_pooling::CheckRoisShape(rois, 6, kRoiLayout);
-    roi_pooling::PoolIndexedRois(io, input, rois, attributes_.Geometry<A>(),
+    roi_pooling::PoolIndexedRois(io, input, rois, attributes.Geometry<A>(),
                                  roi_pooling::MeanOrMax<A>{roi_pooling::kAveragePool<A>});
   }
-
- private:
-  RotatedAttributes attributes_;
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 #include "ops/roi_align/roi_geometry.h"
 
 namespace ortops::roi_align_rotated {

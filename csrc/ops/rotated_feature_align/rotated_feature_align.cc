@@ -49,14 +49,12 @@ constexpr OpSchema kSchema{
 namespace {
 
 template <typename T>
-class RotatedFeatureAlignKernel : public KernelBase {
+class RotatedFeatureAlignKernel : public OpKernel<T, kSchema, RotatedFeatureAlignAttributes> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = rotated_feature_align::kSchema;
-
-  RotatedFeatureAlignKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs, def) {}
+  using OpKernel<T, kSchema, RotatedFeatureAlignAttributes>::OpKernel;
 
   void Compute(const KernelIO& io) const {
+    const RotatedFeatureAlignAttributes& attributes = this->attributes();
     const auto inputs = FeaturesAndBoxes<T>(io);
     const ConstTensor<T>& features = inputs.first;
     const ConstTensor<T>& boxes = inputs.second;
@@ -65,13 +63,13 @@ class RotatedFeatureAlignKernel : public KernelBase {
     for (int64_t i = 0; i < boxes.size(); ++i) Check(!std::isnan(boxes.data[i]), kBoxesNaN);
     T* output = io.Output<T>(0, features.shape);
     if (features.size() == 0) return;
-    const int64_t plane = height * width, points = attributes_.points;
-    const auto scale = static_cast<T>(attributes_.spatial_scale);
+    const int64_t plane = height * width, points = attributes.points;
+    const auto scale = static_cast<T>(attributes.spatial_scale);
     io.ParallelFor(static_cast<size_t>(batch * height), [&](size_t task) {
       const int64_t n = static_cast<int64_t>(task) / height, h = static_cast<int64_t>(task) % height;
       ScratchVector<BilinearTap<T>> taps = io.Vector<BilinearTap<T>>(static_cast<size_t>(width * points));
       for (int64_t w = 0; w < width; ++w) {
-        BoxTaps(boxes.data + ((n * height + h) * width + w) * 5, scale, attributes_.y_first, points, height, width,
+        BoxTaps(boxes.data + ((n * height + h) * width + w) * 5, scale, attributes.y_first, points, height, width,
                 &taps[w * points]);
       }
       for (int64_t c = 0; c < channels; ++c) {
@@ -85,9 +83,6 @@ class RotatedFeatureAlignKernel : public KernelBase {
       }
     });
   }
-
- private:
-  RotatedFeatureAlignAttributes attributes_;
 };
 
 }  // namespace

@@ -38,15 +38,13 @@ struct AlignValue {
 };
 
 template <typename T>
-class RotatedFeatureAlignDeviceKernel : public device::DeviceKernelBase {
+class RotatedFeatureAlignDeviceKernel
+    : public OpKernel<T, kSchema, RotatedFeatureAlignAttributes, device::DeviceKernelBase> {
  public:
-  using Element = T;
-  static constexpr const OpSchema& kSchema = rotated_feature_align::kSchema;
-
-  RotatedFeatureAlignDeviceKernel(const Attributes& attrs, const OpDef& def)
-      : DeviceKernelBase(def), attributes_(attrs, def) {}
+  using OpKernel<T, kSchema, RotatedFeatureAlignAttributes, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {
+    const RotatedFeatureAlignAttributes& attributes = this->attributes();
     const auto inputs = FeaturesAndBoxes<T>(io);
     const ConstTensor<T>& features = inputs.first;
     const ConstTensor<T>& boxes = inputs.second;
@@ -54,11 +52,8 @@ class RotatedFeatureAlignDeviceKernel : public device::DeviceKernelBase {
     T* output = io.Output<T>(0, features.shape);
     io.ForEach(features.size(),
                AlignValue<T>{features.data, boxes.data, output, features.dim(1), features.dim(2), features.dim(3),
-                             attributes_.points, static_cast<T>(attributes_.spatial_scale), attributes_.y_first});
+                             attributes.points, static_cast<T>(attributes.spatial_scale), attributes.y_first});
   }
-
- private:
-  RotatedFeatureAlignAttributes attributes_;
 };
 
 }  // namespace

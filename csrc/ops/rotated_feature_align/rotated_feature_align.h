@@ -3,7 +3,7 @@
 #include <cmath>
 #include <utility>
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 
 namespace ortops::rotated_feature_align {
 extern const OpSchema kSchema;

@@ -55,13 +55,10 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-class AttentionKernel : public KernelBase {
+class AttentionKernel : public OpKernel<float, kSchema> {
  public:
-  using Element = float;
-  static constexpr const OpSchema& kSchema = scaled_dot_product_attention::kSchema;
-
   AttentionKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
+      : OpKernel(attrs, def),
         scores_gemm_(std::make_unique<OrtGemm>(attrs.info(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)),
         values_gemm_(std::make_unique<OrtGemm>(attrs.info(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, false)) {}
 

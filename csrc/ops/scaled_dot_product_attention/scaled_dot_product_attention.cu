@@ -26,12 +26,9 @@ struct SoftmaxOfRow {
   }
 };
 
-class AttentionDeviceKernel : public device::DeviceKernelBase {
+class AttentionDeviceKernel : public OpKernel<float, kSchema, NoAttributes, device::DeviceKernelBase> {
  public:
-  using Element = float;
-  static constexpr const OpSchema& kSchema = scaled_dot_product_attention::kSchema;
-
-  AttentionDeviceKernel(const Attributes&, const OpDef& def) : DeviceKernelBase(def) {}
+  using OpKernel::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {
     const Inputs in = CheckedInputs(io);

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 
 namespace ortops::scaled_dot_product_attention {
 extern const OpSchema kSchema;  // mmdeploy ScaledDotProductAttentionTRT

@@ -8,26 +8,27 @@
 
 #include "core/upcast.h"
 #include "math/bilinear.h"
+#include "ops/roi_align/pooling_specs.h"
 #include "ops/roi_align/roi_pooling.h"
 
 namespace ortops::trt_roi_align {
 namespace {
 
 constexpr IoSpec kInputs[] = {
-    {"X", ElemType::kTypeParam, "`[N, C, H, W]` feature maps"},
+    {"X", ElemType::kTypeParam, roi_pooling::kFeatureMapsDoc},
     {"rois", ElemType::kTypeParam, "`[R, 4]` rois as (x1, y1, x2, y2) in input-image coordinates"},
     {"batch_indices", ElemType::kInt32, "`[R]` the image of `X` each roi pools from"},
 };
 constexpr IoSpec kOutputs[] = {
-    {"Y", ElemType::kTypeParam, "`[R, C, output_height, output_width]` pooled features"},
+    {"Y", ElemType::kTypeParam, roi_pooling::kPooledDoc},
 };
 constexpr AttrSpec kAttributes[] = {
     {"coordinate_transformation_mode", AttrType::kInt, "1",
      "1 (ONNX's half_pixel): roi corners shifted by -0.5 pixel; 0 (output_half_pixel): not shifted, and roi "
      "sides of at least 1"},
     {"mode", AttrType::kInt, "1", "1: average of the samples; 0: max (ONNX's max, see above)"},
-    {"output_height", AttrType::kInt, "1", "height of each pooled output"},
-    {"output_width", AttrType::kInt, "1", "width of each pooled output"},
+    roi_pooling::OutputHeightSpec("1"),
+    roi_pooling::OutputWidthSpec("1"),
     {"sampling_ratio", AttrType::kInt, "0",
      "samples per bin along each axis; 0: adaptive, ceil(roi size / output size)"},
     {"spatial_scale", AttrType::kFloat, "1.0", "multiplies roi coordinates to give feature-map coordinates; positive"},
@@ -67,17 +68,15 @@ constexpr OpSchema kSchema{
 namespace {
 
 template <typename T>
-class TrtRoiAlignKernel : public KernelBase {
+class TrtRoiAlignKernel : public OpKernel<T, kSchema, TrtAttributes> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchema, TrtAttributes>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = trt_roi_align::kSchema;
-
-  TrtRoiAlignKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
 
   void Compute(const KernelIO& io) const {
-    const roi_pooling::PoolingAttributes& pooling = attributes_.pooling;
-    const bool average = attributes_.average != 0;
+    const TrtAttributes& attributes = this->attributes();
+    const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
+    const bool average = attributes.average != 0;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> roi_input = io.Input<T>(1, 2);
     const ConstTensor<int32_t> batch_indices = io.Input<int32_t>(2, 1);
@@ -99,7 +98,7 @@ class TrtRoiAlignKernel : public KernelBase {
     const Scratch<A> nhwc = channels_last ? roi_pooling::ToChannelsLast<A>(io, input) : Scratch<A>();
     const roi_pooling::PoolSource<T, A> source{input.data, channels_last ? nhwc.data() : nullptr, channels, height,
                                                width};
-    const roi_pooling::AlignedGeometry<A> geometry = attributes_.Geometry<A>();
+    const roi_pooling::AlignedGeometry<A> geometry = attributes.Geometry<A>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
       roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
@@ -135,8 +134,6 @@ class TrtRoiAlignKernel : public KernelBase {
       out[bin] = static_cast<T>(best);
     }
   }
-
-  TrtAttributes attributes_;
 };
 
 }  // namespace

@@ -33,22 +33,20 @@ struct TrtRois {
 };
 
 template <typename T>
-class TrtRoiAlignDeviceKernel : public device::DeviceKernelBase {
+class TrtRoiAlignDeviceKernel : public OpKernel<T, kSchema, TrtAttributes, device::DeviceKernelBase> {
  public:
-  using Element = T;
+  using OpKernel<T, kSchema, TrtAttributes, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = trt_roi_align::kSchema;
-
-  TrtRoiAlignDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), attributes_(attrs) {}
 
   void Compute(const device::DeviceIO& io) const {
-    const roi_pooling::PoolingAttributes& pooling = attributes_.pooling;
+    const TrtAttributes& attributes = this->attributes();
+    const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> rois = io.Input<T>(1, 2);
     const ConstTensor<int32_t> batch_indices = io.Input<int32_t>(2, 1);
     CheckRoisShape(rois, batch_indices);
     const int64_t count = rois.dim(0), channels = input.dim(1);
-    const roi_pooling::AlignedGeometry<A> geometry = attributes_.Geometry<A>();
+    const roi_pooling::AlignedGeometry<A> geometry = attributes.Geometry<A>();
     const TrtRois<T> located{rois.data, batch_indices.data, input.data,   input.dim(0),
                              channels,  input.dim(2),       input.dim(3), geometry};
     device::CheckEach(io, rois.data, count, 4, roi_pooling::RoiFails<TrtRois<T>>{located, pooling.bins(), channels > 0},
@@ -62,7 +60,7 @@ class TrtRoiAlignDeviceKernel : public device::DeviceKernelBase {
                       });
     T* output = io.Output<T>(0, {count, channels, pooling.output_height, pooling.output_width});
     const int64_t pooled = count * channels * pooling.bins();
-    if (attributes_.average) {
+    if (attributes.average) {
       io.ForEach(pooled, roi_pooling::PoolBin<T, TrtRois<T>, roi_pooling::MeanOrMax<A>>{
                              located, {roi_pooling::kAveragePool<A>}, output, channels, pooling});
     } else {
@@ -70,9 +68,6 @@ class TrtRoiAlignDeviceKernel : public device::DeviceKernelBase {
                              located, {}, output, channels, pooling});
     }
   }
-
- private:
-  TrtAttributes attributes_;
 };
 
 }  // namespace

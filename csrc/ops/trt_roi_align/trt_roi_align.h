@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/custom_op.h"
+#include "core/op_kernel.h"
 #include "ops/roi_align/roi_geometry.h"
 
 namespace ortops::trt_roi_align {

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 import ortops
 
-from ortest import DEFAULT_OPSET, IR_VERSION, make_model, run
+from ortest import make_model, model_of, run
 
 NMS_INPUTS = [("boxes", np.float32, 2), ("scores", np.float32, 1)]
 
@@ -48,16 +48,8 @@ def test_clean_model_with_standard_nodes_around_custom_ones() -> None:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
         [helper.make_tensor_value_info("values", TensorProto.FLOAT, None)],
     )
-    model = helper.make_model(
-        graph,
-        ir_version=IR_VERSION,
-        opset_imports=[
-            helper.make_opsetid("", DEFAULT_OPSET),
-            helper.make_opsetid("com.microsoft", 1),
-            helper.make_opsetid("ai.onnx.ml", 3),
-            helper.make_opsetid("ortops", 1),
-        ],
-    )
+    model = model_of(graph, "com.microsoft", "ortops")
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 3))
     assert ortops.check_model(model) == []
 
 
@@ -284,11 +276,7 @@ def test_subgraphs_are_checked() -> None:
     graph = helper.make_graph(
         [if_node], "g", [cond, boxes, scores], [helper.make_tensor_value_info("out", TensorProto.INT64, None)]
     )
-    model = helper.make_model(
-        graph,
-        ir_version=IR_VERSION,
-        opset_imports=[helper.make_opsetid("", DEFAULT_OPSET), helper.make_opsetid("mmcv", 1)],
-    )
+    model = model_of(graph, "mmcv")
     problems = ortops.check_model(model)
     # Both branches see the outer boxes (float64) and scores (float32); else also misspells.
     assert sorted((p.node, p.kind) for p in problems) == [
@@ -313,12 +301,7 @@ def test_model_local_functions() -> None:
         ],
         [helper.make_tensor_value_info("indices", TensorProto.INT64, None)],
     )
-    model = helper.make_model(
-        graph,
-        ir_version=IR_VERSION,
-        opset_imports=[helper.make_opsetid("", DEFAULT_OPSET), helper.make_opsetid("my.funcs", 1)],
-        functions=[function],
-    )
+    model = model_of(graph, "my.funcs", functions=[function])
     (problem,) = ortops.check_model(model)
     assert (problem.node, problem.kind) == ("my.funcs::MyNMS/#0", "unknown-attribute")
 

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import ortops
 
-from ortest import DEFAULT_OPSET, IR_VERSION, mmcv_nms_model, python_without
+from ortest import mmcv_nms_model, model_of, python_without
 
 # Hand-made NMS case: box 1 overlaps box 0 with IoU 81/119 = 0.68 (dropped at 0.5), box 2
 # overlaps box 0 with IoU 16/184 = 0.09 (kept), box 3 is box 2 shifted by 1 (IoU 0.68 with
@@ -40,72 +40,54 @@ def ortops_cli(*args: str, cwd: Path | None = None, without: tuple[str, ...] = (
     )
 
 
+def saved(tmp_path: Path, name: str, model: onnx.ModelProto) -> Path:
+    path = tmp_path / name
+    onnx.save(model, str(path))
+    return path
+
+
 def nms_model_file(tmp_path: Path, **attributes: object) -> Path:
     model = mmcv_nms_model(**attributes)
     boxes, scores = model.graph.input
     boxes.type.tensor_type.shape.dim[0].dim_param = "N"
     boxes.type.tensor_type.shape.dim[1].dim_value = 4
     scores.type.tensor_type.shape.dim[0].dim_param = "N"
-    path = tmp_path / "nms.onnx"
-    onnx.save(model, str(path))
-    return path
+    return saved(tmp_path, "nms.onnx", model)
+
+
+# Relu then mmcv::cummax along axis 1 on x [N, 5] (N symbolic): how the files below start.
+RELU_CUMMAX = [
+    helper.make_node("Relu", ["x"], ["r"], name="relu"),
+    helper.make_node("cummax", ["r"], ["values", "indices"], domain="mmcv", name="cm", dim=1),
+]
+X = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5])
 
 
 def mixed_model_file(tmp_path: Path) -> Path:
-    """Relu then mmcv::cummax along axis 1 on x [N, 5], and TRT::PyramidROIAlign_TRT on other inputs."""
+    """RELU_CUMMAX, and TRT::PyramidROIAlign_TRT on other inputs."""
     nodes = [
-        helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("cummax", ["r"], ["values", "indices"], domain="mmcv", name="cm", dim=1),
+        *RELU_CUMMAX,
         helper.make_node("PyramidROIAlign_TRT", ["boxes", "scores"], ["num", "det"], domain="TRT", name="trt"),
         helper.make_node("PyramidROIAlign_TRT", ["boxes", "scores"], ["num2", "det2"], domain="TRT", name="trt2"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5]),
-            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, None, 4]),
-            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, None, 1]),
-        ],
-        [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in ("values", "indices", "num", "det")],
-    )
-    model = helper.make_model(
-        graph,
-        ir_version=IR_VERSION,
-        opset_imports=[
-            helper.make_opsetid("", DEFAULT_OPSET),
-            helper.make_opsetid("mmcv", 1),
-            helper.make_opsetid("TRT", 1),
-        ],
-    )
-    path = tmp_path / "mixed.onnx"
-    onnx.save(model, str(path))
-    return path
+    inputs = [
+        X,
+        helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, None, 4]),
+        helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, None, 1]),
+    ]
+    outputs = [
+        helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in ("values", "indices", "num", "det")
+    ]
+    return saved(tmp_path, "mixed.onnx", model_of(helper.make_graph(nodes, "g", inputs, outputs), "mmcv", "TRT"))
 
 
 def cummax_model_file(tmp_path: Path) -> Path:
-    """Relu then mmcv::cummax along axis 1 on x [N, 5] (N symbolic)."""
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("cummax", ["r"], ["values", "indices"], domain="mmcv", name="cm", dim=1),
+    """RELU_CUMMAX alone."""
+    outputs = [
+        helper.make_tensor_value_info("values", TensorProto.FLOAT, None),
+        helper.make_tensor_value_info("indices", TensorProto.INT64, None),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5])],
-        [
-            helper.make_tensor_value_info("values", TensorProto.FLOAT, None),
-            helper.make_tensor_value_info("indices", TensorProto.INT64, None),
-        ],
-    )
-    model = helper.make_model(
-        graph,
-        ir_version=IR_VERSION,
-        opset_imports=[helper.make_opsetid("", DEFAULT_OPSET), helper.make_opsetid("mmcv", 1)],
-    )
-    path = tmp_path / "cummax.onnx"
-    onnx.save(model, str(path))
-    return path
+    return saved(tmp_path, "cummax.onnx", model_of(helper.make_graph(RELU_CUMMAX, "g", [X], outputs), "mmcv"))
 
 
 # --- inspect ------------------------------------------------------------------------------

@@ -12,14 +12,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ortops
 
+from ortest import exported_model
+
 
 def model(nodes, inputs, outputs, initializers, domain: str) -> onnx.ModelProto:
-    graph = helper.make_graph(nodes, "exported", inputs, outputs, initializer=initializers)
-    m = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 11), helper.make_opsetid(domain, 1)], producer_name="pytorch"
-    )
-    m.ir_version = 6
-    return m
+    return exported_model(helper.make_graph(nodes, "exported", inputs, outputs, initializer=initializers), domain)
 
 
 def session(m: onnx.ModelProto) -> ort.InferenceSession:

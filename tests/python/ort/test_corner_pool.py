@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 import ortops
 
-from ortest import run
+from ortest import exported_model, run
 
 DOMAINS = [("mmcv", "MMCVCornerPool"), ("ortops", "CornerPool")]
 MODES = [0, 1, 2, 3]  # top, bottom, left, right
@@ -83,9 +83,7 @@ def mmcv_file(mode: int) -> onnx.ModelProto:
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 2, 5, 6])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 2, 5, 6])],
     )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11), helper.make_opsetid("mmcv", 1)])
-    m.ir_version = 6
-    return m
+    return exported_model(graph, "mmcv")
 
 
 @pytest.mark.parametrize("mode", MODES)

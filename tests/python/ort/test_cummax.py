@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 import ortops
 
-from ortest import run
+from ortest import exported_model, run
 
 OPS = [("mmcv", "cummax", True), ("mmcv", "cummin", False), ("ortops", "CumMax", True), ("ortops", "CumMin", False)]
 DTYPES = [np.float32, np.float64, np.int64]
@@ -120,9 +120,7 @@ def mmcv_file(op: str) -> onnx.ModelProto:
             helper.make_tensor_value_info(f"{op}_indices", TensorProto.INT64, [2, 3, 4]),
         ],
     )
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11), helper.make_opsetid("mmcv", 1)])
-    m.ir_version = 6
-    return m
+    return exported_model(graph, "mmcv")
 
 
 @pytest.mark.parametrize("op,largest", [("cummax", True), ("cummin", False)])

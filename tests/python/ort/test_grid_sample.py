@@ -17,6 +17,11 @@ PADDINGS = {"zeros": 0, "border": 1, "reflection": 2}
 TOLERANCE = {np.float32: {"rtol": 1e-4, "atol": 1e-4}, np.float64: {"rtol": 1e-10, "atol": 1e-10}}
 
 
+def sample(op: str, domain: str, features: np.ndarray, grid: np.ndarray, **attributes: object) -> list[np.ndarray]:
+    """Runs the node on `features` and `grid` (attributes: the node's, and run's threads)."""
+    return run(op, domain, {"input": features, "grid": grid}, ["output"], **attributes)
+
+
 def make_case(
     rng: np.random.Generator, dtype: type, n: int = 2, c: int = 3, h: int = 5, w: int = 7, out: tuple = (4, 6)
 ):
@@ -38,7 +43,7 @@ def attrs(mode: str, padding: str, align: int) -> dict:
 @pytest.mark.parametrize("align", [0, 1])
 def test_matches_reference(dtype, mode, padding, align) -> None:
     features, grid = make_case(np.random.default_rng(MODES[mode] * 6 + PADDINGS[padding] * 2 + align), dtype)
-    (got,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **attrs(mode, padding, align))
+    (got,) = sample("GridSample", "ortops", features, grid, **attrs(mode, padding, align))
     expected = references.grid_sample(features, grid, mode, padding, bool(align))
     assert got.dtype == dtype
     np.testing.assert_allclose(got, expected, **TOLERANCE[dtype])
@@ -48,9 +53,7 @@ def test_matches_reference(dtype, mode, padding, align) -> None:
 def test_compat_nodes_as_exported(domain, op) -> None:
     """mmcv's and mmdeploy's symbolic wrote the three attributes as ints."""
     features, grid = make_case(np.random.default_rng(9), np.float32)
-    (got,) = run(
-        op, domain, {"input": features, "grid": grid}, ["output"], interpolation_mode=0, padding_mode=0, align_corners=0
-    )
+    (got,) = sample(op, domain, features, grid, interpolation_mode=0, padding_mode=0, align_corners=0)
     np.testing.assert_allclose(
         got, references.grid_sample(features, grid, "bilinear", "zeros", False), **TOLERANCE[np.float32]
     )
@@ -59,7 +62,7 @@ def test_compat_nodes_as_exported(domain, op) -> None:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_thread_counts_agree(threads: int) -> None:
     features, grid = make_case(np.random.default_rng(2), np.float32, n=2, c=4, h=9, w=8, out=(11, 10))
-    (got,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], threads=threads)
+    (got,) = sample("GridSample", "ortops", features, grid, threads=threads)
     np.testing.assert_allclose(
         got, references.grid_sample(features, grid, "bilinear", "zeros", False), **TOLERANCE[np.float32]
     )
@@ -69,26 +72,21 @@ def test_thread_counts_agree(threads: int) -> None:
 def test_non_finite_grid_points(mode: str) -> None:
     features = np.ones((1, 1, 3, 3), np.float32)
     grid = np.array([[[[np.nan, 0], [np.inf, 0], [0, -np.inf], [1e30, 1e30]]]], np.float32)
-    (zeros,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **attrs(mode, "zeros", 0))
+    (zeros,) = sample("GridSample", "ortops", features, grid, **attrs(mode, "zeros", 0))
     assert np.isnan(zeros[0, 0, 0, 0]) and (zeros[0, 0, 0, 1:] == 0).all()
-    (border,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **attrs(mode, "border", 0))
+    (border,) = sample("GridSample", "ortops", features, grid, **attrs(mode, "border", 0))
     assert np.isnan(border[0, 0, 0, 0]) and np.isfinite(border[0, 0, 0, 1:]).all()
 
 
 @pytest.mark.parametrize("shape", [(0, 2, 3, 3), (1, 0, 3, 3)])
 def test_empty_batch_or_channels(shape) -> None:
     grid = np.zeros((shape[0], 2, 2, 2), np.float32)
-    (got,) = run("GridSample", "ortops", {"input": np.zeros(shape, np.float32), "grid": grid}, ["output"])
+    (got,) = sample("GridSample", "ortops", np.zeros(shape, np.float32), grid)
     assert got.shape == (shape[0], shape[1], 2, 2)
 
 
 def test_empty_output_grid() -> None:
-    (got,) = run(
-        "GridSample",
-        "ortops",
-        {"input": np.ones((1, 2, 3, 3), np.float32), "grid": np.zeros((1, 0, 4, 2), np.float32)},
-        ["output"],
-    )
+    (got,) = sample("GridSample", "ortops", np.ones((1, 2, 3, 3), np.float32), np.zeros((1, 0, 4, 2), np.float32))
     assert got.shape == (1, 2, 0, 4)
 
 
@@ -99,18 +97,13 @@ def test_bad_input_is_an_error(domain, op) -> None:
         Exception,
         match=rf"{domain}\.{op}: input 'grid' must have shape \[N, H_out, W_out, 2\] with N = 2, got \[1, 2, 2, 2\]",
     ):
-        run(op, domain, {"input": features, "grid": np.zeros((1, 2, 2, 2), np.float32)}, ["output"])
+        sample(op, domain, features, np.zeros((1, 2, 2, 2), np.float32))
     with pytest.raises(
         Exception, match=r"attribute 'padding_mode' must be 0 \(zeros\), 1 \(border\) or 2 \(reflection\), got 5"
     ):
-        run(op, domain, {"input": features, "grid": np.zeros((2, 2, 2, 2), np.float32)}, ["output"], padding_mode=5)
+        sample(op, domain, features, np.zeros((2, 2, 2, 2), np.float32), padding_mode=5)
     with pytest.raises(Exception, match=r"empty map"):
-        run(
-            op,
-            domain,
-            {"input": np.zeros((2, 1, 0, 3), np.float32), "grid": np.zeros((2, 2, 2, 2), np.float32)},
-            ["output"],
-        )
+        sample(op, domain, np.zeros((2, 1, 0, 3), np.float32), np.zeros((2, 2, 2, 2), np.float32))
 
 
 def sample_in_small_grids(features: np.ndarray, grid: np.ndarray, points: int, **a) -> np.ndarray:
@@ -119,7 +112,7 @@ def sample_in_small_grids(features: np.ndarray, grid: np.ndarray, points: int, *
     n, c = features.shape[:2]
     flat = grid.reshape(n, 1, -1, 2)
     parts = [
-        run("GridSample", "ortops", {"input": features, "grid": flat[:, :, s : s + points]}, ["output"], **a)[0]
+        sample("GridSample", "ortops", features, flat[:, :, s : s + points], **a)[0]
         for s in range(0, flat.shape[2], points)
     ]
     return np.concatenate(parts, axis=3).reshape(n, c, *grid.shape[1:3])
@@ -141,7 +134,7 @@ def test_copied_paths_give_the_planar_loops_bits(dtype, mode, padding, channels)
     features[1, 0, 2, 3] = np.inf  # an infinite value under some weights of 0
     for align in (0, 1):
         a = attrs(mode, padding, align)
-        (together,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **a)
+        (together,) = sample("GridSample", "ortops", features, grid, **a)
         np.testing.assert_array_equal(together, sample_in_small_grids(features, grid, 18, **a))
         finite = np.isfinite(features).all()
         if finite:
@@ -157,7 +150,7 @@ def test_blocks_shared_or_owned_give_the_planar_loops_bits(batch: int) -> None:
     features, grid = make_case(np.random.default_rng(batch), np.float32, n=batch, c=9, h=6, w=7, out=(8, 9))
     a = attrs("bilinear", "zeros", 0)
     for threads in (1, 2):
-        (together,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], threads=threads, **a)
+        (together,) = sample("GridSample", "ortops", features, grid, threads=threads, **a)
         np.testing.assert_array_equal(together, sample_in_small_grids(features, grid, 18, **a))
     np.testing.assert_allclose(
         together, references.grid_sample(features, grid, "bilinear", "zeros", False), **TOLERANCE[np.float32]
@@ -170,7 +163,7 @@ def test_channel_counts_match_reference(channels: int, mode: str) -> None:
     features, grid = make_case(np.random.default_rng(channels), np.float32, n=2, c=channels, h=6, w=5, out=(7, 8))
     for padding in PADDINGS:
         a = attrs(mode, padding, 0)
-        (got,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **a)
+        (got,) = sample("GridSample", "ortops", features, grid, **a)
         expected = references.grid_sample(features, grid, mode, padding, False)
         np.testing.assert_allclose(got, expected, **TOLERANCE[np.float32])
 
@@ -181,9 +174,7 @@ def test_float16_channels_last_rounds_the_float32_result(mode: str) -> None:
     features, grid = make_case(np.random.default_rng(4), np.float32, n=2, c=19, h=6, w=7, out=(8, 9))
     features, grid = features.astype(np.float16), grid.astype(np.float16)
     a = attrs(mode, "zeros", 0)
-    (half,) = run("GridSample", "ortops", {"input": features, "grid": grid}, ["output"], **a)
-    (single,) = run(
-        "GridSample", "ortops", {"input": features.astype(np.float32), "grid": grid.astype(np.float32)}, ["output"], **a
-    )
+    (half,) = sample("GridSample", "ortops", features, grid, **a)
+    (single,) = sample("GridSample", "ortops", features.astype(np.float32), grid.astype(np.float32), **a)
     assert half.dtype == np.float16
     np.testing.assert_array_equal(half, single.astype(np.float16))

@@ -15,7 +15,7 @@ import pytest
 import references
 from onnx import AttributeProto
 
-from ortest import make_model, session
+from ortest import exported_model, make_model, session
 
 # The attributes each node carries in mmdeploy's files, with their ONNX types.
 ENCODING = {
@@ -825,10 +825,7 @@ def test_mmdet_dense_head_graph_as_mmdeploy_exports_it_for_tensorrt() -> None:
         ],
         initializer=initializers,
     )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 11), helper.make_opsetid("mmdeploy", 1)], producer_name="pytorch"
-    )
-    model.ir_version = 6
+    model = exported_model(graph, "mmdeploy")
     ortops.register_onnx_schemas()
     onnx.checker.check_model(model)
     assert ortops.check_model(model) == []

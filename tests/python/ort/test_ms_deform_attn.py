@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import ortops
 
-from ortest import run, session
+from ortest import exported_model, run, session
 
 DOMAINS = [("ortops", "MultiScaleDeformableAttention"), ("mmdeploy", "MMCVMultiScaleDeformableAttention")]
 NAMES = ["value", "value_spatial_shapes", "value_level_start_index", "sampling_locations", "attention_weights"]
@@ -296,8 +296,7 @@ def _mmdeploy_file(case: dict[str, np.ndarray], im2col_step: onnx.AttributeProto
         float_input,
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", None, None])],
     )
-    opsets = [helper.make_opsetid("", 11), helper.make_opsetid("mmdeploy", 1)]
-    return helper.make_model(graph, ir_version=6, opset_imports=opsets)
+    return exported_model(graph, "mmdeploy")
 
 
 def test_a_file_as_mmdeploy_writes_it() -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import references
 
-from ortest import run
+from ortest import pool, run
 
 DOMAINS = [("mmcv", "MMCVRoiAlign", True), ("ortops", "RoIAlign", False)]
 # Same arithmetic as the reference, sample by sample; only the summation may round differently.
@@ -42,7 +42,7 @@ def test_matches_reference(domain, op, compat, dtype, mode, aligned, sampling) -
     rng = np.random.default_rng(aligned * 2 + sampling)
     features, rois = make_case(rng, 2, 3, 9, 11, 6, dtype, 0.5)
     a = attrs(3, 0.5, sampling, mode, aligned)
-    (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **a)
+    (got,) = pool(op, domain, features, rois, **a)
     expected = references.roi_align(features, rois, 3, 4, 0.5, sampling, mode, bool(aligned), compat)
     assert got.dtype == dtype and got.shape == expected.shape
     np.testing.assert_allclose(got, expected, **TOLERANCE[dtype])
@@ -57,7 +57,7 @@ def test_rois_on_and_beyond_the_edges(domain, op, compat) -> None:
     )
     for mode in ("avg", "max"):
         for aligned in (0, 1):
-            (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(2, 1.0, 2, mode, aligned))
+            (got,) = pool(op, domain, features, rois, **attrs(2, 1.0, 2, mode, aligned))
             expected = references.roi_align(features, rois, 2, 3, 1.0, 2, mode, bool(aligned), compat)
             np.testing.assert_allclose(got, expected, **TOLERANCE[np.float32])
 
@@ -67,9 +67,9 @@ def test_empty_adaptive_grid_in_max_mode(domain, op, compat) -> None:
     # aligned=1 allows a zero-size roi; adaptive sampling then has no samples per bin.
     features = np.ones((1, 1, 4, 4), np.float32)
     rois = np.array([[0, 1, 1, 1, 1]], np.float32)
-    (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(2, 1.0, 0, "max", 1))
+    (got,) = pool(op, domain, features, rois, **attrs(2, 1.0, 0, "max", 1))
     np.testing.assert_array_equal(got, np.full((1, 1, 2, 3), -10000.0 if compat else 0.0, np.float32))
-    (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(2, 1.0, 0, "avg", 1))
+    (got,) = pool(op, domain, features, rois, **attrs(2, 1.0, 0, "avg", 1))
     np.testing.assert_array_equal(got, np.zeros((1, 1, 2, 3), np.float32))
 
 
@@ -86,7 +86,7 @@ def test_zero_and_negative_size_rois(domain, op, compat, dtype) -> None:
         for aligned in (0, 1):
             for sampling in (0, 2):
                 a = attrs(2, 1.0, sampling, mode, aligned)
-                (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **a)
+                (got,) = pool(op, domain, features, rois, **a)
                 expected = references.roi_align(features, rois, 2, 3, 1.0, sampling, mode, bool(aligned), compat)
                 np.testing.assert_allclose(got, expected, **TOLERANCE[dtype], err_msg=f"{mode} {aligned} {sampling}")
 
@@ -96,7 +96,7 @@ def test_fractional_batch_index_truncates_toward_zero(domain, op, compat) -> Non
     """mmcv casts the index to int: 1.9 reads image 1 and -0.5 reads image 0."""
     features = np.stack([np.full((1, 4, 4), 1.0), np.full((1, 4, 4), 2.0)]).astype(np.float32)
     rois = np.array([[1.9, 0, 0, 3, 3], [-0.5, 0, 0, 3, 3]], np.float32)
-    (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(1, 1.0, 2, "avg", 1))
+    (got,) = pool(op, domain, features, rois, **attrs(1, 1.0, 2, "avg", 1))
     np.testing.assert_array_equal(got[:, 0], [[[2.0, 2.0]], [[1.0, 1.0]]])
 
 
@@ -114,7 +114,7 @@ def test_max_mode_below_minus_10000_shows_the_mmcv_quirk() -> None:
 def test_thread_counts_agree(threads: int) -> None:
     features, rois = make_case(np.random.default_rng(5), 2, 4, 12, 10, 40, np.float32, 0.25)
     a = attrs(2, 0.25, 0, "avg", 1)
-    (got,) = run("RoIAlign", "ortops", {"input": features, "rois": rois}, ["output"], threads=threads, **a)
+    (got,) = pool("RoIAlign", "ortops", features, rois, threads=threads, **a)
     expected = references.roi_align(features, rois, 2, 3, 0.25, 0, "avg", True, False)
     np.testing.assert_allclose(got, expected, **TOLERANCE[np.float32])
 
@@ -122,11 +122,11 @@ def test_thread_counts_agree(threads: int) -> None:
 def test_mmcv_style_node() -> None:
     """The node as mmcv 1.x's symbolic wrote it: every attribute, mode as a string."""
     features, rois = make_case(np.random.default_rng(1), 1, 2, 8, 8, 3, np.float32, 0.125)
-    (got,) = run(
+    (got,) = pool(
         "MMCVRoiAlign",
         "mmcv",
-        {"input": features, "rois": rois},
-        ["output"],
+        features,
+        rois,
         output_height=7,
         output_width=7,
         spatial_scale=0.125,
@@ -143,19 +143,13 @@ def test_mmcv_style_node() -> None:
 def test_empty_rois_or_channels(shape) -> None:
     features = np.zeros((1, 0 if shape[0] else 3, 4, 4), np.float32)
     rois = np.zeros(shape, np.float32)
-    (got,) = run("RoIAlign", "ortops", {"input": features, "rois": rois}, ["output"], **attrs(2, 1.0, 2, "avg", 1))
+    (got,) = pool("RoIAlign", "ortops", features, rois, **attrs(2, 1.0, 2, "avg", 1))
     assert got.shape == (shape[0], features.shape[1], 2, 3)
 
 
 def test_empty_feature_map_reads_zero() -> None:
     rois = np.array([[0, 0, 0, 3, 3]], np.float32)
-    (got,) = run(
-        "RoIAlign",
-        "ortops",
-        {"input": np.zeros((1, 2, 0, 5), np.float32), "rois": rois},
-        ["output"],
-        **attrs(2, 1.0, 2, "max", 1),
-    )
+    (got,) = pool("RoIAlign", "ortops", np.zeros((1, 2, 0, 5), np.float32), rois, **attrs(2, 1.0, 2, "max", 1))
     np.testing.assert_array_equal(got, np.zeros((1, 2, 2, 3), np.float32))
 
 
@@ -208,7 +202,7 @@ def test_bad_input_is_an_error(case, rois, overrides, message, domain, op, compa
     features = np.zeros((2, 1, 4, 4), np.float32)
     a = {**attrs(2, 1.0, 2, "avg", 1), **overrides}
     with pytest.raises(Exception, match=rf"{domain}\.{op}: .*{message}"):
-        run(op, domain, {"input": features, "rois": rois}, ["output"], **a)
+        pool(op, domain, features, rois, **a)
 
 
 WRONG_DTYPES = [
@@ -229,12 +223,7 @@ def test_wrong_dtype_is_an_error(case, input_dtype, rois_dtype, domain, op, comp
 
 def test_wrong_rank_is_an_error() -> None:
     with pytest.raises(Exception, match=r"input 'input' must have rank 4, got shape \[4, 4\]"):
-        run(
-            "RoIAlign",
-            "ortops",
-            {"input": np.zeros((4, 4), np.float32), "rois": np.zeros((1, 5), np.float32)},
-            ["output"],
-        )
+        pool("RoIAlign", "ortops", np.zeros((4, 4), np.float32), np.zeros((1, 5), np.float32))
 
 
 @pytest.mark.parametrize("domain,op,compat", DOMAINS)
@@ -244,16 +233,14 @@ def test_many_rois_and_channels_take_the_channels_last_path(domain, op, compat, 
     """Enough rois and channels that the kernel pools from a channels-last copy."""
     features, rois = make_case(np.random.default_rng(11), 2, 16, 6, 7, 60, np.float32, 0.5)
     rois[0] = [1, 0, 0, 0, 0]  # an empty adaptive grid too
-    (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(2, 0.5, sampling, mode, 1))
+    (got,) = pool(op, domain, features, rois, **attrs(2, 0.5, sampling, mode, 1))
     expected = references.roi_align(features, rois, 2, 3, 0.5, sampling, mode, True, compat)
     np.testing.assert_allclose(got, expected, **TOLERANCE[np.float32])
 
 
 def pool_each_roi_alone(op: str, domain: str, features: np.ndarray, rois: np.ndarray, **a) -> np.ndarray:
     """The rois one run each: too few reads for a channels-last copy to pay, so the planar path."""
-    return np.concatenate(
-        [run(op, domain, {"input": features, "rois": rois[r : r + 1]}, ["output"], **a)[0] for r in range(len(rois))]
-    )
+    return np.concatenate([pool(op, domain, features, rois[r : r + 1], **a)[0] for r in range(len(rois))])
 
 
 @pytest.mark.parametrize("domain,op,compat", DOMAINS)
@@ -269,7 +256,7 @@ def test_channels_last_path_gives_the_planar_paths_bits(domain, op, compat, dtyp
     rois[:4, 1:] = [[-4, -4, 3, 3], [10, 12, 30, 30], [0, 0, 0, 0], [5, 5, 5, 5]]  # border, beyond, empty
     for sampling in (0, 2):
         a = attrs(2, 0.5, sampling, mode, 1)
-        (together,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **a)
+        (together,) = pool(op, domain, features, rois, **a)
         np.testing.assert_array_equal(together, pool_each_roi_alone(op, domain, features, rois, **a))
         expected = references.roi_align(features, rois, 2, 3, 0.5, sampling, mode, True, compat)
         np.testing.assert_allclose(together, expected, **TOLERANCE[dtype])
@@ -278,7 +265,7 @@ def test_channels_last_path_gives_the_planar_paths_bits(domain, op, compat, dtyp
 @pytest.mark.parametrize("channels", [1, 3, 17])
 def test_channel_counts_match_reference(channels: int) -> None:
     features, rois = make_case(np.random.default_rng(5), 2, channels, 7, 6, 50, np.float32, 0.5)
-    (got,) = run("RoIAlign", "ortops", {"input": features, "rois": rois}, ["output"], **attrs(3, 0.5, 2, "avg", 1))
+    (got,) = pool("RoIAlign", "ortops", features, rois, **attrs(3, 0.5, 2, "avg", 1))
     expected = references.roi_align(features, rois, 3, 4, 0.5, 2, "avg", True, False)
     np.testing.assert_allclose(got, expected, **TOLERANCE[np.float32])
 
@@ -289,13 +276,7 @@ def test_float16_channels_last_rounds_the_float32_result(mode: str) -> None:
     features, rois = make_case(np.random.default_rng(3), 2, 19, 6, 7, 60, np.float32, 0.5)
     features = features.astype(np.float16)
     a = attrs(2, 0.5, 2, mode, 1)
-    (half,) = run("RoIAlign", "ortops", {"input": features, "rois": rois.astype(np.float16)}, ["output"], **a)
-    (single,) = run(
-        "RoIAlign",
-        "ortops",
-        {"input": features.astype(np.float32), "rois": rois.astype(np.float16).astype(np.float32)},
-        ["output"],
-        **a,
-    )
+    (half,) = pool("RoIAlign", "ortops", features, rois.astype(np.float16), **a)
+    (single,) = pool("RoIAlign", "ortops", features.astype(np.float32), rois.astype(np.float16).astype(np.float32), **a)
     assert half.dtype == np.float16
     np.testing.assert_array_equal(half, single.astype(np.float16))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import references
 
-from ortest import run
+from ortest import pool
 
 DOMAINS = [("mmcv", "MMCVRoIAlignRotated"), ("mmdeploy", "MMCVRoIAlignRotated"), ("ortops", "RoIAlignRotated")]
 TOLERANCE = {np.float32: {"rtol": 1e-5, "atol": 1e-5}, np.float64: {"rtol": 1e-12, "atol": 1e-13}}
@@ -39,7 +39,7 @@ def attrs(scale: float, sampling: int, aligned: int, clockwise: int) -> dict:
 @pytest.mark.parametrize("sampling", [0, 2])
 def test_matches_reference(domain, op, dtype, aligned, clockwise, sampling) -> None:
     features, rois = make_case(np.random.default_rng(aligned + 2 * clockwise), 2, 3, 10, 12, 5, dtype, 0.5)
-    (got,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **attrs(0.5, sampling, aligned, clockwise))
+    (got,) = pool(op, domain, features, rois, **attrs(0.5, sampling, aligned, clockwise))
     expected = references.roi_align_rotated(features, rois, 3, 2, 0.5, sampling, bool(aligned), bool(clockwise))
     assert got.dtype == dtype
     np.testing.assert_allclose(got, expected, **TOLERANCE[dtype])
@@ -60,30 +60,15 @@ def test_zero_angle_equals_axis_aligned_roi_align() -> None:
         ],
         1,
     )
-    (got,) = run("RoIAlignRotated", "ortops", {"input": features, "rois": rotated}, ["output"], **attrs(1.0, 2, 1, 0))
-    (plain,) = run(
-        "RoIAlign",
-        "ortops",
-        {"input": features, "rois": boxes},
-        ["output"],
-        output_height=3,
-        output_width=2,
-        sampling_ratio=2,
-    )
+    (got,) = pool("RoIAlignRotated", "ortops", features, rotated, **attrs(1.0, 2, 1, 0))
+    (plain,) = pool("RoIAlign", "ortops", features, boxes, output_height=3, output_width=2, sampling_ratio=2)
     np.testing.assert_allclose(got, plain, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_thread_counts_agree(threads: int) -> None:
     features, rois = make_case(np.random.default_rng(8), 2, 4, 12, 12, 30, np.float32, 1.0)
-    (got,) = run(
-        "RoIAlignRotated",
-        "ortops",
-        {"input": features, "rois": rois},
-        ["output"],
-        threads=threads,
-        **attrs(1.0, 0, 1, 0),
-    )
+    (got,) = pool("RoIAlignRotated", "ortops", features, rois, threads=threads, **attrs(1.0, 0, 1, 0))
     np.testing.assert_allclose(
         got, references.roi_align_rotated(features, rois, 3, 2, 1.0, 0, True, False), **TOLERANCE[np.float32]
     )
@@ -91,9 +76,7 @@ def test_thread_counts_agree(threads: int) -> None:
 
 def pool_each_roi_alone(op: str, domain: str, features: np.ndarray, rois: np.ndarray, **a) -> np.ndarray:
     """The rois one run each: too few reads for a channels-last copy to pay, so the planar path."""
-    return np.concatenate(
-        [run(op, domain, {"input": features, "rois": rois[r : r + 1]}, ["output"], **a)[0] for r in range(len(rois))]
-    )
+    return np.concatenate([pool(op, domain, features, rois[r : r + 1], **a)[0] for r in range(len(rois))])
 
 
 @pytest.mark.parametrize("domain,op", DOMAINS)
@@ -109,18 +92,18 @@ def test_channels_last_path_gives_the_planar_paths_bits(domain, op, dtype, chann
     rois[:4, 1:] = [[0, 0, 6, 6, 0.5], [20, 24, 8, 8, 1.0], [5, 5, 0, 0, 0], [-3, 17, 9, 2, -2.0]]
     for aligned, clockwise, sampling in ((1, 1, 2), (0, 0, 0), (1, 0, 0), (0, 1, 2)):
         a = attrs(0.5, sampling, aligned, clockwise)
-        (together,) = run(op, domain, {"input": features, "rois": rois}, ["output"], **a)
+        (together,) = pool(op, domain, features, rois, **a)
         np.testing.assert_array_equal(together, pool_each_roi_alone(op, domain, features, rois, **a))
         expected = references.roi_align_rotated(features, rois, 3, 2, 0.5, sampling, bool(aligned), bool(clockwise))
         np.testing.assert_allclose(together, expected, **TOLERANCE[dtype])
 
 
 def test_empty_rois() -> None:
-    (got,) = run(
+    (got,) = pool(
         "RoIAlignRotated",
         "ortops",
-        {"input": np.zeros((1, 3, 4, 4), np.float32), "rois": np.zeros((0, 6), np.float32)},
-        ["output"],
+        np.zeros((1, 3, 4, 4), np.float32),
+        np.zeros((0, 6), np.float32),
         **attrs(1.0, 2, 1, 0),
     )
     assert got.shape == (0, 3, 3, 2)
@@ -142,4 +125,4 @@ BAD = [
 @pytest.mark.parametrize("domain,op", DOMAINS)
 def test_bad_input_is_an_error(case, rois, message, domain, op) -> None:
     with pytest.raises(Exception, match=rf"{domain}\.{op}: .*{message}"):
-        run(op, domain, {"input": np.zeros((1, 1, 4, 4), np.float32), "rois": rois}, ["output"], **attrs(1.0, 0, 1, 0))
+        pool(op, domain, np.zeros((1, 1, 4, 4), np.float32), rois, **attrs(1.0, 0, 1, 0))
