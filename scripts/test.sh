@@ -53,7 +53,7 @@ windows_missing=$(scripts/test_windows.sh --check || true)
 # take no core from the one beside it.
 suites() {
   cat <<EOS
-format-and-lint: .venv/bin/clang-format --dry-run --Werror \$(git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h' 'include/*.h' 'examples/cpp/*.cc') && .venv/bin/ruff format --check python tests examples scripts benchmarks setup.py && .venv/bin/ruff check python tests examples scripts benchmarks setup.py
+format-and-lint: .venv/bin/clang-format --dry-run --Werror \$(git ls-files 'csrc/*.cc' 'csrc/*.cu' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h' 'include/*.h' 'examples/cpp/*.cc') && .venv/bin/ruff format --check python tests examples scripts benchmarks setup.py && .venv/bin/ruff check python tests examples scripts benchmarks setup.py
 ctest: cd build && ctest --output-on-failure --output-junit "$REPORTS/ctest.xml" -j2
 EOS
   # The library must pick the level each CPU model has and run without an instruction above

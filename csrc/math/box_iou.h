@@ -33,7 +33,8 @@ ORTOPS_HD inline bool BoxesIntersect(const T* a, const T* b, T offset) {
 // Taking coordinates one by one lets a loop over boxes stored one array per coordinate
 // vectorise it (the operand order of each min and max is kept, so NaN and -0 pick alike).
 template <typename T>
-ORTOPS_HD inline T BoxIoU(T a_x1, T a_y1, T a_x2, T a_y2, T area_a, T b_x1, T b_y1, T b_x2, T b_y2, T area_b, T offset) {
+ORTOPS_HD inline T BoxIoU(T a_x1, T a_y1, T a_x2, T a_y2, T area_a, T b_x1, T b_y1, T b_x2, T b_y2, T area_b,
+                          T offset) {
   const T left = std::max(a_x1, b_x1);
   const T top = std::max(a_y1, b_y1);
   const T right = std::min(a_x2, b_x2);
@@ -99,7 +100,8 @@ ORTOPS_HD inline T DetectionOutputArea(const T* box) {
 }
 
 template <typename T>
-ORTOPS_HD inline T DetectionOutputIoU(T k_x1, T k_y1, T k_x2, T k_y2, T area_k, T c_x1, T c_y1, T c_x2, T c_y2, T area_c) {
+ORTOPS_HD inline T DetectionOutputIoU(T k_x1, T k_y1, T k_x2, T k_y2, T area_k, T c_x1, T c_y1, T c_x2, T c_y2,
+                                      T area_c) {
   const T width = std::min(k_x2, c_x2) - std::max(k_x1, c_x1);
   const T height = std::min(k_y2, c_y2) - std::max(k_y1, c_y1);
   const T inter = width * height;
@@ -149,7 +151,8 @@ ORTOPS_HD inline TrtBatchedBox SortTrtBatchedBox(const float* box, bool pixel_si
 // their IoU is then 1 / (size_a + size_b - 1), not 0); else 0. `kFinite`: the coordinates are
 // known not to be NaN, so plain min / max (which vectorise) stand for fmin / fmax.
 template <bool kFinite = false, typename T>
-ORTOPS_HD inline T TrtBatchedIoU(T a_x1, T a_y1, T a_x2, T a_y2, T size_a, T b_x1, T b_y1, T b_x2, T b_y2, T size_b, T plus) {
+ORTOPS_HD inline T TrtBatchedIoU(T a_x1, T a_y1, T a_x2, T a_y2, T size_a, T b_x1, T b_y1, T b_x2, T b_y2, T size_b,
+                                 T plus) {
   const auto larger = [](T x, T y) {
     if constexpr (kFinite) {
       return std::max(x, y);
@@ -178,8 +181,8 @@ ORTOPS_HD inline T TrtBatchedIoU(T a_x1, T a_y1, T a_x2, T a_y2, T size_a, T b_x
 // known not to pass (plus 0, or 1 / (size_a + size_b - 1) <= threshold for every pair): the
 // IoU of the others, computed as TrtBatchedIoU computes it, needs no selects.
 template <typename T>
-ORTOPS_HD inline bool TrtBatchedAbove(T a_x1, T a_y1, T a_x2, T a_y2, T size_a, T b_x1, T b_y1, T b_x2, T b_y2, T size_b, T plus,
-                            T threshold) {
+ORTOPS_HD inline bool TrtBatchedAbove(T a_x1, T a_y1, T a_x2, T a_y2, T size_a, T b_x1, T b_y1, T b_x2, T b_y2,
+                                      T size_b, T plus, T threshold) {
   const bool disjoint = (b_x1 > a_x2) | (b_x2 < a_x1) | (b_y1 > a_y2) | (b_y2 < a_y1);
   const T width = std::min(a_x2, b_x2) - std::max(a_x1, b_x1) + plus;
   const T height = std::min(a_y2, b_y2) - std::max(a_y1, b_y1) + plus;
