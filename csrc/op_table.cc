@@ -45,8 +45,8 @@ constexpr OpDef kOpTable[] = {
   // domain         name                         since  provider  schema                           factory                       quirks
   {kOrtopsDomain,   "NMS",                       1,     OnCuda(nms::MakeDevice),   &nms::kSchema,                   &nms::Make},
   {kMmcvDomain,     "NonMaxSuppression",         1,     OnCuda(nms::MakeDevice),   &nms::kSchema,                   &nms::Make,                   kCompat},
-  {kOrtopsDomain,   "SoftNMS",                   1,     kCpuOnly,   &soft_nms::kSchema,              &soft_nms::Make},
-  {kMmcvDomain,     "SoftNonMaxSuppression",     1,     kCpuOnly,   &soft_nms::kSchema,              &soft_nms::Make,              kCompat},
+  {kOrtopsDomain,   "SoftNMS",                   1,     OnCuda(soft_nms::MakeDevice),   &soft_nms::kSchema,              &soft_nms::Make},
+  {kMmcvDomain,     "SoftNonMaxSuppression",     1,     OnCuda(soft_nms::MakeDevice),   &soft_nms::kSchema,              &soft_nms::Make,              kCompat},
   {kOrtopsDomain,   "NMSMatch",                  1,     kCpuOnly,   &nms_match::kSchema,             &nms_match::Make},
   {kMmdeployDomain, "NMSMatch",                  1,     kCpuOnly,   &nms_match::kSchema,             &nms_match::Make,             kCompat},
   {kOrtopsDomain,   "NMSRotated",                1,     kCpuOnly,   &nms_rotated::kSchema,           &nms_rotated::Make},
