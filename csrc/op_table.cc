@@ -84,7 +84,7 @@ constexpr OpDef kOpTable[] = {
   {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, kCpuOnly, &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
   {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, kCpuOnly, &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
   // Multi-class batched NMS with fixed-size outputs (math/multiclass_nms.h).
-  {kOrtopsDomain,   "BatchedNMS",                1,     kCpuOnly,   &batched_nms::kSchema,           &batched_nms::Make},
+  {kOrtopsDomain,   "BatchedNMS",                1,     OnCuda(batched_nms::MakeDevice),   &batched_nms::kSchema,           &batched_nms::Make},
   {kMmdeployDomain, "TRTBatchedNMS",             1,     kCpuOnly,   &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
   {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     kCpuOnly,   &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
   // FPN RoI extractors: mmdet's SingleRoIExtractor and mmdeploy's TensorRT plugins for it.

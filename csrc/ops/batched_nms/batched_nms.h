@@ -9,6 +9,7 @@ namespace ortops::batched_nms {
 
 extern const OpSchema kSchema;  // ortops::BatchedNMS
 std::vector<OpPtr> Make(const OpDef& def);
+std::vector<OpPtr> MakeDevice(const OpDef& def);
 
 extern const OpSchema kTrtSchema;  // mmdeploy::TRTBatchedNMS
 std::vector<OpPtr> MakeTrt(const OpDef& def);
