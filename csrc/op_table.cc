@@ -85,8 +85,8 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, kCpuOnly, &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
   // Multi-class batched NMS with fixed-size outputs (math/multiclass_nms.h).
   {kOrtopsDomain,   "BatchedNMS",                1,     OnCuda(batched_nms::MakeDevice),   &batched_nms::kSchema,           &batched_nms::Make},
-  {kMmdeployDomain, "TRTBatchedNMS",             1,     kCpuOnly,   &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
-  {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     kCpuOnly,   &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
+  {kMmdeployDomain, "TRTBatchedNMS",             1,     OnCuda(batched_nms::MakeTrtDevice),   &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
+  {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     OnCuda(batched_nms::MakeTrtRotatedDevice),   &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
   // FPN RoI extractors: mmdet's SingleRoIExtractor and mmdeploy's TensorRT plugins for it.
   {kOrtopsDomain,   "MultiLevelRoIAlign",            1, kCpuOnly, &multi_level_roi_align::kSchema,                &multi_level_roi_align::Make},
   {kMmdeployDomain, "MMCVMultiLevelRoiAlign",        1, kCpuOnly, &multi_level_roi_align::kMmdeploySchema,        &multi_level_roi_align::MakeMmdeploy,        kCompat},

@@ -8,6 +8,7 @@
 #include "device/multiclass_nms.h"
 #include "math/score_cutoff.h"
 #include "ops/batched_nms/batched_nms.h"
+#include "ops/batched_nms/mmdeploy_batched_nms.h"
 #include "ops/batched_nms/ortops_batched_nms.h"
 
 namespace ortops::batched_nms {
@@ -37,10 +38,10 @@ struct BatchedNmsProblem {
 };
 
 // Row i = b rows + r of the outputs: image b's r-th detection, or padding.
-template <typename T, typename Rows>
+template <typename A, typename Rows>
 struct WriteRows {
   Rows out;
-  const NmsCandidate<ComputeType<T>>* detections;
+  const NmsCandidate<A>* detections;
   const int64_t* found;
   int64_t rows;
   ORTOPS_HD void operator()(int64_t i) const {
@@ -84,7 +85,7 @@ class BatchedNmsDeviceKernel : public device::DeviceKernelBase {
         device::MulticlassNms<A>(io, attributes_.Config(), batch, count, classes, problem);
     thrust::copy(io.policy(), detections.count.data(), detections.count.data() + batch, num_detections);
     io.ForEach(batch * rows,
-               WriteRows<T, BatchedNmsRows<T, A>>{out, detections.rows.data(), detections.count.data(), rows});
+               WriteRows<A, BatchedNmsRows<T, A>>{out, detections.rows.data(), detections.count.data(), rows});
   }
 
  private:
@@ -92,8 +93,85 @@ class BatchedNmsDeviceKernel : public device::DeviceKernelBase {
   A cutoff_;
 };
 
+// mmdeploy's TRTBatchedNMS and TRTBatchedRotatedNMS as device::MulticlassNms asks for them.
+template <typename T, typename Test>
+struct TrtBatchedNmsProblem {
+  const T* scores;
+  int64_t count, classes;
+  T score_threshold;
+  Test test;
+
+  ORTOPS_HD bool Passes(int64_t b, int64_t n, int64_t c) const { return Score(b, n, c) > score_threshold; }
+  ORTOPS_HD T Score(int64_t b, int64_t n, int64_t c) const { return scores[(b * count + n) * classes + c]; }
+  ORTOPS_HD bool Suppresses(int64_t b, const NmsCandidate<T>& kept, const NmsCandidate<T>& candidate) const {
+    return test.Suppresses(b, kept, candidate);
+  }
+};
+
+template <typename T>
+struct PrepareTrtRotatedBoxes {
+  const T* boxes;
+  RotatedRect* rects;
+  char* tiny;
+  ORTOPS_HD void operator()(int64_t i) const { PrepareTrtRotatedBox(boxes + 5 * i, rects[i], tiny[i]); }
+};
+
+template <typename T, bool kRotated>
+class TrtBatchedNmsDeviceKernel : public device::DeviceKernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = kRotated ? kTrtRotatedSchema : kTrtSchema;
+  static constexpr int64_t kBoxSize = kRotated ? 5 : 4;
+
+  TrtBatchedNmsDeviceKernel(const Attributes& attrs, const OpDef& def)
+      : DeviceKernelBase(def), attributes_(attrs, kRotated) {}
+
+  void Compute(const device::DeviceIO& io) const {
+    const TrtBatchedNmsIo<T, kBoxSize> in(io, attributes_);
+    const TrtBatchedNmsRows<T, kBoxSize> out(io, in, attributes_);
+    const T score_threshold = static_cast<T>(attributes_.score_threshold);
+    if constexpr (kRotated) {
+      const int64_t total = in.batch * in.count * in.layout.per_class;
+      Scratch<RotatedRect> rects = io.Allocate<RotatedRect>(static_cast<size_t>(total));
+      Scratch<char> tiny = io.Allocate<char>(static_cast<size_t>(total));
+      io.ForEach(total, PrepareTrtRotatedBoxes<T>{in.boxes.data, rects.data(), tiny.data()});
+      const TrtRotatedTest<T> test{rects.data(), tiny.data(), in.count, in.layout.per_class,
+                                   static_cast<double>(attributes_.iou_threshold)};
+      Run(io, in, out,
+          TrtBatchedNmsProblem<T, TrtRotatedTest<T>>{in.scores.data, in.count, in.classes, score_threshold, test});
+    } else {
+      const TrtBoxTest<T> test{in.layout, static_cast<T>(attributes_.iou_threshold)};
+      Run(io, in, out,
+          TrtBatchedNmsProblem<T, TrtBoxTest<T>>{in.scores.data, in.count, in.classes, score_threshold, test});
+    }
+  }
+
+ private:
+  template <typename Problem>
+  void Run(const device::DeviceIO& io, const TrtBatchedNmsIo<T, kBoxSize>& in,
+           const TrtBatchedNmsRows<T, kBoxSize>& out, const Problem& problem) const {
+    const device::Detections<T> detections =
+        device::MulticlassNms<T>(io, attributes_.Config(), in.batch, in.count, in.classes, problem);
+    const int64_t rows = attributes_.keep_topk;
+    io.ForEach(in.batch * rows, WriteRows<T, TrtBatchedNmsRows<T, kBoxSize>>{out, detections.rows.data(),
+                                                                             detections.count.data(), rows});
+  }
+
+  TrtBatchedNmsAttributes attributes_;
+};
+
+template <typename T>
+using TrtDeviceKernel = TrtBatchedNmsDeviceKernel<T, false>;
+template <typename T>
+using TrtRotatedDeviceKernel = TrtBatchedNmsDeviceKernel<T, true>;
+
 }  // namespace
 
 std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<BatchedNmsDeviceKernel, float, double, Half>(def); }
+
+std::vector<OpPtr> MakeTrtDevice(const OpDef& def) { return MakeOps<TrtDeviceKernel, float, double>(def); }
+std::vector<OpPtr> MakeTrtRotatedDevice(const OpDef& def) {
+  return MakeOps<TrtRotatedDeviceKernel, float, double>(def);
+}
 
 }  // namespace ortops::batched_nms

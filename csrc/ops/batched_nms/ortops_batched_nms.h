@@ -11,14 +11,10 @@
 #include "core/host_device.h"
 #include "math/box_iou.h"
 #include "math/multiclass_nms.h"
+#include "ops/batched_nms/batched_nms.h"
 #include "ops/batched_nms/box_layout.h"
 
 namespace ortops::batched_nms {
-
-// Fails unless `attribute` is 0 or 1.
-inline void CheckFlag(int64_t value, const char* attribute) {
-  Check(value == 0 || value == 1, "attribute '", attribute, "' must be 0 or 1, got ", value);
-}
 
 struct BatchedNmsAttributes {
   explicit BatchedNmsAttributes(const Attributes& attrs)
