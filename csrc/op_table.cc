@@ -93,8 +93,8 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "MMCVMultiLevelRotatedRoiAlign", 1, kCpuOnly, &multi_level_roi_align::kMmdeployRotatedSchema, &multi_level_roi_align::MakeMmdeployRotated, kCompat},
   // TensorRT's plugin nodes, as TensorRT's exporters write them.
   {kTrtDomain,      "EfficientNMS_TRT",              1,   OnCuda(trt_efficient_nms::MakeDevice),   &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
-  {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   kCpuOnly,   &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},
-  {kTrtDomain,      "BatchedNMS_TRT",                1,   kCpuOnly,   &trt_batched_nms::kStaticSchema,           &trt_batched_nms::MakeStatic,            kCompat},
+  {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   OnCuda(trt_batched_nms::MakeDevice),   &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},
+  {kTrtDomain,      "BatchedNMS_TRT",                1,   OnCuda(trt_batched_nms::MakeStaticDevice),   &trt_batched_nms::kStaticSchema,           &trt_batched_nms::MakeStatic,            kCompat},
   {kTrtDomain,      "ROIAlign_TRT",                  1,   kCpuOnly,   &trt_roi_align::kSchema,                   &trt_roi_align::Make,                    kCompat},
 };
 // clang-format on
