@@ -48,21 +48,6 @@ ORTOPS_HD inline Pick<T> Better(const Pick<T>& a, const Pick<T>& b) {
   return a;
 }
 
-// One lane: every step's loop runs whole in it, and the team operations are the identity.
-struct SerialTeam {
-  static constexpr int64_t lane = 0, lanes = 1;
-  ORTOPS_HD void Sync() const {}
-  template <typename T>
-  ORTOPS_HD Pick<T> Best(const Pick<T>& mine) const {
-    return mine;
-  }
-  // The sum of `value` over the lanes before this one, and over all.
-  ORTOPS_HD void ExclusiveSum(int64_t value, int64_t& before, int64_t& total) const {
-    before = 0;
-    total = value;
-  }
-};
-
 template <typename T>
 struct SoftNmsSelection {
   const T* boxes;
@@ -144,17 +129,32 @@ struct SoftNmsSelection {
   }
 };
 
+#if !defined(__CUDACC__)
+// One lane: every step's loop runs whole in it, and the team operations are the identity.
+struct SerialTeam {
+  static constexpr int64_t lane = 0, lanes = 1;
+  void Sync() const {}
+  template <typename T>
+  Pick<T> Best(const Pick<T>& mine) const {
+    return mine;
+  }
+  // The sum of `value` over the lanes before this one, and over all.
+  void ExclusiveSum(int64_t value, int64_t& before, int64_t& total) const {
+    before = 0;
+    total = value;
+  }
+};
+
 // The whole problem as one functor: the emulated device's form (the GPU runs it in a block).
 template <typename T>
 struct RunSerially {
   SoftNmsSelection<T> selection;
-  ORTOPS_HD void operator()(int64_t) const {
+  void operator()(int64_t) const {
     SerialTeam team;
     selection.Run(team);
   }
 };
-
-#if defined(__CUDACC__)
+#else
 // GPU only (SerialTeam is its twin, which the emulated device runs and the tests check): the
 // lanes are a block's threads, the pick a block reduction and the drop ranks a block scan
 // (CUB), each result shared by every thread before any goes on.
