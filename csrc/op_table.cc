@@ -45,12 +45,12 @@ constexpr OpDef kOpTable[] = {
   // domain         name                         since  provider  schema                           factory                       quirks
   {kOrtopsDomain,   "NMS",                       1,     OnCuda(nms::MakeDevice),   &nms::kSchema,                   &nms::Make},
   {kMmcvDomain,     "NonMaxSuppression",         1,     OnCuda(nms::MakeDevice),   &nms::kSchema,                   &nms::Make,                   kCompat},
-  {kOrtopsDomain,   "SoftNMS",                   1,     kCpuOnly,   &soft_nms::kSchema,              &soft_nms::Make},
-  {kMmcvDomain,     "SoftNonMaxSuppression",     1,     kCpuOnly,   &soft_nms::kSchema,              &soft_nms::Make,              kCompat},
-  {kOrtopsDomain,   "NMSMatch",                  1,     kCpuOnly,   &nms_match::kSchema,             &nms_match::Make},
-  {kMmdeployDomain, "NMSMatch",                  1,     kCpuOnly,   &nms_match::kSchema,             &nms_match::Make,             kCompat},
-  {kOrtopsDomain,   "NMSRotated",                1,     kCpuOnly,   &nms_rotated::kSchema,           &nms_rotated::Make},
-  {kMmdeployDomain, "NMSRotated",                1,     kCpuOnly,   &nms_rotated::kSchema,           &nms_rotated::Make,           kCompat},
+  {kOrtopsDomain,   "SoftNMS",                   1,     OnCuda(soft_nms::MakeDevice),   &soft_nms::kSchema,              &soft_nms::Make},
+  {kMmcvDomain,     "SoftNonMaxSuppression",     1,     OnCuda(soft_nms::MakeDevice),   &soft_nms::kSchema,              &soft_nms::Make,              kCompat},
+  {kOrtopsDomain,   "NMSMatch",                  1,     OnCuda(nms_match::MakeDevice),   &nms_match::kSchema,             &nms_match::Make},
+  {kMmdeployDomain, "NMSMatch",                  1,     OnCuda(nms_match::MakeDevice),   &nms_match::kSchema,             &nms_match::Make,             kCompat},
+  {kOrtopsDomain,   "NMSRotated",                1,     OnCuda(nms_rotated::MakeDevice),   &nms_rotated::kSchema,           &nms_rotated::Make},
+  {kMmdeployDomain, "NMSRotated",                1,     OnCuda(nms_rotated::MakeDevice),   &nms_rotated::kSchema,           &nms_rotated::Make,           kCompat},
   {kOrtopsDomain,   "RoIAlign",                  1,     OnCuda(roi_align::MakeDevice),   &roi_align::kSchema,             &roi_align::Make},
   {kMmcvDomain,     "MMCVRoiAlign",              1,     OnCuda(roi_align::MakeDevice),   &roi_align::kSchema,             &roi_align::Make,             kCompat},
   {kOrtopsDomain,   "RoIAlignRotated",           1,     OnCuda(roi_align_rotated::MakeDevice),  &roi_align_rotated::kSchema,     &roi_align_rotated::Make},
@@ -84,17 +84,17 @@ constexpr OpDef kOpTable[] = {
   {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, OnCuda(ms_deform_attn::MakeDevice), &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
   {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, OnCuda(ms_deform_attn::MakeMmdeployDevice), &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
   // Multi-class batched NMS with fixed-size outputs (math/multiclass_nms.h).
-  {kOrtopsDomain,   "BatchedNMS",                1,     kCpuOnly,   &batched_nms::kSchema,           &batched_nms::Make},
-  {kMmdeployDomain, "TRTBatchedNMS",             1,     kCpuOnly,   &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
-  {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     kCpuOnly,   &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
+  {kOrtopsDomain,   "BatchedNMS",                1,     OnCuda(batched_nms::MakeDevice),   &batched_nms::kSchema,           &batched_nms::Make},
+  {kMmdeployDomain, "TRTBatchedNMS",             1,     OnCuda(batched_nms::MakeTrtDevice),   &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
+  {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     OnCuda(batched_nms::MakeTrtRotatedDevice),   &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
   // FPN RoI extractors: mmdet's SingleRoIExtractor and mmdeploy's TensorRT plugins for it.
   {kOrtopsDomain,   "MultiLevelRoIAlign",            1, OnCuda(multi_level_roi_align::MakeDevice), &multi_level_roi_align::kSchema,                &multi_level_roi_align::Make},
   {kMmdeployDomain, "MMCVMultiLevelRoiAlign",        1, OnCuda(multi_level_roi_align::MakeMmdeployDevice), &multi_level_roi_align::kMmdeploySchema,        &multi_level_roi_align::MakeMmdeploy,        kCompat},
   {kMmdeployDomain, "MMCVMultiLevelRotatedRoiAlign", 1, OnCuda(multi_level_roi_align::MakeMmdeployRotatedDevice), &multi_level_roi_align::kMmdeployRotatedSchema, &multi_level_roi_align::MakeMmdeployRotated, kCompat},
   // TensorRT's plugin nodes, as TensorRT's exporters write them.
-  {kTrtDomain,      "EfficientNMS_TRT",              1,   kCpuOnly,   &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
-  {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   kCpuOnly,   &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},
-  {kTrtDomain,      "BatchedNMS_TRT",                1,   kCpuOnly,   &trt_batched_nms::kStaticSchema,           &trt_batched_nms::MakeStatic,            kCompat},
+  {kTrtDomain,      "EfficientNMS_TRT",              1,   OnCuda(trt_efficient_nms::MakeDevice),   &trt_efficient_nms::kSchema,               &trt_efficient_nms::Make,                kCompat},
+  {kTrtDomain,      "BatchedNMSDynamic_TRT",         1,   OnCuda(trt_batched_nms::MakeDevice),   &trt_batched_nms::kSchema,                 &trt_batched_nms::Make,                  kCompat},
+  {kTrtDomain,      "BatchedNMS_TRT",                1,   OnCuda(trt_batched_nms::MakeStaticDevice),   &trt_batched_nms::kStaticSchema,           &trt_batched_nms::MakeStatic,            kCompat},
   {kTrtDomain,      "ROIAlign_TRT",                  1,   OnCuda(trt_roi_align::MakeDevice), &trt_roi_align::kSchema,                   &trt_roi_align::Make,                    kCompat},
 };
 // clang-format on

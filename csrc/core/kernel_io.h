@@ -178,6 +178,12 @@ class KernelIO {
     tensor.data = static_cast<const T*>(Data(const_cast<OrtValue*>(value)));
     return tensor;
   }
+  // Input, for code shared with device kernels (device::DeviceIO::HostInput), which read some
+  // inputs on the host: on the CPU every input is in host memory.
+  template <typename T>
+  ConstTensor<T> HostInput(size_t index, int rank = -1) const {
+    return Input<T>(index, rank);
+  }
 
   template <typename T>
   T* Output(size_t index, const Shape& shape) const {

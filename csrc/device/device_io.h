@@ -18,6 +18,7 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -78,6 +79,14 @@ class DeviceIO {
   // As KernelIO's, with the same checks and messages; the data live in device memory.
   template <typename T>
   ConstTensor<T> Input(size_t index, int rank = -1) const {
+    return io_.Input<T>(index, rank);
+  }
+  // An input the kernel reads on the host: one its class declares a host input
+  // (DeviceKernelWithHostInputs), which ONNX Runtime hands over in host memory; anything else
+  // is an error.
+  template <typename T>
+  ConstTensor<T> HostInput(size_t index, int rank = -1) const {
+    RequireHostMemory(index);
     return io_.Input<T>(index, rank);
   }
   template <typename T>
@@ -144,6 +153,7 @@ class DeviceIO {
 #endif
 
  private:
+  void RequireHostMemory(size_t index) const;
   void CopyBytesToHost(void* host, const void* device, size_t bytes) const;
   void CopyBytesToDevice(void* device, const void* host, size_t bytes) const;
 
@@ -151,6 +161,18 @@ class DeviceIO {
   Stream stream_{};
   OrtAllocator* allocator_ = nullptr;
   mutable ThrustAllocator thrust_allocator_{nullptr};
+};
+
+// Predicates of the data checks: value i is NaN; value i is NaN or infinite.
+template <typename T>
+struct IsNaN {
+  const T* values;
+  ORTOPS_HD bool operator()(int64_t i) const { return values[i] != values[i]; }
+};
+template <typename T>
+struct IsNotFinite {
+  const T* values;
+  ORTOPS_HD bool operator()(int64_t i) const { return !std::isfinite(values[i]); }
 };
 
 // Validates data on the device with the CPU kernel's own check, so that both give the same

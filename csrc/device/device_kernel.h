@@ -15,4 +15,18 @@ class DeviceKernelBase : public KernelBase {
   using KernelBase::KernelBase;
 };
 
+// The base of a device kernel that reads inputs kHostInputs... on the host: small tensors that
+// parametrise it (a threshold given as an input, as mmdeploy's NMSMatch takes them), which
+// it needs before it launches anything. ONNX Runtime hands them over in host memory (copying
+// them from the device first where a GPU node made them); the kernel reads them with
+// DeviceIO::HostInput, the others with DeviceIO::Input as always.
+template <size_t... kHostInputs>
+class DeviceKernelWithHostInputs : public DeviceKernelBase {
+ public:
+  using DeviceKernelBase::DeviceKernelBase;
+  static OrtMemType InputMemoryType(size_t index) {
+    return ((index == kHostInputs) || ...) ? OrtMemTypeCPUInput : OrtMemTypeDefault;
+  }
+};
+
 }  // namespace ortops::device

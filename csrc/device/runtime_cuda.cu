@@ -75,6 +75,18 @@ DeviceIO::~DeviceIO() { Api().ReleaseAllocator(allocator_); }
 
 Policy DeviceIO::policy() const { return thrust::cuda::par_nosync(thrust_allocator_).on(stream_); }
 
+void DeviceIO::RequireHostMemory(size_t index) const {
+  const OrtValue* value = nullptr;
+  ThrowOnError(Api().KernelContext_GetInput(io_.context(), index, &value));
+  if (value == nullptr) return;  // an optional input left out: Input says so
+  const OrtMemoryInfo* info = nullptr;
+  ThrowOnError(Api().GetTensorMemoryInfo(value, &info));
+  OrtMemoryInfoDeviceType type{};
+  Api().MemoryInfoGetDeviceType(info, &type);
+  Check(type == OrtMemoryInfoDeviceType_CPU, "internal error: input ", index,
+        " is read on the host but ONNX Runtime gave it in device memory (not declared a host input)");
+}
+
 void DeviceIO::CopyBytesToHost(void* host, const void* device, size_t bytes) const {
   if (bytes == 0) return;
   CheckCuda(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");

@@ -23,6 +23,8 @@
 #include <limits>
 #include <utility>
 
+#include "core/host_device.h"
+
 namespace ortops::mmdeploy_rotated {
 
 // Whether the exact IoU of rotated_box.h stands for the ONNX Runtime original's: a box of
@@ -32,13 +34,13 @@ namespace ortops::mmdeploy_rotated {
 // ones, and its inside test passes every point for a box with an edge of zero length. Pairs
 // with any other box take OrtRotatedIoU.
 template <typename T>
-inline bool IsProper(const T* box) {
+ORTOPS_HD inline bool IsProper(const T* box) {
   return box[2] > T(0) && box[3] > T(0) && box[2] * box[3] >= T(1);
 }
 
 // TensorRT's plugin: IoU 1 with every box (a NaN area is not tiny).
 template <typename T>
-inline bool TrtRotatedTiny(const T* box) {
+ORTOPS_HD inline bool TrtRotatedTiny(const T* box) {
   return box[2] * box[3] < 1e-14;
 }
 
@@ -48,17 +50,17 @@ struct Point {
 };
 
 template <typename T>
-inline Point<T> operator-(Point<T> a, Point<T> b) {
+ORTOPS_HD inline Point<T> operator-(Point<T> a, Point<T> b) {
   return {a.x - b.x, a.y - b.y};
 }
 
 template <typename T>
-inline T Cross(Point<T> a, Point<T> b) {
+ORTOPS_HD inline T Cross(Point<T> a, Point<T> b) {
   return a.x * b.y - b.x * a.y;
 }
 
 template <typename T>
-inline T Dot(Point<T> a, Point<T> b) {
+ORTOPS_HD inline T Dot(Point<T> a, Point<T> b) {
   return a.x * b.x + a.y * b.y;
 }
 
@@ -70,7 +72,7 @@ struct RawBox {
 };
 
 template <typename T>
-inline RawBox<T> MakeRawBox(const T* box) {
+ORTOPS_HD inline RawBox<T> MakeRawBox(const T* box) {
   const double theta = static_cast<double>(box[4]);
   return {box[0],
           box[1],
@@ -82,7 +84,7 @@ inline RawBox<T> MakeRawBox(const T* box) {
 
 // The corners of `box` centred at (x, y), in the original's order and roundings.
 template <typename T>
-inline void Corners(const RawBox<T>& box, T x, T y, Point<T> out[4]) {
+ORTOPS_HD inline void Corners(const RawBox<T>& box, T x, T y, Point<T> out[4]) {
   const T c = box.half_cos, s = box.half_sin;
   out[0] = {x - s * box.h - c * box.w, y + c * box.h - s * box.w};
   out[1] = {x + s * box.h - c * box.w, y - c * box.h - s * box.w};
@@ -93,7 +95,7 @@ inline void Corners(const RawBox<T>& box, T x, T y, Point<T> out[4]) {
 // The order the original's hull sorts its points in: by turn, nearly collinear ones by
 // distance (not a strict weak order, so the sorting algorithm matters).
 template <typename T>
-inline bool HullBefore(Point<T> a, Point<T> b) {
+ORTOPS_HD inline bool HullBefore(Point<T> a, Point<T> b) {
   const T turn = Cross(a, b);
   if (std::abs(static_cast<double>(turn)) < 1e-6) return Dot(a, a) < Dot(b, b);
   return turn > T(0);
@@ -104,7 +106,7 @@ inline bool HullBefore(Point<T> a, Point<T> b) {
 // part), then the whole is insertion-sorted. With an order that is not strict weak, other
 // sorts would leave other permutations. n <= 24, so the depth limit is never reached.
 template <typename T>
-inline void PartitionAsLibstdcxx(Point<T>* first, Point<T>* last) {
+ORTOPS_HD inline void PartitionAsLibstdcxx(Point<T>* first, Point<T>* last) {
   while (last - first > 16) {
     Point<T>* a = first + 1;
     Point<T>* b = first + (last - first) / 2;
@@ -132,7 +134,7 @@ inline void PartitionAsLibstdcxx(Point<T>* first, Point<T>* last) {
 }
 
 template <typename T>
-inline void SortAsLibstdcxx(Point<T>* first, Point<T>* last) {
+ORTOPS_HD inline void SortAsLibstdcxx(Point<T>* first, Point<T>* last) {
   if (first == last) return;
   PartitionAsLibstdcxx(first, last);
   // Insertion sort: guarded (a new minimum moves to the front) over the first 16, unguarded
@@ -151,7 +153,7 @@ inline void SortAsLibstdcxx(Point<T>* first, Point<T>* last) {
 
 // The original's area of the convex hull of p[0..n), n >= 3 (p is reordered).
 template <typename T>
-inline T HullArea(Point<T>* p, int n) {
+ORTOPS_HD inline T HullArea(Point<T>* p, int n) {
   int lowest = 0;
   for (int i = 1; i < n; ++i) {
     if (p[i].y < p[lowest].y || (p[i].y == p[lowest].y && p[i].x < p[lowest].x)) lowest = i;
@@ -181,7 +183,7 @@ inline T HullArea(Point<T>* p, int n) {
 
 // The original's intersection area of two rectangles given by their corners.
 template <typename T>
-inline T IntersectionArea(const Point<T> (&a)[4], const Point<T> (&b)[4]) {
+ORTOPS_HD inline T IntersectionArea(const Point<T> (&a)[4], const Point<T> (&b)[4]) {
   Point<T> edge_a[4], edge_b[4];
   for (int i = 0; i < 4; ++i) {
     edge_a[i] = a[(i + 1) % 4] - a[i];
@@ -220,7 +222,7 @@ inline T IntersectionArea(const Point<T> (&a)[4], const Point<T> (&b)[4]) {
 // mmdeploy's ONNX Runtime NMSRotated: the IoU of `kept` with `candidate`, both centred about
 // their mean centre first, as the original does (in double, rounded back to T).
 template <typename T>
-inline T OrtRotatedIoU(const RawBox<T>& kept, const RawBox<T>& candidate) {
+ORTOPS_HD inline T OrtRotatedIoU(const RawBox<T>& kept, const RawBox<T>& candidate) {
   // Two boxes of zero sides: every corner is its centre, every edge of length 0, so no edges
   // cross, all eight corners pass the inside tests, the hull of two points has area 0 and
   // the IoU is 0 / 0, wherever they are (a shortcut of the steps below, not a departure).

@@ -56,7 +56,7 @@ struct RotatedRect {
   Point2 offsets[4];              // corners minus center, counter-clockwise in a y-up frame; all 0 when empty
   double half_x = 0, half_y = 0;  // half extents of the axis-aligned bounding box
   double area = 0;                // w * h, or 0 when empty
-  bool empty() const { return area <= 0; }
+  ORTOPS_HD bool empty() const { return area <= 0; }
 };
 
 // `box` points at (cx, cy, w, h, theta) of any arithmetic type.

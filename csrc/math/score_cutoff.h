@@ -16,12 +16,15 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/host_device.h"
+#include "math/libm_exp.h"
+
 namespace ortops {
 
 // The logistic function as the score kernels compute it, in A (float or double).
 template <typename A>
-inline A Sigmoid(A x) {
-  return A(1) / (A(1) + std::exp(-x));
+ORTOPS_HD inline A Sigmoid(A x) {
+  return A(1) / (A(1) + LibmExp(-x));
 }
 
 namespace score_cutoff_detail {

@@ -9,7 +9,7 @@
 #include "math/box_iou.h"
 #include "math/multiclass_nms.h"
 #include "math/score_cutoff.h"
-#include "ops/batched_nms/box_layout.h"
+#include "ops/batched_nms/ortops_batched_nms.h"
 #include "ops/nms/group_index.h"
 
 namespace ortops::batched_nms {
@@ -78,11 +78,6 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-// Fails unless `attribute` is 0 or 1.
-void CheckFlag(int64_t value, const char* attribute) {
-  Check(value == 0 || value == 1, "attribute '", attribute, "' must be 0 or 1, got ", value);
-}
-
 template <typename T>
 class BatchedNmsKernel : public KernelBase {
  public:
@@ -92,112 +87,45 @@ class BatchedNmsKernel : public KernelBase {
 
   BatchedNmsKernel(const Attributes& attrs, const OpDef& def)
       : KernelBase(def),
-        iou_threshold_(attrs.Float("iou_threshold")),
-        max_output_(attrs.Int("max_output_boxes")),
-        pre_topk_(attrs.Int("pre_topk")),
-        class_agnostic_(attrs.Int("class_agnostic")),
-        box_coding_(attrs.Int("box_coding")),
-        score_activation_(attrs.Int("score_activation")),
-        background_class_(attrs.Int("background_class")),
-        offset_(attrs.Int("offset")) {
-    const float score_threshold = attrs.Float("score_threshold");
-    Check(!std::isnan(iou_threshold_), "attribute 'iou_threshold' is NaN");
-    Check(!std::isnan(score_threshold), "attribute 'score_threshold' is NaN");
-    Check(max_output_ >= 0, "attribute 'max_output_boxes' must be >= 0, got ", max_output_);
-    Check(pre_topk_ >= -1, "attribute 'pre_topk' must be -1 (all) or >= 0, got ", pre_topk_);
-    Check(background_class_ >= -1, "attribute 'background_class' must be -1 (none) or a class id, got ",
-          background_class_);
-    CheckFlag(class_agnostic_, "class_agnostic");
-    CheckFlag(box_coding_, "box_coding");
-    CheckFlag(score_activation_, "score_activation");
-    CheckFlag(offset_, "offset");
-    cutoff_ = ScoreCutoff<A>(score_threshold, score_activation_ == 1, /*strict=*/true);
-  }
+        attributes_(attrs),
+        cutoff_(ScoreCutoff<A>(attributes_.score_threshold, attributes_.score_activation == 1, /*strict=*/true)) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> boxes = io.Input<T>(0);
-    const ConstTensor<T> scores = io.Input<T>(1, 3);
-    const int64_t batch = scores.dim(0), count = scores.dim(1), classes = scores.dim(2);
-    const bool shared = boxes.rank() == 3 || (boxes.rank() == 4 && boxes.dim(2) == 1);
-    Check((boxes.rank() == 3 || boxes.rank() == 4) && boxes.dim(0) == batch && boxes.dim(1) == count &&
-              boxes.dim(boxes.rank() - 1) == 4 && (shared || boxes.dim(2) == classes),
-          "input 'boxes' must have shape [B, N, 4] or [B, N, C, 4] with [B, N, C] = ", ShapeText{scores.shape},
-          " (the shape of 'scores'), got ", ShapeText{boxes.shape});
-    constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
-    Check(count <= kMaxIndex && classes <= kMaxIndex, "input 'scores' ", ShapeText{scores.shape},
-          " has more than 2^31 - 1 boxes or classes");
-    // Output rows: B * max_output_boxes, 4 values each, must be countable.
-    Check(batch == 0 || max_output_ <= std::numeric_limits<int64_t>::max() / 4 / batch,
-          "attribute 'max_output_boxes' (", max_output_, ") times the batch size (", batch, ") is too large");
-
-    const int64_t rows = max_output_;
+    const auto [boxes, scores, batch, count, classes, shared] = ReadBatchedNmsInputs<T>(io, attributes_);
+    const int64_t rows = attributes_.max_output;
     int64_t* num_detections = io.Output<int64_t>(0, {batch});
-    T* out_boxes = io.Output<T>(1, {batch, rows, 4});
-    T* out_scores = io.Output<T>(2, {batch, rows});
-    int64_t* out_classes = io.Output<int64_t>(3, {batch, rows});
-    int64_t* out_indices = io.Output<int64_t>(4, {batch, rows});
-
-    const BoxLayout<T> layout{boxes.data, count, shared ? 1 : classes, 4};
-    const bool center = box_coding_ == 1;
-    const auto corners = [&](int64_t b, int64_t n, int64_t c, A out[4]) {
-      const T* box = layout.At(b, n, c);
-      const A v0 = static_cast<A>(box[0]), v1 = static_cast<A>(box[1]);
-      const A v2 = static_cast<A>(box[2]), v3 = static_cast<A>(box[3]);
-      if (center) {
-        out[0] = v0 - v2 / A(2), out[1] = v1 - v3 / A(2), out[2] = v0 + v2 / A(2), out[3] = v1 + v3 / A(2);
-      } else {
-        out[0] = v0, out[1] = v1, out[2] = v2, out[3] = v3;
-      }
-    };
-
-    MulticlassNmsConfig config;
-    config.background_class = background_class_;
-    config.pre_topk = pre_topk_;
-    config.max_output = max_output_;
-    config.class_agnostic = class_agnostic_ == 1;
+    const CornerBoxes<T, A> corners{BoxLayout<T>{boxes.data, count, shared ? 1 : classes, 4},
+                                    attributes_.box_coding == 1};
+    const BatchedNmsRows<T, A> out{corners, io.Output<T>(1, {batch, rows, 4}), io.Output<T>(2, {batch, rows}),
+                                   io.Output<int64_t>(3, {batch, rows}), io.Output<int64_t>(4, {batch, rows})};
 
     const A cutoff = cutoff_;
     const auto passes = [cutoff](A score) { return score >= cutoff; };
     const auto score_at = [&](int64_t b, int64_t n, int64_t c) {
       return static_cast<A>(scores.data[(b * count + n) * classes + c]);
     };
-    const A offset = static_cast<A>(offset_);
-    const A threshold = static_cast<A>(iou_threshold_);
+    const A offset = static_cast<A>(attributes_.offset);
+    const A threshold = static_cast<A>(attributes_.iou_threshold);
+    const BatchedNmsTest<T, A> test{corners, offset, threshold};
     const auto suppresses = [&](int64_t b, const NmsCandidate<A>& kept, const NmsCandidate<A>& candidate) {
-      A k[4], x[4];
-      corners(b, kept.box, kept.cls, k);
-      corners(b, candidate.box, candidate.cls, x);
-      return BoxIoU(k, BoxArea(k, offset), x, BoxArea(x, offset), offset) > threshold;
+      return test.Suppresses(b, kept, candidate);
     };
     const auto emit = [&](int64_t b, std::span<const NmsCandidate<A>> detections) {
       num_detections[b] = static_cast<int64_t>(detections.size());
       const int64_t first = b * rows;
-      for (size_t i = 0; i < detections.size(); ++i) {
-        const NmsCandidate<A>& d = detections[i];
-        const int64_t row = first + static_cast<int64_t>(i);
-        A box[4];
-        corners(b, d.box, d.cls, box);
-        for (int k = 0; k < 4; ++k) out_boxes[4 * row + k] = static_cast<T>(box[k]);
-        out_scores[row] = static_cast<T>(d.score);
-        out_classes[row] = d.cls;
-        out_indices[row] = d.box;
-      }
-      for (int64_t row = first + static_cast<int64_t>(detections.size()); row < first + rows; ++row) {
-        for (int k = 0; k < 4; ++k) out_boxes[4 * row + k] = static_cast<T>(A(0));
-        out_scores[row] = static_cast<T>(A(0));
-        out_classes[row] = -1;
-        out_indices[row] = -1;
-      }
+      for (size_t i = 0; i < detections.size(); ++i) out.Write(b, first + static_cast<int64_t>(i), detections[i]);
+      for (int64_t row = first + static_cast<int64_t>(detections.size()); row < first + rows; ++row) out.Pad(row);
     };
     // Large groups test a candidate only against the kept boxes near it (ops/nms/group_index.h).
     const auto make_index = [&](int64_t b, std::span<const NmsCandidate<A>> set) {
       const auto box_of = [&, b](const NmsCandidate<A>& c, A box[5]) {
-        corners(b, c.box, c.cls, box);
+        corners.Corners(b, c.box, c.cls, box);
         box[4] = BoxArea(box, offset);
       };
       return nms::MakeGridGroupIndex(io, set, box_of, nms::IouRule::kBox, offset, threshold);
     };
-    if (score_activation_ == 1) {
+    const MulticlassNmsConfig config = attributes_.Config();
+    if (attributes_.score_activation == 1) {
       MulticlassNmsIndexed<A>(
           io, config, batch, count, classes, passes, score_at, [](A score) { return Sigmoid(score); }, suppresses, emit,
           make_index);
@@ -209,9 +137,8 @@ class BatchedNmsKernel : public KernelBase {
   }
 
  private:
-  float iou_threshold_;
-  int64_t max_output_, pre_topk_, class_agnostic_, box_coding_, score_activation_, background_class_, offset_;
-  A cutoff_{};
+  BatchedNmsAttributes attributes_;
+  A cutoff_;
 };
 
 }  // namespace

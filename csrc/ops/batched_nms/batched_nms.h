@@ -3,17 +3,27 @@
 // math/multiclass_nms.h; they differ in their score test, IoU and output encoding.
 #pragma once
 
+#include <cstdint>
+
 #include "core/custom_op.h"
 
 namespace ortops::batched_nms {
 
+// Fails unless `attribute` is 0 or 1.
+inline void CheckFlag(int64_t value, const char* attribute) {
+  Check(value == 0 || value == 1, "attribute '", attribute, "' must be 0 or 1, got ", value);
+}
+
 extern const OpSchema kSchema;  // ortops::BatchedNMS
 std::vector<OpPtr> Make(const OpDef& def);
+std::vector<OpPtr> MakeDevice(const OpDef& def);
 
 extern const OpSchema kTrtSchema;  // mmdeploy::TRTBatchedNMS
 std::vector<OpPtr> MakeTrt(const OpDef& def);
+std::vector<OpPtr> MakeTrtDevice(const OpDef& def);
 
 extern const OpSchema kTrtRotatedSchema;  // mmdeploy::TRTBatchedRotatedNMS
 std::vector<OpPtr> MakeTrtRotated(const OpDef& def);
+std::vector<OpPtr> MakeTrtRotatedDevice(const OpDef& def);
 
 }  // namespace ortops::batched_nms

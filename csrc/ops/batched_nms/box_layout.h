@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace ortops::batched_nms {
 
 template <typename T>
@@ -13,7 +15,7 @@ struct BoxLayout {
   int64_t per_class = 0;  // 1: one box per box index; C: one per (box index, class)
   int64_t size = 4;       // values per box
 
-  const T* At(int64_t b, int64_t n, int64_t c) const {
+  ORTOPS_HD const T* At(int64_t b, int64_t n, int64_t c) const {
     return data + ((b * num_boxes + n) * per_class + (per_class == 1 ? 0 : c)) * size;
   }
 };

@@ -1,6 +1,8 @@
 // mmdeploy's TensorRT batched NMS nodes, TRTBatchedNMS and TRTBatchedRotatedNMS, with the
 // contract of their plugins (mmdeploy csrc/mmdeploy/backend_ops/tensorrt/batched_nms,
 // batched_rotated_nms and common_impl/nms, derived from TensorRT's batchedNMSPlugin).
+#include "ops/batched_nms/mmdeploy_batched_nms.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -147,17 +149,6 @@ constexpr OpSchema kTrtRotatedSchema{
 
 namespace {
 
-void CheckFlag(int64_t value, const char* attribute) {
-  Check(value == 0 || value == 1, "attribute '", attribute, "' must be 0 or 1, got ", value);
-}
-
-// Clamped as the plugin's CUDA max(min(v, 1), 0): fminf / fmaxf, which return the other
-// operand for a NaN one.
-template <typename T>
-T Clip(T value) {
-  return std::fmax(std::fmin(value, T(1)), T(0));
-}
-
 // The group index of math/multiclass_nms.h for rotated boxes: kept ones in a grid over their
 // axis-aligned bounds (the exact IoU of rectangles whose bounds do not overlap is 0), kept
 // tiny ones as a flag (IoU 1 with every box). `slot_of` maps a candidate to its rectangle
@@ -237,82 +228,24 @@ class TrtBatchedNmsKernel : public KernelBase {
   static constexpr const OpSchema& kSchema = kRotated ? kTrtRotatedSchema : kTrtSchema;
   static constexpr int64_t kBoxSize = kRotated ? 5 : 4;
 
-  TrtBatchedNmsKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
-        num_classes_(attrs.Int("num_classes")),
-        background_label_id_(attrs.Int("background_label_id")),
-        topk_(attrs.Int("topk")),
-        keep_topk_(attrs.Int("keep_topk")),
-        iou_threshold_(attrs.Float("iou_threshold")),
-        score_threshold_(attrs.Float("score_threshold")),
-        clip_boxes_(attrs.Int("clip_boxes")),
-        return_index_(kRotated ? 0 : attrs.Int("return_index")) {
-    Check(num_classes_ >= 0, "attribute 'num_classes' must be >= 0, got ", num_classes_);
-    Check(keep_topk_ >= 0, "attribute 'keep_topk' must be >= 0 (the outputs' second dimension), got ", keep_topk_);
-    Check(!std::isnan(iou_threshold_), "attribute 'iou_threshold' is NaN");
-    Check(!std::isnan(score_threshold_), "attribute 'score_threshold' is NaN");
-    CheckFlag(attrs.Int("is_normalized"), "is_normalized");
-    CheckFlag(clip_boxes_, "clip_boxes");
-    CheckFlag(return_index_, "return_index");
-  }
+  TrtBatchedNmsKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs, kRotated) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> boxes = io.Input<T>(0, 4);
-    const ConstTensor<T> scores = io.Input<T>(1, 3);
-    const int64_t batch = scores.dim(0), count = scores.dim(1), classes = scores.dim(2);
-    Check(classes == num_classes_,
-          "input 'scores' must have shape [B, N, num_classes] with num_classes = ", num_classes_, ", got ",
-          ShapeText{scores.shape});
-    Check(boxes.dim(0) == batch && boxes.dim(1) == count && (boxes.dim(2) == 1 || boxes.dim(2) == classes) &&
-              boxes.dim(3) == kBoxSize,
-          "input 'boxes' must have shape [B, N, 1, ", kBoxSize, "] or [B, N, C, ", kBoxSize,
-          "] with [B, N, C] = ", ShapeText{scores.shape}, " (the shape of 'scores'), got ", ShapeText{boxes.shape});
-    constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
-    Check(count <= kMaxIndex && classes <= kMaxIndex && count * classes <= std::numeric_limits<int64_t>::max() / 2,
-          "input 'scores' ", ShapeText{scores.shape}, " has more than 2^31 - 1 boxes or classes");
-    const size_t outputs = io.OutputCount();
-    if constexpr (!kRotated) {
-      Check(outputs == static_cast<size_t>(2 + return_index_), "attribute 'return_index' is ", return_index_,
-            ", so the node must have ", 2 + return_index_, " outputs, got ", outputs);
-    }
-    Check(batch == 0 || keep_topk_ <= std::numeric_limits<int64_t>::max() / (kBoxSize + 1) / batch,
-          "attribute 'keep_topk' (", keep_topk_, ") times the batch size (", batch, ") is too large");
+    const TrtBatchedNmsIo<T, kBoxSize> in(io, attributes_);
+    const TrtBatchedNmsRows<T, kBoxSize> out(io, in, attributes_);
+    const int64_t batch = in.batch, count = in.count, classes = in.classes, rows = attributes_.keep_topk;
+    const BoxLayout<T>& layout = in.layout;
+    const MulticlassNmsConfig config = attributes_.Config();
 
-    const int64_t rows = keep_topk_;
-    T* dets = io.Output<T>(0, {batch, rows, kBoxSize + 1});
-    int64_t* labels = io.Output<int64_t>(1, {batch, rows});
-    int64_t* index = return_index_ ? io.Output<int64_t>(2, {batch, rows}) : nullptr;
-
-    const bool shared = boxes.dim(2) == 1;
-    const BoxLayout<T> layout{boxes.data, count, shared ? 1 : classes, kBoxSize};
-
-    MulticlassNmsConfig config;
-    config.background_class = background_label_id_;
-    config.pre_topk = topk_ > 0 ? topk_ : -1;
-    config.max_output = keep_topk_;
-    config.ties_class_first = true;
-
-    const T score_threshold = static_cast<T>(score_threshold_);
+    const T score_threshold = static_cast<T>(attributes_.score_threshold);
     const auto passes = [score_threshold](T score) { return score > score_threshold; };
-    const auto score_at = [&](int64_t b, int64_t n, int64_t c) { return scores.data[(b * count + n) * classes + c]; };
-    const bool clip = clip_boxes_ == 1;
+    const auto score_at = [&](int64_t b, int64_t n, int64_t c) {
+      return in.scores.data[(b * count + n) * classes + c];
+    };
     const auto emit = [&](int64_t b, std::span<const NmsCandidate<T>> detections) {
       const int64_t first = b * rows;
-      for (size_t i = 0; i < detections.size(); ++i) {
-        const NmsCandidate<T>& d = detections[i];
-        const int64_t row = first + static_cast<int64_t>(i);
-        const T* box = layout.At(b, d.box, d.cls);
-        T* det = dets + row * (kBoxSize + 1);
-        for (int64_t k = 0; k < kBoxSize; ++k) det[k] = clip ? Clip(box[k]) : box[k];
-        det[kBoxSize] = d.score;
-        labels[row] = d.cls;
-        if (index != nullptr) index[row] = shared ? d.box : int64_t{d.cls} * count + d.box;
-      }
-      for (int64_t row = first + static_cast<int64_t>(detections.size()); row < first + rows; ++row) {
-        for (int64_t k = 0; k <= kBoxSize; ++k) dets[row * (kBoxSize + 1) + k] = T(0);
-        labels[row] = -1;
-        if (index != nullptr) index[row] = -1;
-      }
+      for (size_t i = 0; i < detections.size(); ++i) out.Write(b, first + static_cast<int64_t>(i), detections[i]);
+      for (int64_t row = first + static_cast<int64_t>(detections.size()); row < first + rows; ++row) out.Pad(row);
     };
 
     if constexpr (kRotated) {
@@ -324,33 +257,27 @@ class TrtBatchedNmsKernel : public KernelBase {
       Scratch<char> tiny = io.Allocate<char>(total);
       io.ParallelForRanges(total, 64, [&](size_t begin, size_t end) {
         for (size_t i = begin; i < end; ++i) {
-          const T* box = boxes.data + 5 * i;
-          const T corners_of[5] = {box[0], box[1], std::abs(box[2]), std::abs(box[3]), box[4]};
-          std::construct_at(&rects[i], MakeRotatedRect(corners_of));
-          tiny[i] = mmdeploy_rotated::TrtRotatedTiny(box);
+          PrepareTrtRotatedBox(in.boxes.data + 5 * i, *std::construct_at(&rects[i]), tiny[i]);
         }
       });
-      const auto slot = [&](int64_t b, const NmsCandidate<T>& c) {
-        return static_cast<size_t>((b * count + c.box) * layout.per_class + (shared ? 0 : c.cls));
-      };
-      const double threshold = iou_threshold_;
+      const double threshold = attributes_.iou_threshold;
+      const TrtRotatedTest<T> test{rects.data(), tiny.data(), count, layout.per_class, threshold};
       const auto suppresses = [&](int64_t b, const NmsCandidate<T>& kept, const NmsCandidate<T>& candidate) {
-        const size_t k = slot(b, kept), c = slot(b, candidate);
-        if (tiny[k] || tiny[c]) return 1.0 > threshold;
-        return RotatedIoU(rects[k], rects[c]) > threshold;
+        return test.Suppresses(b, kept, candidate);
       };
       const auto make_index = [&](int64_t b, std::span<const NmsCandidate<T>> set) {
         return RotatedGroupIndex(
-            io, set, [&, b](const NmsCandidate<T>& c) { return slot(b, c); }, rects.data(), tiny.data(), threshold);
+            io, set, [&, b](const NmsCandidate<T>& c) { return static_cast<size_t>(test.Slot(b, c)); }, rects.data(),
+            tiny.data(), threshold);
       };
       MulticlassNmsIndexed<T>(
           io, config, batch, count, classes, passes, score_at, [](T score) { return score; }, suppresses, emit,
           make_index);
     } else {
-      const T threshold = static_cast<T>(iou_threshold_);
+      const T threshold = static_cast<T>(attributes_.iou_threshold);
+      const TrtBoxTest<T> test{layout, threshold};
       const auto suppresses = [&](int64_t b, const NmsCandidate<T>& kept, const NmsCandidate<T>& candidate) {
-        return DetectionOutputIoU(layout.At(b, kept.box, kept.cls), layout.At(b, candidate.box, candidate.cls)) >
-               threshold;
+        return test.Suppresses(b, kept, candidate);
       };
       const auto make_index = [&](int64_t b, std::span<const NmsCandidate<T>> set) {
         const auto box_of = [&, b](const NmsCandidate<T>& c, T box[5]) {
@@ -366,9 +293,7 @@ class TrtBatchedNmsKernel : public KernelBase {
   }
 
  private:
-  int64_t num_classes_, background_label_id_, topk_, keep_topk_;
-  float iou_threshold_, score_threshold_;
-  int64_t clip_boxes_, return_index_;
+  TrtBatchedNmsAttributes attributes_;
 };
 
 template <typename T>

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/custom_op.h"
+#include "core/host_device.h"
 
 namespace ortops::nms {
 
@@ -36,5 +37,17 @@ std::pair<ConstTensor<T>, ConstTensor<T>> BoxesAndScores(const KernelIO& io) {
   for (int64_t i = 0; i < scores.size(); ++i) Check(!std::isnan(scores.data[i]), kScoresNaN);
   return inputs;
 }
+
+// For the device kernels' check (device memory): item i of boxes (the first 4 N) then scores is NaN.
+template <typename T>
+struct IsNaNInBoxesOrScores {
+  const T* boxes;
+  const T* scores;
+  int64_t box_values;
+  ORTOPS_HD bool operator()(int64_t i) const {
+    const T value = i < box_values ? boxes[i] : scores[i - box_values];
+    return value != value;
+  }
+};
 
 }  // namespace ortops::nms

@@ -11,18 +11,6 @@
 namespace ortops::nms {
 namespace {
 
-// Item i of boxes (the first 4 N) then scores is NaN.
-template <typename T>
-struct IsNaNInBoxesOrScores {
-  const T* boxes;
-  const T* scores;
-  int64_t box_values;
-  ORTOPS_HD bool operator()(int64_t i) const {
-    const T value = i < box_values ? boxes[i] : scores[i - box_values];
-    return value != value;
-  }
-};
-
 // Box order[k] as the k-th of the sorted columns, with its area.
 template <typename T>
 struct GatherSorted {

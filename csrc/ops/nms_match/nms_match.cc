@@ -54,13 +54,6 @@ constexpr OpSchema kSchema{
 
 namespace {
 
-float SingleValue(const KernelIO& io, size_t index, const char* name) {
-  const ConstTensor<float> t = io.Input<float>(index);
-  Check(t.size() == 1, "input '", name, "' must hold one value, got shape ", ShapeText{t.shape});
-  Check(!std::isnan(t.data[0]), "input '", name, "' is NaN");
-  return t.data[0];
-}
-
 // The `band` of MayMatch (match_scan.h) for a threshold t > 0: t (1 - 2^-20), rounded. Where
 // MatchIoU = float(inter / (double(union) + 1e-10)) reaches t with a positive union, the
 // quotient before its two roundings (to double, then float) is at least t (1 - 2^-23), and
@@ -82,16 +75,10 @@ class NmsMatchKernel : public KernelBase {
   NmsMatchKernel(const Attributes&, const OpDef& def) : KernelBase(def) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> boxes = io.Input<T>(0, 3);
-    const ConstTensor<T> scores = io.Input<T>(1, 3);
-    const float iou_threshold = SingleValue(io, 2, "iou_threshold");
-    const T score_threshold = static_cast<T>(SingleValue(io, 3, "score_threshold"));
+    const auto [boxes, scores, iou_threshold, score_threshold] = ReadInputs<T>(io);
     const int64_t batch = boxes.dim(0), count = boxes.dim(1), classes = scores.dim(1);
-    Check(boxes.dim(2) == 4, "input 'boxes' must have shape [B, N, 4], got ", ShapeText{boxes.shape});
-    Check(scores.dim(0) == batch && scores.dim(2) == count, "input 'scores' must have shape [B, C, N] = [", batch,
-          ", C, ", count, "], got ", ShapeText{scores.shape});
-    for (int64_t i = 0; i < boxes.size(); ++i) Check(!std::isnan(boxes.data[i]), "input 'boxes' contains NaN");
-    for (int64_t i = 0; i < scores.size(); ++i) Check(!std::isnan(scores.data[i]), "input 'scores' contains NaN");
+    for (int64_t i = 0; i < boxes.size(); ++i) Check(!std::isnan(boxes.data[i]), kBoxesNaN);
+    for (int64_t i = 0; i < scores.size(); ++i) Check(!std::isnan(scores.data[i]), kScoresNaN);
     if (scores.size() == 0) {  // no box or no class: no match, and B * C may be huge
       io.Output<int64_t>(0, {0, 4});
       return;

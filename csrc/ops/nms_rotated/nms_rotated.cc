@@ -84,10 +84,7 @@ template <typename T>
 void CheckFinite(const ConstTensor<T>& tensor, const char* name) {
   const int64_t size = tensor.size();
   for (int64_t i = 0; i < size; ++i) {
-    if (std::isfinite(tensor.data[i])) continue;
-    const int64_t inner = tensor.dim(2), middle = tensor.dim(1);
-    Fail("input '", name, "' must be finite, got ", tensor.data[i], " at [", i / (middle * inner), ", ",
-         (i / inner) % middle, ", ", i % inner, "] of shape ", ShapeText{tensor.shape});
+    if (!std::isfinite(tensor.data[i])) FailNotFinite(tensor.shape, name, i, tensor.data[i]);
   }
 }
 
@@ -98,22 +95,11 @@ class NmsRotatedKernel : public KernelBase {
   static constexpr const OpSchema& kSchema = nms_rotated::kSchema;
 
   NmsRotatedKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
-        iou_threshold_(attrs.Float("iou_threshold")),
-        score_threshold_(attrs.Float("score_threshold")),
-        compat_(def.compat) {
-    Check(!std::isnan(iou_threshold_), "attribute 'iou_threshold' is NaN");
-    Check(!std::isnan(score_threshold_), "attribute 'score_threshold' is NaN");
-  }
+      : KernelBase(def), attributes_(attrs, def), compat_(def.compat) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> boxes = io.Input<T>(0, 3);
-    const ConstTensor<T> scores = io.Input<T>(1, 3);
-    Check(boxes.dim(2) == 5, "input 'boxes' must have shape [B, N, 5] (cx, cy, w, h, theta), got ",
-          ShapeText{boxes.shape});
+    const auto [boxes, scores] = BoxesAndScoresInputs<T>(io);
     const int64_t batch = boxes.dim(0), count = boxes.dim(1), classes = scores.dim(1);
-    Check(scores.dim(0) == batch && scores.dim(2) == count, "input 'scores' must have shape [B, C, N] = [", batch,
-          ", C, ", count, "] to match 'boxes' ", ShapeText{boxes.shape}, ", got ", ShapeText{scores.shape});
     CheckFinite(boxes, "boxes");
     CheckFinite(scores, "scores");
     if (scores.size() == 0) {  // no box or no class: nothing to keep, and B * C may be huge
@@ -132,13 +118,11 @@ class NmsRotatedKernel : public KernelBase {
     Scratch<char> proper = io.Allocate<char>(total_boxes);
     io.ParallelForRanges(total_boxes, 64, [&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) {
-        const T* box = boxes.data + 5 * i;
-        const RotatedRect& rect = *std::construct_at(&rects[i], MakeRotatedRect(box));
+        const RotatedRect& rect = *std::construct_at(&rects[i]);
+        PrepareBox(boxes.data + 5 * i, compat_, rects[i], compat_ ? &raw[i] : nullptr, proper[i]);
         double* bound = bounds.data() + 4 * i;
         bound[0] = rect.center.x - rect.half_x, bound[1] = rect.center.y - rect.half_y;
         bound[2] = rect.center.x + rect.half_x, bound[3] = rect.center.y + rect.half_y;
-        proper[i] = !compat_ || mmdeploy_rotated::IsProper(box);
-        if (compat_) raw[i] = mmdeploy_rotated::MakeRawBox(box);
       }
     });
     // Boxes of zero sides (points) with the same centre give the same IoUs in the original's
@@ -151,7 +135,7 @@ class NmsRotatedKernel : public KernelBase {
     });
     // Only boxes whose bounds overlap can have an IoU above a threshold >= 0; the grid needs
     // finite bounds (float64 boxes near the largest double can overflow them).
-    bool use_grid = iou_threshold_ >= 0;
+    bool use_grid = attributes_.iou_threshold >= 0;
     for (size_t i = 0; use_grid && i < 4 * total_boxes; ++i) use_grid = std::isfinite(bounds[i]);
 
     // Kept box indices per (batch, class) pair, each pair on its own task and buffer.
@@ -221,8 +205,7 @@ class NmsRotatedKernel : public KernelBase {
   // Whether kept box k suppresses box i: the exact IoU, or, in mmdeploy's domain when either
   // box is not proper, the original's float32 IoU of (k, i) compared as it compares it.
   bool Suppresses(const Boxes& boxes, int64_t k, int64_t i) const {
-    if (boxes.proper[k] && boxes.proper[i]) return RotatedIoU(boxes.rects[k], boxes.rects[i]) > double{iou_threshold_};
-    return mmdeploy_rotated::OrtRotatedIoU(boxes.raw[k], boxes.raw[i]) > static_cast<T>(iou_threshold_);
+    return nms_rotated::Suppresses(boxes.rects, boxes.raw, boxes.proper, k, i, attributes_.iou_threshold);
   }
 
   // Greedy NMS testing each box against the kept boxes whose bounds share a grid cell with it.
@@ -235,7 +218,7 @@ class NmsRotatedKernel : public KernelBase {
   // suppressed), so that hundreds of zero rows cost little more than one.
   void SelectOneClassWithGrid(const KernelIO& io, const Boxes& boxes, const double* bounds, const T* score,
                               int64_t count, ScratchVector<int64_t>& kept) const {
-    const T score_threshold = static_cast<T>(score_threshold_);
+    const T score_threshold = static_cast<T>(attributes_.score_threshold);
     BoxGrid<double, SessionAllocator<double>> grid(bounds, count, 0.0, io.Allocator<double>());
     // A kept box spanning several cells is visited once per shared cell: test it only once.
     ScratchVector<int64_t> tested_for = io.Vector<int64_t>(static_cast<size_t>(count), -1);
@@ -281,7 +264,7 @@ class NmsRotatedKernel : public KernelBase {
                       ScratchVector<int64_t>& kept) const {
     const ScratchVector<int64_t> order = ScoreOrder(io, score, count);
     ScratchVector<char> suppressed = io.Vector<char>(static_cast<size_t>(count));  // by rank
-    const T score_threshold = static_cast<T>(score_threshold_);
+    const T score_threshold = static_cast<T>(attributes_.score_threshold);
     for (size_t rank = 0; rank < order.size(); ++rank) {
       if (suppressed[rank]) continue;
       for (size_t later = rank + 1; later < order.size(); ++later) {
@@ -291,7 +274,7 @@ class NmsRotatedKernel : public KernelBase {
     }
   }
 
-  float iou_threshold_, score_threshold_;
+  NmsRotatedAttributes attributes_;
   bool compat_;  // mmdeploy's node: pairs with a degenerate box take the original's arithmetic
 };
 

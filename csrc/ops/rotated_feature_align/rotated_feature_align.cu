@@ -10,12 +10,6 @@
 namespace ortops::rotated_feature_align {
 namespace {
 
-template <typename T>
-struct IsNaN {
-  const T* data;
-  ORTOPS_HD bool operator()(int64_t i) const { return data[i] != data[i]; }
-};
-
 // Output value i of the [N, C, H, W] output: the feature plus its samples.
 template <typename T>
 struct AlignValue {
@@ -48,7 +42,7 @@ class RotatedFeatureAlignDeviceKernel
     const auto inputs = FeaturesAndBoxes<T>(io);
     const ConstTensor<T>& features = inputs.first;
     const ConstTensor<T>& boxes = inputs.second;
-    Check(io.FirstWhere(boxes.size(), IsNaN<T>{boxes.data}) < 0, kBoxesNaN);
+    Check(io.FirstWhere(boxes.size(), device::IsNaN<T>{boxes.data}) < 0, kBoxesNaN);
     T* output = io.Output<T>(0, features.shape);
     io.ForEach(features.size(),
                AlignValue<T>{features.data, boxes.data, output, features.dim(1), features.dim(2), features.dim(3),

@@ -177,30 +177,17 @@ class SoftNmsKernel : public KernelBase {
   using Element = T;
   static constexpr const OpSchema& kSchema = soft_nms::kSchema;
 
-  SoftNmsKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
-        iou_threshold_(attrs.Float("iou_threshold")),
-        sigma_(attrs.Float("sigma")),
-        min_score_(attrs.Float("min_score")),
-        method_(attrs.Int("method")),
-        offset_(attrs.Int("offset")) {
-    Check(method_ >= 0 && method_ <= 2, "attribute 'method' must be 0 (naive), 1 (linear) or 2 (gaussian), got ",
-          method_);
-    Check(offset_ == 0 || offset_ == 1, "attribute 'offset' must be 0 or 1, got ", offset_);
-    Check(method_ != 2 || sigma_ > 0, "attribute 'sigma' must be > 0 for the gaussian method, got ", sigma_);
-    Check(!std::isnan(iou_threshold_) && !std::isnan(min_score_),
-          "attributes 'iou_threshold' and 'min_score' must not be NaN");
-  }
+  SoftNmsKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs), decay_(attributes_) {}
 
   void Compute(const KernelIO& io) const {
     const auto [boxes, scores] = nms::BoxesAndScores<T>(io);
     const int64_t count = boxes.dim(0);
     Check(count < (int64_t{1} << 31), "input 'boxes' has ", count, " boxes; at most 2^31 - 1 are supported");
 
-    const T offset = static_cast<T>(offset_);
+    const T offset = static_cast<T>(attributes_.offset);
     // Infinite scores (inf * 0) and infinite areas (inf / inf) make NaN scores, which rank keys
     // cannot order as the original's scan does: those inputs take the all-pairs path.
-    bool indexed = method_ == 2 || iou_threshold_ > 0;
+    bool indexed = attributes_.method == 2 || attributes_.iou_threshold > 0;
     for (int64_t i = 0; i < count && indexed; ++i) {
       const T* b = boxes.data + 4 * i;
       indexed = std::isfinite(b[0]) && std::isfinite(b[1]) && std::isfinite(b[2]) && std::isfinite(b[3]) &&
@@ -235,11 +222,11 @@ class SoftNmsKernel : public KernelBase {
   // `selected` receives the box ids in selection order; `score` ends decayed.
   void SelectAllPairs(const KernelIO& io, const T* boxes, int64_t count, ScratchVector<T>& score,
                       ScratchVector<int64_t>& selected) const {
-    const T offset = static_cast<T>(offset_);
+    const T offset = static_cast<T>(attributes_.offset);
     ScratchVector<int64_t> work = io.Vector<int64_t>(static_cast<size_t>(count));
     ScratchVector<T> area = io.Vector<T>(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) work[i] = i, area[i] = BoxArea(boxes + 4 * i, offset);
-    const T min_score = static_cast<T>(min_score_);
+    const T min_score = static_cast<T>(attributes_.min_score);
     for (int64_t i = 0; i < count; ++i) {
       int64_t best = i;
       for (int64_t pos = i + 1; pos < count; ++pos) {
@@ -267,8 +254,8 @@ class SoftNmsKernel : public KernelBase {
   // drops replay the original's move-the-last-box order, which decides later ties.
   void SelectIndexed(const KernelIO& io, const T* boxes, int64_t count, ScratchVector<T>& score,
                      ScratchVector<int64_t>& selected) const {
-    const T offset = static_cast<T>(offset_);
-    const T min_score = static_cast<T>(min_score_);
+    const T offset = static_cast<T>(attributes_.offset);
+    const T min_score = static_cast<T>(attributes_.min_score);
     ScratchVector<int64_t> work = io.Vector<int64_t>(static_cast<size_t>(count));
     ScratchVector<int64_t> position = io.Vector<int64_t>(static_cast<size_t>(count));
     ScratchVector<T> area = io.Vector<T>(static_cast<size_t>(count));
@@ -321,17 +308,10 @@ class SoftNmsKernel : public KernelBase {
     }
   }
 
-  T Weight(T iou) const {
-    const T threshold = static_cast<T>(iou_threshold_), sigma = static_cast<T>(sigma_);
-    switch (method_) {
-      case 0: return iou >= threshold ? T(0) : T(1);
-      case 1: return iou >= threshold ? T(1) - iou : T(1);
-      default: return std::exp(-(iou * iou) / sigma);
-    }
-  }
+  T Weight(T iou) const { return decay_.Weight(iou); }
 
-  float iou_threshold_, sigma_, min_score_;
-  int64_t method_, offset_;
+  SoftNmsAttributes attributes_;
+  Decay<T> decay_;
 };
 
 }  // namespace

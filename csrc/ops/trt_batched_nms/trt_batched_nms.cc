@@ -112,128 +112,64 @@ constexpr OpSchema kStaticSchema{
 
 namespace {
 
-constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-
-int64_t Boolean(const Attributes& attrs, const char* name) {
-  const int64_t value = attrs.Int(name);
-  Check(value == 0 || value == 1, "attribute '", name, "' must be 0 or 1, got ", value);
-  return value;
-}
-
 template <typename T, bool kDynamic>
 class BatchedNmsKernel : public KernelBase {
  public:
   using Element = T;
   static constexpr const OpSchema& kSchema = kDynamic ? trt_batched_nms::kSchema : kStaticSchema;
 
-  BatchedNmsKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
-        share_location_(Boolean(attrs, "shareLocation")),
-        background_class_(attrs.Int("backgroundLabelId")),
-        num_classes_(attrs.Int("numClasses")),
-        top_k_(attrs.Int("topK")),
-        keep_top_k_(attrs.Int("keepTopK")),
-        score_threshold_(attrs.Float("scoreThreshold")),
-        iou_threshold_(attrs.Float("iouThreshold")),
-        normalized_(Boolean(attrs, "isNormalized")),
-        clip_boxes_(Boolean(attrs, "clipBoxes")),
-        caffe_semantics_(Boolean(attrs, "caffeSemantics")) {
-    Check(num_classes_ >= 1 && num_classes_ <= kInt32Max, "attribute 'numClasses' must be in [1, ", kInt32Max,
-          "], got ", num_classes_);
-    Check(top_k_ >= 1 && top_k_ <= kInt32Max, "attribute 'topK' must be in [1, ", kInt32Max, "], got ", top_k_);
-    Check(keep_top_k_ >= 0 && keep_top_k_ <= top_k_, "attribute 'keepTopK' must be in [0, topK = ", top_k_,
-          "] (TensorRT's plugin outputs nothing when it is larger), got ", keep_top_k_);
-    Check(!std::isnan(score_threshold_), "attribute 'scoreThreshold' is NaN");
-    Check(!std::isnan(iou_threshold_), "attribute 'iouThreshold' is NaN");
-  }
+  BatchedNmsKernel(const Attributes& attrs, const OpDef& def) : KernelBase(def), attributes_(attrs) {}
 
   void Compute(const KernelIO& io) const {
-    const ConstTensor<T> boxes = io.Input<T>(0);
-    const ConstTensor<T> scores = io.Input<T>(1);
-    Check((scores.rank() == 3 || (scores.rank() == 4 && scores.dim(3) == 1)) && scores.dim(2) == num_classes_,
-          "input 'scores' must have shape [B, N, numClasses] (or [B, N, numClasses, 1]) with numClasses = ",
-          num_classes_, ", got ", ShapeText{scores.shape});
-    const int64_t batch = scores.dim(0), count = scores.dim(1);
-    const int64_t columns = share_location_ ? 1 : num_classes_;
-    Check(boxes.rank() == 4 && boxes.dim(0) == batch && boxes.dim(1) == count && boxes.dim(2) == columns &&
-              boxes.dim(3) == 4,
-          "input 'boxes' must have shape [B, N, ", columns, ", 4] with B = ", batch, " and N = ", count,
-          " (from input 'scores' of shape ", ShapeText{scores.shape}, ") and shareLocation = ", share_location_,
-          ", got ", ShapeText{boxes.shape});
-    Check(count <= kInt32Max, "input 'scores' of shape ", ShapeText{scores.shape}, " has more than ", kInt32Max,
-          " boxes");
-
-    int32_t* num_detections = io.Output<int32_t>(0, kDynamic ? Shape{batch, 1} : Shape{batch});
-    T* out_boxes = io.Output<T>(1, {batch, keep_top_k_, 4});
-    T* out_scores = io.Output<T>(2, {batch, keep_top_k_});
-    T* out_classes = io.Output<T>(3, {batch, keep_top_k_});
+    const TrtBatchedNmsInputs<T> in(io, attributes_);
+    const int64_t batch = in.batch, count = in.count, keep_top_k = attributes_.keep_top_k;
+    const BoxIndex box_index{count, in.columns};
+    const auto [num_detections, out] = AllocateOutputs(io, in, attributes_, kDynamic);
     std::fill(num_detections, num_detections + batch, 0);
-    std::fill(out_boxes, out_boxes + batch * keep_top_k_ * 4, T(0));
-    std::fill(out_scores, out_scores + batch * keep_top_k_, T(0));
-    std::fill(out_classes, out_classes + batch * keep_top_k_, T(-1));
-    if (batch == 0 || count == 0 || keep_top_k_ == 0) return;
+    std::fill(out.out_boxes, out.out_boxes + batch * keep_top_k * 4, T(0));
+    std::fill(out.out_scores, out.out_scores + batch * keep_top_k, T(0));
+    std::fill(out.out_classes, out.out_classes + batch * keep_top_k, T(-1));
+    if (batch == 0 || count == 0 || keep_top_k == 0) return;
 
     // Every box sorted and sized once for the IoU.
-    const auto total_boxes = static_cast<size_t>(batch * count * columns);
-    const bool pixel_sizes = !normalized_;
+    const auto total_boxes = static_cast<size_t>(batch * count * in.columns);
+    const bool pixel_sizes = !attributes_.normalized;
     Scratch<TrtBatchedBox> sorted = io.Allocate<TrtBatchedBox>(total_boxes);
     io.ParallelForRanges(total_boxes, 64, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) {
-        const T* box = boxes.data + 4 * i;
-        const float corners[4] = {static_cast<float>(box[0]), static_cast<float>(box[1]), static_cast<float>(box[2]),
-                                  static_cast<float>(box[3])};
-        sorted[i] = SortTrtBatchedBox(corners, pixel_sizes);
-      }
+      for (size_t i = begin; i < end; ++i) sorted[i] = SortedBox(in.boxes.data + 4 * i, pixel_sizes);
     });
-    auto box_index = [&](int64_t b, const NmsCandidate<float>& c) {
-      return static_cast<size_t>((b * count + c.box) * columns + (share_location_ ? 0 : c.cls));
-    };
 
-    MulticlassNmsConfig config;
-    config.background_class = background_class_;
-    config.pre_topk = top_k_;
-    config.max_output = keep_top_k_;
-    config.ties_class_first = true;  // the plugin's final sort is stable over classes in order
-    const float score_threshold = score_threshold_, iou_threshold = iou_threshold_;
-    const bool plus_one = !normalized_ && caffe_semantics_;
-    const T* score_data = scores.data;
-    const int64_t classes = num_classes_;
+    const float score_threshold = attributes_.score_threshold, iou_threshold = attributes_.iou_threshold;
+    const bool plus_one = attributes_.PlusOne();
+    const TrtBatchedTest test{sorted.data(), box_index, plus_one, iou_threshold};
+    const T* score_data = in.scores.data;
+    const int64_t classes = attributes_.num_classes;
     const auto make_index = [&](int64_t b, std::span<const NmsCandidate<float>> set) {
       const auto box_of = [&, b](const NmsCandidate<float>& c, float box[5]) {
-        const TrtBatchedBox& s = sorted[box_index(b, c)];
+        const TrtBatchedBox& s = sorted[static_cast<size_t>(box_index(b, c))];
         box[0] = s.corner[0], box[1] = s.corner[1], box[2] = s.corner[2], box[3] = s.corner[3], box[4] = s.size;
       };
       return nms::MakeGridGroupIndex(io, set, box_of, nms::IouRule::kTrtBatched, plus_one ? 1.0f : 0.0f, iou_threshold);
     };
     MulticlassNmsIndexed<float>(
-        io, config, batch, count, classes, [score_threshold](float score) { return score > score_threshold; },
+        io, attributes_.Config(), batch, count, classes,
+        [score_threshold](float score) { return score > score_threshold; },
         [score_data, count, classes](int64_t b, int64_t n, int64_t c) {
           return static_cast<float>(score_data[(b * count + n) * classes + c]);
         },
         [](float score) { return score; },
         [&](int64_t b, const NmsCandidate<float>& kept, const NmsCandidate<float>& candidate) {
-          return TrtBatchedIoU(sorted[box_index(b, kept)], sorted[box_index(b, candidate)], plus_one) > iou_threshold;
+          return test.Suppresses(b, kept, candidate);
         },
         [&](int64_t b, std::span<const NmsCandidate<float>> kept) {
           num_detections[b] = static_cast<int32_t>(kept.size());
-          for (size_t k = 0; k < kept.size(); ++k) {
-            const int64_t row = b * keep_top_k_ + static_cast<int64_t>(k);
-            const T* box = boxes.data + 4 * box_index(b, kept[k]);
-            for (int i = 0; i < 4; ++i) {
-              out_boxes[4 * row + i] =
-                  clip_boxes_ ? static_cast<T>(std::fmax(std::fmin(static_cast<float>(box[i]), 1.0f), 0.0f)) : box[i];
-            }
-            out_scores[row] = static_cast<T>(kept[k].score);
-            out_classes[row] = static_cast<T>(static_cast<float>(kept[k].cls));
-          }
+          for (size_t k = 0; k < kept.size(); ++k) out.Write(b, b * keep_top_k + static_cast<int64_t>(k), kept[k]);
         },
         make_index);
   }
 
  private:
-  int64_t share_location_, background_class_, num_classes_, top_k_, keep_top_k_;
-  float score_threshold_, iou_threshold_;
-  int64_t normalized_, clip_boxes_, caffe_semantics_;
+  TrtBatchedNmsAttributes attributes_;
 };
 
 template <typename T>

@@ -1,0 +1,257 @@
+// math/multiclass_nms.h's selection on the device: per image, the (box, class) pairs that pass
+// the score test (never the background class) are the candidates; per group (a class, or the
+// whole image when class-agnostic) the best `pre_topk` go through greedy NMS in rank order,
+// stopping at `max_output` kept; the image's detections are the best `max_output` kept
+// candidates over all its groups. The rank order is the CPU's (score descending, then box,
+// then class, or class before box with `ties_class_first`), so the detections are the same.
+//
+// On the device: the candidates are compacted in (image, box, class) order (or (image, class,
+// box)), so that their position is the tie order; a stable sort by score within each group
+// orders them; every group is a segment of device/greedy_nms.h's pass (its size: the group's
+// candidates, at most pre_topk; its limit: max_output); the kept ones are sorted again by
+// score within each image. The host waits three times, for sizes it allocates and sorts by:
+// the number of candidates, the largest group and the number kept.
+//
+// The node's own arithmetic comes in a Problem, a plain struct called on the device:
+//   bool Passes(int64_t b, int64_t n, int64_t c) const   the score test of box n, class c, image b
+//   A Score(int64_t b, int64_t n, int64_t c) const       the score it ranks and is emitted with
+//                                                        (activated: must not decrease with the
+//                                                        raw score)
+//   bool Suppresses(int64_t b, const NmsCandidate<A>& kept, const NmsCandidate<A>& candidate) const
+#pragma once
+
+#include <thrust/reduce.h>
+#include <thrust/sort.h>
+
+#include <cstdint>
+
+#include "device/compact.h"
+#include "device/greedy_nms.h"
+#include "device/sort.h"
+#include "math/multiclass_nms.h"
+
+namespace ortops::device {
+
+// Image b's detections, in output order: rows[b * max_output + r] for r < count[b] (device
+// memory both).
+template <typename A>
+struct Detections {
+  Scratch<NmsCandidate<A>> rows;
+  Scratch<int64_t> count;
+};
+
+namespace multiclass_nms_detail {
+
+// Whether item i = (b N + n) C + c is a candidate.
+template <typename Problem>
+struct IsCandidate {
+  Problem problem;
+  int64_t boxes, classes, background;
+  ORTOPS_HD bool operator()(int64_t i) const {
+    const int64_t c = i % classes, n = i / classes % boxes, b = i / (classes * boxes);
+    return c != background && problem.Passes(b, n, c);
+  }
+};
+
+// The key that puts items of one image in (class, box) order: b C + c.
+struct ImageClassKey {
+  const int64_t* items;
+  int64_t* keys;
+  int64_t boxes, classes;
+  ORTOPS_HD void operator()(int64_t m) const { keys[m] = items[m] / (classes * boxes) * classes + items[m] % classes; }
+};
+
+template <typename A, typename Problem>
+struct MakeCandidates {
+  Problem problem;
+  const int64_t* items;
+  NmsCandidate<A>* candidates;
+  A* scores;
+  int64_t* image;
+  int64_t* group;
+  int64_t boxes, classes, groups;
+  ORTOPS_HD void operator()(int64_t m) const {
+    const int64_t i = items[m], c = i % classes, n = i / classes % boxes, b = i / (classes * boxes);
+    const A score = problem.Score(b, n, c);
+    candidates[m] = NmsCandidate<A>{score, static_cast<int32_t>(n), static_cast<int32_t>(c)};
+    scores[m] = score;
+    image[m] = b;
+    group[m] = b * groups + (groups == 1 ? 0 : c);
+  }
+};
+
+// The bounds [start[s], end[s]) of each segment s in a list sorted by segment (segment of
+// place k: segment[order[k]], or segment[k] when order is null); both zeroed before.
+struct SegmentBounds {
+  const int64_t* segment;
+  const int64_t* order;
+  int64_t* start;
+  int64_t* end;
+  int64_t count;
+  ORTOPS_HD int64_t At(int64_t k) const { return segment[order != nullptr ? order[k] : k]; }
+  ORTOPS_HD void operator()(int64_t k) const {
+    const int64_t s = At(k);
+    if (k == 0 || At(k - 1) != s) start[s] = k;
+    if (k == count - 1 || At(k + 1) != s) end[s] = k + 1;
+  }
+};
+
+// size[s] = end[s] - start[s], at most `most` (when >= 0).
+struct ClippedSize {
+  const int64_t* start;
+  int64_t* end_then_size;
+  int64_t most;
+  ORTOPS_HD void operator()(int64_t s) const {
+    const int64_t size = end_then_size[s] - start[s];
+    end_then_size[s] = most >= 0 && size > most ? most : size;
+  }
+};
+
+struct Larger {
+  ORTOPS_HD int64_t operator()(int64_t a, int64_t b) const { return a < b ? b : a; }
+};
+
+// Positions i < j of group s: the candidates at places start[s] + i and + j of the order.
+template <typename A, typename Problem>
+struct GroupSuppresses {
+  Problem problem;
+  const NmsCandidate<A>* candidates;
+  const int64_t* order;
+  const int64_t* start;
+  int64_t groups;
+  ORTOPS_HD bool operator()(int64_t s, int64_t i, int64_t j) const {
+    return problem.Suppresses(s / groups, candidates[order[start[s] + i]], candidates[order[start[s] + j]]);
+  }
+};
+
+// Kept slot e = s capacity + k holds one when k < kept_count[s].
+struct IsKeptSlot {
+  const int64_t* kept_count;
+  int64_t capacity;
+  ORTOPS_HD bool operator()(int64_t e) const { return e % capacity < kept_count[e / capacity]; }
+};
+
+// The candidate (its place in the compacted list) of kept slot slots[q].
+struct KeptCandidate {
+  const int64_t* slots;
+  const int64_t* kept;
+  const int64_t* order;
+  const int64_t* start;
+  int64_t* positions;
+  int64_t capacity;
+  ORTOPS_HD void operator()(int64_t q) const {
+    const int64_t e = slots[q];
+    positions[q] = order[start[e / capacity] + kept[e]];
+  }
+};
+
+template <typename A>
+struct GatherKept {
+  const int64_t* positions;
+  const A* scores;
+  const int64_t* image;
+  A* kept_scores;
+  int64_t* kept_image;
+  ORTOPS_HD void operator()(int64_t q) const {
+    kept_scores[q] = scores[positions[q]];
+    kept_image[q] = image[positions[q]];
+  }
+};
+
+// Row r of image b (i = b max_output + r): the r-th of its kept candidates in rank order.
+template <typename A>
+struct WriteDetections {
+  const NmsCandidate<A>* candidates;
+  const int64_t* positions;
+  const int64_t* order;  // of the kept ones, by image
+  const int64_t* start;
+  const int64_t* end;
+  NmsCandidate<A>* rows;
+  int64_t* count;
+  int64_t max_output;
+  ORTOPS_HD void operator()(int64_t i) const {
+    const int64_t b = i / max_output, r = i % max_output;
+    const int64_t found = end[b] - start[b], n = found < max_output ? found : max_output;
+    if (r < n) rows[i] = candidates[positions[order[start[b] + r]]];
+    if (r == 0) count[b] = n;
+  }
+};
+
+}  // namespace multiclass_nms_detail
+
+// Runs the selection over `batch` images of `num_boxes` boxes and `num_classes` classes (each
+// below 2^31, as the callers check).
+template <typename A, typename Problem>
+Detections<A> MulticlassNms(const DeviceIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes,
+                            int64_t num_classes, const Problem& problem) {
+  using namespace multiclass_nms_detail;
+  const int64_t max_output = config.max_output > 0 ? config.max_output : 0;
+  Detections<A> out{io.Allocate<NmsCandidate<A>>(static_cast<size_t>(batch * max_output)),
+                    io.Allocate<int64_t>(static_cast<size_t>(batch))};
+  io.Fill(out.count.data(), 0, out.count.size() * sizeof(int64_t));
+  const int64_t items = batch * num_boxes * num_classes;
+  if (items == 0 || max_output == 0) return out;
+
+  // The candidates, in (image, box, class) order, or (image, class, box).
+  Scratch<int64_t> item = io.Allocate<int64_t>(static_cast<size_t>(items));
+  const int64_t candidates =
+      Compact(io, items, IsCandidate<Problem>{problem, num_boxes, num_classes, config.background_class}, item.data());
+  if (candidates == 0) return out;
+  const auto size = static_cast<size_t>(candidates);
+  if (config.ties_class_first) {
+    Scratch<int64_t> keys = io.Allocate<int64_t>(size);
+    io.ForEach(candidates, ImageClassKey{item.data(), keys.data(), num_boxes, num_classes});
+    thrust::stable_sort_by_key(io.policy(), keys.data(), keys.data() + candidates, item.data());
+  }
+  const int64_t groups = config.class_agnostic ? 1 : num_classes, segments = batch * groups;
+  Scratch<NmsCandidate<A>> candidate = io.Allocate<NmsCandidate<A>>(size);
+  Scratch<A> score = io.Allocate<A>(size);
+  Scratch<int64_t> image = io.Allocate<int64_t>(size), group = io.Allocate<int64_t>(size);
+  io.ForEach(candidates, MakeCandidates<A, Problem>{problem, item.data(), candidate.data(), score.data(), image.data(),
+                                                    group.data(), num_boxes, num_classes, groups});
+
+  // Each group's candidates in rank order, the first pre_topk of them its NMS set.
+  Scratch<int64_t> order = io.Allocate<int64_t>(size);
+  OrderByScoreWithinSegments(io, score.data(), group.data(), candidates, order.data());
+  Scratch<int64_t> start = io.Allocate<int64_t>(static_cast<size_t>(segments));
+  Scratch<int64_t> set_size = io.Allocate<int64_t>(static_cast<size_t>(segments));
+  io.Fill(start.data(), 0, start.size() * sizeof(int64_t));
+  io.Fill(set_size.data(), 0, set_size.size() * sizeof(int64_t));
+  io.ForEach(candidates, SegmentBounds{group.data(), order.data(), start.data(), set_size.data(), candidates});
+  io.ForEach(segments, ClippedSize{start.data(), set_size.data(), config.pre_topk});
+  const int64_t largest =
+      thrust::reduce(io.policy(), set_size.data(), set_size.data() + segments, int64_t{0}, Larger{});
+  if (largest == 0) return out;
+
+  const int64_t capacity = KeptCapacity(largest, max_output);
+  Scratch<int64_t> kept = io.Allocate<int64_t>(static_cast<size_t>(segments * capacity));
+  Scratch<int64_t> kept_count = io.Allocate<int64_t>(static_cast<size_t>(segments));
+  GreedyKeepSegments(io, segments, largest, set_size.data(), max_output,
+                     GroupSuppresses<A, Problem>{problem, candidate.data(), order.data(), start.data(), groups},
+                     kept.data(), kept_count.data());
+
+  // The kept candidates, in their compacted order (the tie order), then by image and score.
+  Scratch<int64_t> slot = io.Allocate<int64_t>(static_cast<size_t>(segments * capacity));
+  const int64_t total = Compact(io, segments * capacity, IsKeptSlot{kept_count.data(), capacity}, slot.data());
+  if (total == 0) return out;
+  const auto kept_size = static_cast<size_t>(total);
+  Scratch<int64_t> position = io.Allocate<int64_t>(kept_size);
+  io.ForEach(total, KeptCandidate{slot.data(), kept.data(), order.data(), start.data(), position.data(), capacity});
+  thrust::sort(io.policy(), position.data(), position.data() + total);
+  Scratch<A> kept_score = io.Allocate<A>(kept_size);
+  Scratch<int64_t> kept_image = io.Allocate<int64_t>(kept_size);
+  io.ForEach(total, GatherKept<A>{position.data(), score.data(), image.data(), kept_score.data(), kept_image.data()});
+  Scratch<int64_t> kept_order = io.Allocate<int64_t>(kept_size);
+  OrderByScoreWithinSegments(io, kept_score.data(), kept_image.data(), total, kept_order.data());
+  Scratch<int64_t> image_start = io.Allocate<int64_t>(static_cast<size_t>(batch));
+  Scratch<int64_t> image_end = io.Allocate<int64_t>(static_cast<size_t>(batch));
+  io.Fill(image_start.data(), 0, image_start.size() * sizeof(int64_t));
+  io.Fill(image_end.data(), 0, image_end.size() * sizeof(int64_t));
+  io.ForEach(total, SegmentBounds{kept_image.data(), kept_order.data(), image_start.data(), image_end.data(), total});
+  io.ForEach(batch * max_output,
+             WriteDetections<A>{candidate.data(), position.data(), kept_order.data(), image_start.data(),
+                                image_end.data(), out.rows.data(), out.count.data(), max_output});
+  return out;
+}
+
+}  // namespace ortops::device

@@ -1,0 +1,140 @@
+// NMSRotated's device path: every (batch, class) a segment of the greedy pass of
+// device/greedy_nms.h, its boxes in the CPU kernel's score order (device/sort.h), every
+// pair's test the CPU kernel's own (nms_rotated::Suppresses: the exact IoU in float64, and in
+// mmdeploy's domain the original's float32 arithmetic for degenerate boxes), the kept boxes
+// at or below the score threshold left out afterwards; the same rows as the CPU kernel.
+#include <thrust/scan.h>
+
+#include "device/device_kernel.h"
+#include "device/greedy_nms.h"
+#include "device/sort.h"
+#include "ops/nms_rotated/nms_rotated.h"
+
+namespace ortops::nms_rotated {
+namespace {
+
+using mmdeploy_rotated::RawBox;
+
+template <typename T>
+struct PrepareBoxes {
+  const T* boxes;
+  RotatedRect* rects;
+  RawBox<T>* raw;  // null outside mmdeploy's domain
+  char* proper;
+  ORTOPS_HD void operator()(int64_t i) const {
+    PrepareBox(boxes + 5 * i, raw != nullptr, rects[i], raw != nullptr ? raw + i : nullptr, proper[i]);
+  }
+};
+
+// Positions i < j of segment s = b * C + c: the boxes order[s N + i] % N and order[s N + j] % N
+// of image b.
+template <typename T>
+struct SuppressesInSegment {
+  const int64_t* order;
+  const RotatedRect* rects;
+  const RawBox<T>* raw;
+  const char* proper;
+  int64_t classes, count;
+  float iou_threshold;
+  ORTOPS_HD bool operator()(int64_t segment, int64_t i, int64_t j) const {
+    const int64_t image = segment / classes * count;
+    const int64_t k = image + order[segment * count + i] % count, x = image + order[segment * count + j] % count;
+    return Suppresses(rects, raw, proper, k, x, iou_threshold);
+  }
+};
+
+// Per segment: drops the kept positions whose score is at or below the threshold (they have
+// suppressed; they are not emitted), in place, and leaves the number emitted.
+template <typename T>
+struct EmittedOnly {
+  const T* scores;
+  const int64_t* order;
+  int64_t* kept;
+  int64_t* kept_count;
+  int64_t count;
+  T score_threshold;
+  ORTOPS_HD void operator()(int64_t segment) const {
+    int64_t* positions = kept + segment * count;
+    int64_t emitted = 0;
+    for (int64_t k = 0; k < kept_count[segment]; ++k) {
+      if (scores[order[segment * count + positions[k]]] > score_threshold) positions[emitted++] = positions[k];
+    }
+    kept_count[segment] = emitted;
+  }
+};
+
+// Row `first[s] + k` is (b, c, box) for the k-th emitted position of segment s = b C + c.
+struct WriteRows {
+  const int64_t* order;
+  const int64_t* kept;
+  const int64_t* kept_count;
+  const int64_t* first;  // inclusive scan of kept_count
+  int64_t* out;
+  int64_t classes, count;
+  ORTOPS_HD void operator()(int64_t i) const {
+    const int64_t segment = i / count, k = i % count;
+    if (k >= kept_count[segment]) return;
+    int64_t* row = out + 3 * (first[segment] - kept_count[segment] + k);
+    row[0] = segment / classes;
+    row[1] = segment % classes;
+    row[2] = order[segment * count + kept[i]] % count;
+  }
+};
+
+template <typename T>
+class NmsRotatedDeviceKernel : public device::DeviceKernelBase {
+ public:
+  using Element = T;
+  static constexpr const OpSchema& kSchema = nms_rotated::kSchema;
+
+  NmsRotatedDeviceKernel(const Attributes& attrs, const OpDef& def) : DeviceKernelBase(def), attributes_(attrs, def) {}
+
+  void Compute(const device::DeviceIO& io) const {
+    const auto [boxes, scores] = BoxesAndScoresInputs<T>(io);
+    const int64_t batch = boxes.dim(0), count = boxes.dim(1), classes = scores.dim(1);
+    const auto check_finite = [&](const ConstTensor<T>& tensor, const char* name) {
+      device::CheckEach(io, tensor.data, tensor.size(), 1, device::IsNotFinite<T>{tensor.data},
+                        [&](int64_t i, const T* value) { FailNotFinite(tensor.shape, name, i, *value); });
+    };
+    check_finite(boxes, "boxes");
+    check_finite(scores, "scores");
+    if (scores.size() == 0) {  // no box or no class: nothing to keep, and B * C may be huge
+      io.Output<int64_t>(0, {0, 3});
+      return;
+    }
+
+    const bool compat = attributes_.compat;
+    const int64_t total_boxes = batch * count, segments = batch * classes;
+    Scratch<RotatedRect> rects = io.Allocate<RotatedRect>(static_cast<size_t>(total_boxes));
+    Scratch<RawBox<T>> raw = io.Allocate<RawBox<T>>(compat ? static_cast<size_t>(total_boxes) : 0);
+    Scratch<char> proper = io.Allocate<char>(static_cast<size_t>(total_boxes));
+    io.ForEach(total_boxes, PrepareBoxes<T>{boxes.data, rects.data(), raw.data(), proper.data()});
+
+    Scratch<int64_t> order = io.Allocate<int64_t>(static_cast<size_t>(segments * count));
+    device::OrderByScoreWithinSegments(io, scores.data, segments, count, order.data());
+    Scratch<int64_t> kept = io.Allocate<int64_t>(static_cast<size_t>(segments * count));
+    Scratch<int64_t> kept_count = io.Allocate<int64_t>(static_cast<size_t>(segments));
+    const SuppressesInSegment<T> suppresses{
+        order.data(), rects.data(), raw.data(), proper.data(), classes, count, attributes_.iou_threshold};
+    device::GreedyKeepSegments(io, segments, count, nullptr, count, suppresses, kept.data(), kept_count.data());
+    io.ForEach(segments, EmittedOnly<T>{scores.data, order.data(), kept.data(), kept_count.data(), count,
+                                        static_cast<T>(attributes_.score_threshold)});
+
+    Scratch<int64_t> first = io.Allocate<int64_t>(static_cast<size_t>(segments));
+    thrust::inclusive_scan(io.policy(), kept_count.data(), kept_count.data() + segments, first.data());
+    int64_t total = 0;
+    io.CopyToHost(&total, first.data() + segments - 1, 1);
+    int64_t* out = io.Output<int64_t>(0, {total, 3});
+    io.ForEach(segments * count,
+               WriteRows{order.data(), kept.data(), kept_count.data(), first.data(), out, classes, count});
+  }
+
+ private:
+  NmsRotatedAttributes attributes_;
+};
+
+}  // namespace
+
+std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<NmsRotatedDeviceKernel, float, double>(def); }
+
+}  // namespace ortops::nms_rotated
