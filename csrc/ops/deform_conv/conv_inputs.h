@@ -71,4 +71,24 @@ const T* BiasInput(const IO& io, const Geometry& g) {
   }
 }
 
+// A node's inputs (of a KernelIO or a device::DeviceIO), their shapes checked: what the CPU
+// kernel and the device kernel both start from.
+template <typename T>
+struct ConvInputs {
+  ConstTensor<T> input, offset, weight;
+  Geometry g;
+  const T* mask;  // null: none
+  const T* bias;  // null: none
+};
+
+template <Layout kLayout, typename T, typename IO>
+ConvInputs<T> ReadConvInputs(const IO& io, const ConvAttributes& conv) {
+  const ConstTensor<T> input = io.template Input<T>(0, 4);
+  const ConstTensor<T> offset = io.template Input<T>(1, 4);
+  const ConstTensor<T> weight = io.template Input<T>(WeightIndex(kLayout), 4);
+  const Geometry g = CheckShapes(conv, input.shape, offset.shape, weight.shape);
+  const T* mask = MaskInput<kLayout, T>(io, g, conv);
+  return {input, offset, weight, g, mask, BiasInput<kLayout, T>(io, g)};
+}
+
 }  // namespace ortops::deform_conv

@@ -327,13 +327,8 @@ class DeformConvKernel : public OpKernel<T, SchemaOf(kLayout), ParsedWith<ConvAt
 
   void Compute(const KernelIO& io) const {
     const ConvAttributes& conv = this->attributes();
-    const ConstTensor<T> input = io.Input<T>(0, 4);
-    const ConstTensor<T> offset = io.Input<T>(1, 4);
-    const ConstTensor<T> weight = io.Input<T>(kWeightIndex, 4);
-    const Geometry g = CheckShapes(conv, input.shape, offset.shape, weight.shape);
+    const auto [input, offset, weight, g, mask, bias] = ReadConvInputs<kLayout, T>(io, conv);
     const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
-    const T* mask = MaskInput<kLayout, T>(io, g, conv);
-    const T* bias = BiasInput<kLayout, T>(io, g);
     T* output = io.Output<T>(0, {g.batch, g.out_channels, g.out_h, g.out_w});
     if (g.batch * g.out_channels * positions == 0) return;
 
