@@ -48,6 +48,25 @@ fi
 raw=$(mktemp -d)
 trap 'rm -rf "$raw"' EXIT
 
+# auditwheel refuses (non-zero exit) if the library needs anything the platform does not
+# guarantee: a newer glibc symbol version, or a shared library outside the manylinux set.
+check_and_tag() {
+  log "checking and tagging it $ORTOPS_WHEEL_PLATFORM with auditwheel"
+  PATH="$VENV/bin:$PATH" "$VENV/bin/auditwheel" repair --only-plat --plat "$ORTOPS_WHEEL_PLATFORM" --strip \
+    --wheel-dir "$raw/repaired" "$1" >&2
+  "$VENV/bin/auditwheel" show "$raw"/repaired/*.whl >&2
+}
+
+# Moves the finished wheel $1 into $OUT and prints its path there.
+deliver() {
+  mkdir -p "$OUT"
+  local wheel
+  wheel="$OUT/$(basename "$1")"
+  mv -f "$1" "$wheel"
+  log "$wheel ($(du -k "$wheel" | cut -f1) KiB)"
+  echo "$wheel"
+}
+
 if [[ "${1:-}" == windows ]]; then
   for tool in x86_64-w64-mingw32-g++-posix x86_64-w64-mingw32-strip x86_64-w64-mingw32-objdump cmake ninja; do
     command -v "$tool" >/dev/null || { log "missing $tool (apt-get install g++-mingw-w64-x86-64-posix)"; exit 2; }
@@ -72,11 +91,7 @@ if [[ "${1:-}" == windows ]]; then
   log "building the win_amd64 wheel from $build/ortops.dll"
   ORTOPS_PREBUILT_DIR="$raw/library" "$VENV/bin/python" -m pip wheel --quiet --disable-pip-version-check \
     --no-deps --no-build-isolation --wheel-dir "$raw" "$ROOT" >&2
-  mkdir -p "$OUT"
-  wheel="$OUT/$(basename "$raw"/ortops-*-py3-none-win_amd64.whl)"
-  mv -f "$raw"/ortops-*-py3-none-win_amd64.whl "$wheel"
-  log "$wheel ($(du -k "$wheel" | cut -f1) KiB)"
-  echo "$wheel"
+  deliver "$raw"/ortops-*-py3-none-win_amd64.whl
   exit 0
 fi
 
@@ -107,29 +122,13 @@ PY
   log "building the ortops-gpu wheel from $library/libortops.so"
   ORTOPS_PREBUILT_DIR="$library" "$VENV/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps \
     --no-build-isolation --wheel-dir "$raw" "$raw/source" >&2
-  log "checking and tagging it $ORTOPS_WHEEL_PLATFORM with auditwheel"
-  PATH="$VENV/bin:$PATH" "$VENV/bin/auditwheel" repair --only-plat --plat "$ORTOPS_WHEEL_PLATFORM" --strip \
-    --wheel-dir "$raw/repaired" "$raw"/ortops_gpu-*.whl >&2
-  mkdir -p "$OUT"
-  wheel="$OUT/$(basename "$raw"/repaired/*.whl)"
-  mv -f "$raw"/repaired/*.whl "$wheel"
-  log "$wheel ($(du -k "$wheel" | cut -f1) KiB)"
-  echo "$wheel"
+  check_and_tag "$raw"/ortops_gpu-*.whl
+  deliver "$raw"/repaired/*.whl
   exit 0
 fi
 
 log "building the wheel${ORTOPS_PREBUILT_DIR:+ from the library in $ORTOPS_PREBUILT_DIR}"
 "$VENV/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
   --wheel-dir "$raw" "$ROOT" >&2
-
-# auditwheel refuses (non-zero exit) if the library needs anything the platform does not
-# guarantee: a newer glibc symbol version, or a shared library outside the manylinux set.
-log "checking and tagging it $ORTOPS_WHEEL_PLATFORM with auditwheel"
-PATH="$VENV/bin:$PATH" "$VENV/bin/auditwheel" repair --only-plat --plat "$ORTOPS_WHEEL_PLATFORM" --strip \
-  --wheel-dir "$raw/repaired" "$raw"/ortops-*.whl >&2
-"$VENV/bin/auditwheel" show "$raw"/repaired/*.whl >&2
-mkdir -p "$OUT"
-wheel="$OUT/$(basename "$raw"/repaired/*.whl)"
-mv -f "$raw"/repaired/*.whl "$wheel"
-log "$wheel ($(du -k "$wheel" | cut -f1) KiB)"
-echo "$wheel"
+check_and_tag "$raw"/ortops-*.whl
+deliver "$raw"/repaired/*.whl
