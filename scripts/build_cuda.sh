@@ -29,7 +29,7 @@ log "configuring $build for CUDA architectures $architectures"
 "$ROOT/.venv-cuda/bin/cmake" -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DORTOPS_BUILD_TESTS=OFF \
   "-DORTOPS_ORT_INCLUDE_DIR=$include" "-DORTOPS_MIN_ORT_API=$ORTOPS_MIN_ORT_API" \
   "-DORTOPS_CCCL_INCLUDE_DIR=$cuda/include/cccl" -DORTOPS_CUDA=ON "-DCMAKE_CUDA_COMPILER=$nvcc" \
-  "-DCMAKE_CUDA_ARCHITECTURES=$architectures" >/dev/null
+  "-DCMAKE_CUDA_ARCHITECTURES=$architectures" "-DORTOPS_CUDA_UNITY_GROUPS=$(nproc)" >/dev/null
 start=$SECONDS
 "$ROOT/.venv-cuda/bin/cmake" --build "$build" --target ortops_cuda >&2
 log "built $build/cuda/libortops.so in $((SECONDS - start)) s ($(du -k "$build/cuda/libortops.so" | cut -f1) KiB)"
