@@ -36,6 +36,10 @@ bash scripts/setup.sh --with-ray  # the Ray example's own environment too (tests
 
 REPORTS="$ROOT/build/test-reports"
 rm -rf "$REPORTS" && mkdir -p "$REPORTS"
+# The slow references' results, shared by the suites that run the same tests
+# (tests/python/references.py, cached): fresh for every run.
+export ORTOPS_REFERENCE_CACHE="$ROOT/build/reference-cache"
+rm -rf "$ORTOPS_REFERENCE_CACHE"
 PY=.venv/bin/python
 PYTEST="-m pytest -q -p no:cacheprovider"
 lower_levels=$($PY tests/python/isa_levels.py | awk '{$NF=""; print}')

@@ -2,17 +2,68 @@
 
 Plain Python loops over numpy arrays, one sample at a time, in the input's dtype where the
 original kernels compute in it. No torch here: the ONNX-Runtime-level tests run without it.
+
+The test command runs the ONNX-Runtime-level tests in several suites (the main one, the
+emulated device, each instruction-set level, under the sanitizers), which compute the same
+references from the same seeded inputs, and these loops are about half of each suite's time.
+With ``ORTOPS_REFERENCE_CACHE`` set to a folder (scripts/test.sh sets it), a reference marked
+``@cached`` keeps each result there under a hash of its inputs, its name, numpy's version and
+the test sources, so that only the first suite to need a result computes it. Unset, as when
+pytest is run by hand, every reference runs every time.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import hashlib
 import math
+import os
+import pickle
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
+
+Reference = TypeVar("Reference", bound=Callable[..., Any])
+_CACHE = os.environ.get("ORTOPS_REFERENCE_CACHE")
+
+
+@functools.cache
+def _cache_salt() -> bytes:
+    """numpy's version and every test source: a change to either is a new key."""
+    digest = hashlib.sha256(np.__version__.encode())
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.digest()
+
+
+def cached(reference: Reference) -> Reference:
+    """``reference``, its results kept in ``ORTOPS_REFERENCE_CACHE`` (see the module docstring)."""
+    if not _CACHE:
+        return reference
+
+    @functools.wraps(reference)
+    def from_cache(*args: Any, **kwargs: Any) -> Any:
+        try:
+            inputs = pickle.dumps((reference.__module__, reference.__qualname__, args, sorted(kwargs.items())), 5)
+        except Exception:  # an argument that does not pickle (a function): no cache
+            return reference(*args, **kwargs)
+        path = Path(_CACHE) / f"{reference.__name__}-{hashlib.sha256(_cache_salt() + inputs).hexdigest()}.pickle"
+        try:
+            return pickle.loads(path.read_bytes())
+        except FileNotFoundError:
+            pass
+        result = reference(*args, **kwargs)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}")  # suites side by side: whole files only
+        partial.write_bytes(pickle.dumps(result, 5))
+        os.replace(partial, path)
+        return result
+
+    return from_cache  # type: ignore[return-value]
 
 
 def roi_align_sample(plane: np.ndarray, y: float, x: float) -> float:
@@ -54,6 +105,7 @@ def _bins(t: type, roi_h: Any, roi_w: Any, out_h: int, out_w: int, sampling_rati
     return roi_h, roi_w, roi_h / t(out_h), roi_w / t(out_w), grid_h, grid_w
 
 
+@cached
 def roi_align(
     features: np.ndarray,
     rois: np.ndarray,
@@ -100,6 +152,7 @@ def roi_align(
     return out
 
 
+@cached
 def roi_align_rotated(
     features: np.ndarray,
     rois: np.ndarray,
@@ -135,6 +188,7 @@ def roi_align_rotated(
     return out
 
 
+@cached
 def rotated_feature_align(
     features: np.ndarray, boxes: np.ndarray, spatial_scale: float, points: int, y_first: bool
 ) -> np.ndarray:
@@ -207,6 +261,7 @@ def _cubic_weights(t: float) -> list[float]:
     return [far(t + 1), near(t), near(1 - t), far(2 - t)]
 
 
+@cached
 def grid_sample(features: np.ndarray, grid: np.ndarray, mode: str, padding: str, align: bool) -> np.ndarray:
     """PyTorch's 2-D grid_sample written point by point: coordinates in the input dtype (so
     nearest rounding at exact half-way points agrees), sums in float64, result in the dtype."""
@@ -257,6 +312,7 @@ def grid_sample(features: np.ndarray, grid: np.ndarray, mode: str, padding: str,
     return out.astype(features.dtype)
 
 
+@cached
 def cumulative_extreme(x: np.ndarray, dim: int, largest: bool) -> tuple[np.ndarray, np.ndarray]:
     """torch.cummax/cummin one line at a time: ties take the later position, NaN takes over."""
     if x.ndim == 0:
@@ -303,6 +359,7 @@ def c_exp(x: np.floating) -> np.floating:
     return type(x)(math.exp(float(x)))
 
 
+@cached
 def soft_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold, sigma, min_score, method: int, offset: int):
     """Soft-NMS with mmcv's working-list order: returns (dets [K, 5], indices [K])."""
     t = boxes.dtype.type
@@ -335,6 +392,7 @@ def soft_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold, sigma, min_sc
     return dets, np.array([w[2] for w in work[:n]], np.int64)
 
 
+@cached
 def nms_match(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, score_threshold: float) -> np.ndarray:
     """mmdeploy's NMSMatch, one pair at a time: rows (batch, class, kept, suppressed).
 
@@ -418,6 +476,7 @@ def rotated_iou(a, b) -> float:
     return inter / union if union != 0 else float("nan")
 
 
+@cached
 def nms_rotated(
     boxes: np.ndarray,
     scores: np.ndarray,
@@ -442,6 +501,7 @@ def nms_rotated(
     return np.array(rows, np.int64).reshape(-1, 3)
 
 
+@cached
 def deform_conv2d(x, offset, weight, bias, mask, stride, padding, dilation, groups, deform_groups) -> np.ndarray:
     """Deformable convolution as a direct loop over outputs, in float64 (torchvision's definition)."""
     n, c, h, w = x.shape

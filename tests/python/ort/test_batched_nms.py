@@ -20,6 +20,7 @@ import onnx
 import pytest
 import references
 from onnx import TensorProto, helper
+from references import cached
 
 from ortest import IR_VERSION, run, session, skip_under_asan
 
@@ -105,6 +106,7 @@ def compute_type(dtype: np.dtype) -> type:
     return np.float32 if dtype == np.float16 else dtype.type
 
 
+@cached
 def reference_batched_nms(
     boxes: np.ndarray,
     scores: np.ndarray,
@@ -172,6 +174,7 @@ def trt_rotated_iou(kept: list, candidate: list) -> float:
     return references.rotated_iou(*([*box[:2], abs(box[2]), abs(box[3]), box[4]] for box in (kept, candidate)))
 
 
+@cached
 def reference_trt(
     boxes: np.ndarray,
     scores: np.ndarray,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from references import cached
 
 from ortest import run
 
@@ -20,6 +21,7 @@ SIZES = [1, 2, 3, 8, 33, 64]
 BATCHES = [(), (5,), (2, 3), (0,)]
 
 
+@cached
 def reference_inverse(matrix: np.ndarray) -> np.ndarray:
     """Gauss-Jordan with partial pivoting on one matrix, in float64, one row at a time."""
     m = matrix.shape[0]

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from references import cached
 
 import ortops
 
@@ -21,6 +22,7 @@ NAMES = ["value", "value_spatial_shapes", "value_level_start_index", "sampling_l
 TOLERANCE = {np.float32: {"rtol": 1e-5, "atol": 1e-5}, np.float64: {"rtol": 1e-12, "atol": 1e-12}}
 
 
+@cached
 def reference(value: np.ndarray, shapes: np.ndarray, locations: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Point by point, in float64: bilinear samples with zero padding, weighted and summed.
     A non-finite location contributes nothing."""

@@ -4,32 +4,34 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from references import cached
 
 from ortest import run
 
 DOMAINS = [("mmcv", "NonMaxSuppression"), ("ortops", "NMS")]
 
 
+@cached
 def reference_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, offset: int) -> np.ndarray:
     """Greedy NMS one pair at a time, in the boxes' own dtype."""
     dt = boxes.dtype.type
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
     kept: list[int] = []
-    for i in order:
-        ok = True
-        for k in kept:
-            a, b = boxes[i], boxes[k]
-            w = max(dt(0), min(a[2], b[2]) - max(a[0], b[0]) + dt(offset))
-            h = max(dt(0), min(a[3], b[3]) - max(a[1], b[1]) + dt(offset))
-            inter = w * h
-            area_a = (a[2] - a[0] + dt(offset)) * (a[3] - a[1] + dt(offset))
-            area_b = (b[2] - b[0] + dt(offset)) * (b[3] - b[1] + dt(offset))
-            with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for i in order:
+            ok = True
+            for k in kept:
+                a, b = boxes[i], boxes[k]
+                w = max(dt(0), min(a[2], b[2]) - max(a[0], b[0]) + dt(offset))
+                h = max(dt(0), min(a[3], b[3]) - max(a[1], b[1]) + dt(offset))
+                inter = w * h
+                area_a = (a[2] - a[0] + dt(offset)) * (a[3] - a[1] + dt(offset))
+                area_b = (b[2] - b[0] + dt(offset)) * (b[3] - b[1] + dt(offset))
                 if inter / (area_a + area_b - inter) > dt(iou_threshold):
                     ok = False
                     break
-        if ok:
-            kept.append(i)
+            if ok:
+                kept.append(i)
     return np.array(kept, dtype=np.int64)
 
 

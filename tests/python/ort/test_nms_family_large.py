@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import test_batched_nms as tb
 import test_trt_nodes as tt
+from references import cached
 
 from ortest import run
 
@@ -270,6 +271,7 @@ def trt_batched_nms_reference(boxes, scores, keep_topk, iou_threshold, score_thr
     return [dets, labels, index]
 
 
+@cached
 def batched_trt_reference(boxes, scores, **a):
     """BatchedNMS(Dynamic)_TRT, as tt.batched_nms_reference."""
     batch, n = scores.shape[:2]
@@ -304,6 +306,7 @@ def batched_trt_reference(boxes, scores, **a):
     return [num, out_boxes, out_scores, out_classes]
 
 
+@cached
 def efficient_reference(boxes, scores, score_threshold, iou_threshold, max_output_boxes, class_agnostic=0, **_):
     """EfficientNMS_TRT (corner boxes, no anchors, no activation), as tt.efficient_nms_reference."""
     batch = scores.shape[0]

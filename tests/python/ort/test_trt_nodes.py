@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from references import cached
 
 import ortops
 
@@ -75,6 +76,7 @@ def _decode(box: np.ndarray, anchor: np.ndarray | None, coding: int) -> list:
         return [f32(v[0] - h0), f32(v[1] - h1), f32(v[0] + h0), f32(v[1] + h1)]
 
 
+@cached
 def efficient_nms_reference(
     boxes: np.ndarray,
     scores: np.ndarray,
@@ -648,6 +650,7 @@ def _batched_iou(kept: np.ndarray, candidate: np.ndarray, normalized: int, caffe
         return f32(size / f32(f32(size_a + size_b) - size))
 
 
+@cached
 def batched_nms_reference(
     boxes: np.ndarray,
     scores: np.ndarray,
@@ -957,6 +960,7 @@ def _bilinear(plane: np.ndarray, y: np.float32, x: np.float32, average: int) -> 
     return np.fmax(np.fmax(np.fmax(corners[0], corners[1]), corners[2]), corners[3])
 
 
+@cached
 def roi_align_trt_reference(
     x: np.ndarray,
     rois: np.ndarray,
