@@ -141,18 +141,30 @@ if [[ -z "${ORTOPS_ORT_ROOT:-}" ]]; then
   fetch_ort_headers
   fetch_ort_runtime
 fi
+make_venv "$ROOT/.venv-cuda" "$ROOT/deps/python-cuda.txt"  # CMake, nvcc and CCCL: the build's toolchain
+# The build needs only .venv-cuda and the headers: it compiles while pip fills the other
+# environments (mostly downloads and unpacking; torch alone is several GB). Its output is
+# printed when it ends.
+build_log="$ROOT/build/setup-build.log"
+if [[ $deps_only == 0 ]]; then
+  mkdir -p "$ROOT/build"
+  build_library >"$build_log" 2>&1 &
+  build_pid=$!
+fi
 make_venv "$ROOT/.venv" "$ROOT/deps/python-main.txt"
 make_venv "$ROOT/.venv-ort-min" "$ROOT/deps/python-ort-min.txt"
 make_venv "$ROOT/.venv-wheel" "$ROOT/deps/python-wheel.txt"  # scripts/build_wheel.sh, tests/python/test_wheel.py
-make_venv "$ROOT/.venv-cuda" "$ROOT/deps/python-cuda.txt"    # the device paths: the emulated device, the CUDA build
 if [[ $with_ray == 1 ]]; then
   make_venv "$ROOT/.venv-ray" "$ROOT/deps/python-ray.txt"  # examples/ray, tests/python/test_ray_example.py
 fi
 [[ -n "${ORTOPS_ORT_ROOT:-}" ]] || fetch_ort_windows
 if [[ $deps_only == 0 ]]; then
-  build_library
+  build_status=0
+  wait "$build_pid" || build_status=$?
+  cat "$build_log" >&2
+  [[ $build_status == 0 ]] || { log "the build failed (above; also in $build_log)"; exit "$build_status"; }
   install_package "$ROOT/.venv"
   install_package "$ROOT/.venv-ort-min"
   if [[ $with_ray == 1 ]]; then install_package "$ROOT/.venv-ray"; fi
 fi
-log "ready"
+log "ready ($SECONDS s)"
