@@ -72,6 +72,9 @@ EOS
     done
   fi
   [[ -n "$have_sanitizers" ]] && echo "asan-build: scripts/test_sanitizers.sh --step build"
+  # Early, so that the references it computes are in the cache (tests/python/references.py)
+  # when the other suites of tests/python/ort need them.
+  echo "python-main-ort: $PY $PYTEST tests/python/ort --junitxml $REPORTS/pytest-main-ort.xml"
   # The CUDA build (nvcc: long, so early), compiled for one GPU architecture (deps/versions.env);
   # without a GPU it is checked for what it links and that it loads and runs its CPU kernels,
   # in the newest and the oldest supported runtime.
@@ -88,7 +91,6 @@ EOS
     echo "asan-python after asan-build: ORTOPS_ISA=$widest_level scripts/test_sanitizers.sh --junit-dir $REPORTS --step python"
   fi
   echo "python-main${have_arm64:+ after arm64}: $PY $PYTEST tests/python --ignore=tests/python/ort --ignore=tests/python/cuda --junitxml $REPORTS/pytest-main.xml"
-  echo "python-main-ort: $PY $PYTEST tests/python/ort --junitxml $REPORTS/pytest-main-ort.xml"
   # Cross build, C++ tests and every op's models under Wine in two Windows runtimes at each
   # level, the Windows wheel and a MinGW consumer: a few minutes, nothing waits for it.
   [[ -z "$windows_missing" ]] && echo "windows: scripts/test_windows.sh --junit-dir $REPORTS"
