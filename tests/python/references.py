@@ -66,12 +66,13 @@ def cached(reference: Reference) -> Reference:
     return from_cache  # type: ignore[return-value]
 
 
-def roi_align_sample(plane: np.ndarray, y: float, x: float) -> float:
-    """One bilinear sample of a [H, W] plane by the RoIAlign rule, in the plane's dtype."""
+def roi_align_sample(plane: np.ndarray, y: float, x: float) -> Any:
+    """One bilinear sample of a [H, W] plane by the RoIAlign rule, in the plane's dtype; of
+    [..., H, W] planes, one per plane (the same arithmetic, element by element)."""
     t = plane.dtype.type
-    h, w = plane.shape
+    h, w = plane.shape[-2:]
     if h == 0 or w == 0 or y < -1.0 or y > h or x < -1.0 or x > w:
-        return t(0)
+        return np.zeros(plane.shape[:-2], plane.dtype)[()]
     y, x = max(y, t(0)), max(x, t(0))
     y_low, x_low = int(y), int(x)
     if y_low >= h - 1:
@@ -87,11 +88,20 @@ def roi_align_sample(plane: np.ndarray, y: float, x: float) -> float:
     ly, lx = y - t(y_low), x - t(x_low)
     hy, hx = t(1) - ly, t(1) - lx
     return (
-        hy * hx * plane[y_low, x_low]
-        + hy * lx * plane[y_low, x_high]
-        + ly * hx * plane[y_high, x_low]
-        + ly * lx * plane[y_high, x_high]
+        hy * hx * plane[..., y_low, x_low]
+        + hy * lx * plane[..., y_low, x_high]
+        + ly * hx * plane[..., y_high, x_low]
+        + ly * lx * plane[..., y_high, x_high]
     )
+
+
+def running_max(first: Any, rest: list) -> Any:
+    """Python's max([first, *rest]) element by element: a later value replaces the running
+    one only when greater (so a NaN that leads stays, and a later NaN is passed over)."""
+    best = first
+    for value in rest:
+        best = np.where(value > best, value, best)
+    return best
 
 
 def _bins(t: type, roi_h: Any, roi_w: Any, out_h: int, out_w: int, sampling_ratio: int, aligned: bool) -> tuple:
@@ -127,28 +137,27 @@ def roi_align(
         start_w, start_h = roi[1] * scale - shift, roi[2] * scale - shift
         roi_w, roi_h = roi[3] * scale - shift - start_w, roi[4] * scale - shift - start_h
         roi_h, roi_w, bin_h, bin_w, grid_h, grid_w = _bins(t, roi_h, roi_w, out_h, out_w, sampling_ratio, aligned)
-        for ch in range(c):
-            plane = features[image, ch]
-            for ph in range(out_h):
-                for pw in range(out_w):
-                    samples = [
-                        roi_align_sample(
-                            plane,
-                            start_h + t(ph) * bin_h + t(iy + 0.5) * bin_h / t(grid_h),
-                            start_w + t(pw) * bin_w + t(ix + 0.5) * bin_w / t(grid_w),
-                        )
-                        for iy in range(grid_h)
-                        for ix in range(grid_w)
-                    ]
-                    if mode == "avg":
-                        total = t(0)
-                        for s in samples:
-                            total += s
-                        out[r, ch, ph, pw] = total / t(max(len(samples), 1))
-                    elif compat:
-                        out[r, ch, ph, pw] = max([t(-10000), *samples])
-                    else:
-                        out[r, ch, ph, pw] = max(samples) if samples else t(0)
+        planes = features[image] if c else np.empty((0, h, w), features.dtype)  # every channel at once
+        for ph in range(out_h):
+            for pw in range(out_w):
+                samples = [
+                    roi_align_sample(
+                        planes,
+                        start_h + t(ph) * bin_h + t(iy + 0.5) * bin_h / t(grid_h),
+                        start_w + t(pw) * bin_w + t(ix + 0.5) * bin_w / t(grid_w),
+                    )
+                    for iy in range(grid_h)
+                    for ix in range(grid_w)
+                ]
+                if mode == "avg":
+                    total = t(0)
+                    for s in samples:
+                        total += s
+                    out[r, :, ph, pw] = total / t(max(len(samples), 1))
+                elif compat:
+                    out[r, :, ph, pw] = running_max(np.full(c, -10000, features.dtype), samples)
+                else:
+                    out[r, :, ph, pw] = running_max(samples[0], samples[1:]) if samples else t(0)
     return out
 
 
@@ -174,17 +183,16 @@ def roi_align_rotated(
         theta = -roi[5] if clockwise else roi[5]
         cos_t, sin_t = t(np.cos(theta)), t(np.sin(theta))
         roi_h, roi_w, bin_h, bin_w, grid_h, grid_w = _bins(t, roi_h, roi_w, out_h, out_w, sampling_ratio, aligned)
-        for ch in range(c):
-            plane = features[int(roi[0]), ch]
-            for ph in range(out_h):
-                for pw in range(out_w):
-                    total = t(0)
-                    for iy in range(grid_h):
-                        yy = -roi_h / t(2) + t(ph) * bin_h + t(iy + 0.5) * bin_h / t(grid_h)
-                        for ix in range(grid_w):
-                            xx = -roi_w / t(2) + t(pw) * bin_w + t(ix + 0.5) * bin_w / t(grid_w)
-                            total += roi_align_sample(plane, yy * cos_t - xx * sin_t + cy, yy * sin_t + xx * cos_t + cx)
-                    out[r, ch, ph, pw] = total / t(max(grid_h * grid_w, 1))
+        planes = features[int(roi[0])] if c else np.empty((0, h, w), features.dtype)  # every channel at once
+        for ph in range(out_h):
+            for pw in range(out_w):
+                total = t(0)
+                for iy in range(grid_h):
+                    yy = -roi_h / t(2) + t(ph) * bin_h + t(iy + 0.5) * bin_h / t(grid_h)
+                    for ix in range(grid_w):
+                        xx = -roi_w / t(2) + t(pw) * bin_w + t(ix + 0.5) * bin_w / t(grid_w)
+                        total += roi_align_sample(planes, yy * cos_t - xx * sin_t + cy, yy * sin_t + xx * cos_t + cx)
+                out[r, :, ph, pw] = total / t(max(grid_h * grid_w, 1))
     return out
 
 
