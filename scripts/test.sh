@@ -108,13 +108,11 @@ EOS
     echo "asan-device-on-cpu after asan-build: ORTOPS_ISA=$widest_level ORTOPS_SANITIZED_LIBRARY=libortops_device_on_cpu.so" \
       "scripts/test_sanitizers.sh --junit-dir $REPORTS --step python tests/python/ort/test_fuzz.py tests/python/ort/test_compat_files.py"
   fi
-  # (The fuzz test's full 2000 cases run against each library in the main and sanitizer
-  # suites; these two suites run a quarter of them.)
-  echo "python-ort-min: ORTOPS_FUZZ_CASES=500 .venv-ort-min/bin/python $PYTEST tests/python/ort --junitxml $REPORTS/pytest-ort-min.xml"
+  echo "python-ort-min: .venv-ort-min/bin/python $PYTEST tests/python/ort --junitxml $REPORTS/pytest-ort-min.xml"
   # The device path of every node (csrc/device/README.md), compiled for the host, through the
   # ONNX Runtime-level suite and the torchvision export tests, in place of the CPU kernels
   # (those of the TorchScript exporter: the dynamo exporter's graphs hold the same nodes).
-  echo "device-on-cpu: ORTOPS_FUZZ_CASES=500 ORTOPS_LIBRARY=$ROOT/build/libortops_device_on_cpu.so $PY $PYTEST tests/python/ort" \
+  echo "device-on-cpu: ORTOPS_LIBRARY=$ROOT/build/libortops_device_on_cpu.so $PY $PYTEST tests/python/ort" \
     "tests/python/torch/test_torchvision_export.py -k 'not dynamo' --junitxml $REPORTS/pytest-device-on-cpu.xml"
   # The library runs its hot loops at the widest instruction-set level the CPU has (the main
   # suite, where test_isa.py also checks that every level returns the same bits for random
