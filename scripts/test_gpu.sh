@@ -52,17 +52,59 @@ if [[ "${1:-}" == --stage ]]; then
   last=$((${#parts[@]} - 1))
   (cd "$dest" && sha256sum "$(basename "$wheel")") >".carry/$last/SHA256SUM"
   # The pinned ONNX Runtime headers (git-ignored, so not in the working tree there) travel too.
-  cp -r .deps/onnxruntime/include ".carry/$last/ort-include"
+  cp -r .deps/onnxruntime/include .carry/0/ort-include
   rmdir .carry/parts
   log "split $(basename "$wheel") into ${#parts[@]} parts: .carry/0 .. .carry/$last"
   exit 0
 fi
 
+# The CUDA build for the GPU at hand, on all cores (one unity file per core). The CPU library
+# too: the benchmark's status quo (the same node placed on the CPU).
+# It builds in a copy of the sources in /tmp, updated file by file where the content changed: the
+# device tool copies the working tree afresh with each call, and new times on every source would
+# make ninja rebuild everything that a build between calls already built.
+BUILD_SRC=/tmp/ortops-src
+build_for_gpu() {
+  "${PYTHON:-python3}" - "$ROOT" "$BUILD_SRC" <<'EOF'
+import filecmp, shutil, sys
+from pathlib import Path
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+for path in src.rglob("*"):
+    rel = path.relative_to(src)
+    if rel.parts[0] in {"build", ".carry", ".git", ".deps"} or rel.parts[0].startswith(".venv") or not path.is_file():
+        continue
+    target = dst / rel
+    if not target.is_file() or not filecmp.cmp(path, target, shallow=False):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+EOF
+  cd "$BUILD_SRC"
+  local ort_include=${ORTOPS_ORT_INCLUDE_DIR:-$ROOT/.deps/onnxruntime/include}
+  [[ -f "$ort_include/onnxruntime_c_api.h" ]] || ort_include=$STAGE/ort-include  # staged by --stage
+  local arch
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d '.')
+  cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DORTOPS_BUILD_TESTS=OFF \
+    -DORTOPS_ORT_INCLUDE_DIR="$ort_include" -DORTOPS_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${arch}-real" \
+    "-DORTOPS_CUDA_UNITY_GROUPS=$(nproc)" >/dev/null
+  cmake --build build/gpu --target ortops_cuda ortops ortops_manifest_json -j "$(nproc)"
+  cd "$ROOT"
+  log "built for sm_$arch"
+}
+
 if [[ "${1:-}" == --receive ]]; then
-  mkdir -p "$STAGE" && cp ".carry/$2"/* "$STAGE/"
+  mkdir -p "$STAGE" && cp -r ".carry/$2"/* "$STAGE/"
   log "part $2 kept in $STAGE ($(ls "$STAGE" | wc -l) files)"
+  # With the first part (it holds the headers) the build starts in its own session, so that it
+  # outlives this call and runs while the other parts travel.
+  if [[ "${3:-}" == --build ]]; then
+    setsid nohup bash -c "source '$ROOT/scripts/test_gpu.sh' --define-only; build_for_gpu" \
+      >"$STAGE/build.log" 2>&1 </dev/null &
+    echo $! >"$STAGE/build.pid"
+    log "build started in the background ($STAGE/build.log)"
+  fi
   exit 0
 fi
+[[ "${1:-}" == --define-only ]] && return 0
 
 QUICK=0
 [[ "${1:-}" == --quick ]] && QUICK=1
@@ -95,19 +137,16 @@ EOF
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 log "ONNX Runtime ready ($(elapsed))"
 
-# --- The CUDA build for the GPU at hand -----------------------------------------------------
-ort_include=${ORTOPS_ORT_INCLUDE_DIR:-$ROOT/.deps/onnxruntime/include}
-[[ -f "$ort_include/onnxruntime_c_api.h" ]] || ort_include=$STAGE/ort-include  # staged by --stage
-arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d '.')
-cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DORTOPS_BUILD_TESTS=OFF \
-  -DORTOPS_ORT_INCLUDE_DIR="$ort_include" \
-  -DORTOPS_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=${arch}-real" "-DORTOPS_CUDA_UNITY_GROUPS=$(nproc)" >/dev/null
-# The CPU library too: the benchmark's status quo (the same node placed on the CPU).
-cmake --build build/gpu --target ortops_cuda ortops ortops_manifest_json -j "$(nproc)"
-LIBRARY="$ROOT/build/gpu/cuda/libortops.so"
-log "built $LIBRARY for sm_$arch ($(elapsed))"
+# --- The CUDA build ---------------------------------------------------------------------------
+if [[ -f "$STAGE/build.pid" ]]; then
+  while kill -0 "$(cat "$STAGE/build.pid")" 2>/dev/null; do sleep 2; done
+  tail -n 5 "$STAGE/build.log"
+fi
+build_for_gpu  # nothing left to do when the background build got there
+LIBRARY="$BUILD_SRC/build/gpu/cuda/libortops.so"
+log "built $LIBRARY ($(elapsed))"
 
-export ORTOPS_LIBRARY="$LIBRARY" ORTOPS_CUDA_LIBRARY="$LIBRARY" ORTOPS_CPU_LIBRARY="$ROOT/build/gpu/libortops.so"
+export ORTOPS_LIBRARY="$LIBRARY" ORTOPS_CUDA_LIBRARY="$LIBRARY" ORTOPS_CPU_LIBRARY="$BUILD_SRC/build/gpu/libortops.so"
 export PYTHONPATH="$ROOT/python:$PYTHONPATH"
 failed=0
 # A hung kernel must not eat the session's device time: pytest-timeout ends that test.
