@@ -83,9 +83,12 @@ class Bench:
         options = ort.SessionOptions()
         if library:
             options.register_custom_ops_library(library)
+        providers = self.providers
         if only_device and self.cuda:
+            # ONNX Runtime refuses the CPU's provider named beside a disabled fallback to it.
+            providers = ["CUDAExecutionProvider"]
             options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        session = ort.InferenceSession(node.model(), options, providers=self.providers)
+        session = ort.InferenceSession(node.model(), options, providers=providers)
         binding = session.io_binding()
         # The binding holds raw pointers: the run function keeps the tensors alive.
         inputs = {name: tensor.contiguous() for name, tensor in node.inputs.items()}

@@ -156,12 +156,15 @@ PYTEST=("$PY" -m pytest -q -p no:cacheprovider --timeout 400 -rfE)
 selection=(tests/python/ort)
 # The tests that are about the CPU library itself (instruction-set levels, its thread pool).
 deselect=(--ignore=tests/python/ort/test_isa.py)
-ORTOPS_FUZZ_JOBS=4 ORTOPS_TEST_PROVIDERS=CUDAExecutionProvider "${PYTEST[@]}" -n 12 --maxfail 200 "${selection[@]}" "${deselect[@]}" \
+ORTOPS_FUZZ_JOBS=4 ORTOPS_TEST_PROVIDERS=CUDAExecutionProvider "${PYTEST[@]}" -n 8 --maxfail 200 "${selection[@]}" "${deselect[@]}" \
   --junitxml "$OUT/pytest-cuda-ep.xml" || failed=1
 log "suite on CUDAExecutionProvider done ($(elapsed))"
 
 # --- 2. The CUDA build, a whole model, sessions and threads -----------------------------------
-"${PYTEST[@]}" tests/python/cuda --junitxml "$OUT/pytest-cuda.xml" || failed=1
+# (Not the glibc check: this build links against the GPU machine's glibc, not the pinned
+# toolchain's that CI's wheel is built with.)
+"${PYTEST[@]}" tests/python/cuda --junitxml "$OUT/pytest-cuda.xml" \
+  --deselect tests/python/cuda/test_cuda_build.py::test_needs_no_glibc_newer_than_the_wheel_tag || failed=1
 
 # --- 3. compute-sanitizer ---------------------------------------------------------------------
 if [[ $QUICK == 0 ]]; then

@@ -115,6 +115,16 @@ ORTOPS_HD inline T DetectionOutputIoU(const T* kept, const T* candidate) {
                             candidate[2], candidate[3], DetectionOutputArea(candidate));
 }
 
+// v clamped to [0, 1] as TensorRT's and mmdeploy's CUDA kernels clamp boxes, fmaxf(fminf(v, 1), 0):
+// NaN becomes 1. The NaN is handled first and explicitly: nvcc compiles that min and max against
+// 1 and 0 into one saturating add (FADD.SAT in the SASS for sm_90), which turns NaN into 0
+// (seen on an H200).
+template <typename T>
+ORTOPS_HD inline T ClampToUnitAsCuda(T value) {
+  if (value != value) return T(1);
+  return std::fmax(std::fmin(value, T(1)), T(0));
+}
+
 // IoU as TensorRT's BatchedNMS_TRT plugin computes it (allClassNMS.cu since TensorRT 7.1,
 // Caffe semantics since 8.2), in float. Unlike DetectionOutputIoU above (the older kernel
 // mmdeploy's TRTBatchedNMS kept), each box's corners are sorted first and pixel boxes count

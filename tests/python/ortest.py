@@ -154,19 +154,32 @@ def mmcv_nms_model(**attributes: Any) -> onnx.ModelProto:
 PROVIDERS = os.environ.get("ORTOPS_TEST_PROVIDERS", "CPUExecutionProvider").split(",")
 
 
-@functools.lru_cache(maxsize=256)
-def _session(model_bytes: bytes, threads: int) -> ort.InferenceSession:
+# Sessions are kept for reuse, but on a GPU few: each holds its own cuBLAS and cuDNN handles and
+# memory arena, and 256 of them in each of a dozen test processes ran an H200 out of memory.
+_SESSIONS_KEPT = 256 if PROVIDERS == ["CPUExecutionProvider"] else 4
+
+
+@functools.lru_cache(maxsize=_SESSIONS_KEPT)
+def _session(model_bytes: bytes, threads: int, cpu_fallback: bool) -> ort.InferenceSession:
     options = ortops.session_options()
     options.intra_op_num_threads = threads
     options.log_severity_level = 4  # errors are asserted on; do not also print them
+    providers = PROVIDERS
     if "CPUExecutionProvider" not in PROVIDERS:
-        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    return ort.InferenceSession(model_bytes, options, providers=PROVIDERS)
+        if cpu_fallback:
+            providers = [*PROVIDERS, "CPUExecutionProvider"]
+        else:
+            options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    return ort.InferenceSession(model_bytes, options, providers=providers)
 
 
-def session(model: onnx.ModelProto, threads: int = 0) -> ort.InferenceSession:
-    """A cached session with ortops registered (threads=0: ORT's default), on PROVIDERS."""
-    return _session(model.SerializeToString(), threads)
+def session(model: onnx.ModelProto, threads: int = 0, cpu_fallback: bool = False) -> ort.InferenceSession:
+    """A cached session with ortops registered (threads=0: ORT's default), on PROVIDERS.
+
+    ``cpu_fallback``: a whole graph whose standard nodes a device's provider may leave on the
+    CPU (ONNX Runtime's CUDA provider keeps shape computations there) may still use it.
+    """
+    return _session(model.SerializeToString(), threads, cpu_fallback)
 
 
 def run(

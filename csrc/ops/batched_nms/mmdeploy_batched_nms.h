@@ -51,13 +51,6 @@ struct TrtBatchedNmsAttributes {
   int64_t clip_boxes, return_index;
 };
 
-// Clamped as the plugin's CUDA max(min(v, 1), 0): fminf / fmaxf, which return the other
-// operand for a NaN one.
-template <typename T>
-ORTOPS_HD inline T Clip(T value) {
-  return std::fmax(std::fmin(value, T(1)), T(0));
-}
-
 // The inputs of a TRTBatchedNMS (box size 4) or TRTBatchedRotatedNMS (5) node of a KernelIO
 // or a device::DeviceIO, checked, and its outputs' rows.
 template <typename T, int64_t kBoxSize>
@@ -118,7 +111,7 @@ struct TrtBatchedNmsRows {
   ORTOPS_HD void Write(int64_t b, int64_t row, const NmsCandidate<T>& d) const {
     const T* box = layout.At(b, d.box, d.cls);
     T* det = dets + row * (kBoxSize + 1);
-    for (int64_t k = 0; k < kBoxSize; ++k) det[k] = clip ? Clip(box[k]) : box[k];
+    for (int64_t k = 0; k < kBoxSize; ++k) det[k] = clip ? ClampToUnitAsCuda(box[k]) : box[k];
     det[kBoxSize] = d.score;
     labels[row] = d.cls;
     if (index != nullptr) index[row] = shared ? d.box : int64_t{d.cls} * count + d.box;

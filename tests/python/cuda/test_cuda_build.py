@@ -25,7 +25,7 @@ from ortest import make_model
 
 ROOT = Path(__file__).resolve().parents[3]
 LIBRARY = Path(os.environ.get("ORTOPS_CUDA_LIBRARY", ROOT / "build" / "cuda" / "libortops.so"))
-CPU_LIBRARY = ROOT / "build" / "libortops.so"
+CPU_LIBRARY = Path(os.environ.get("ORTOPS_CPU_LIBRARY", ROOT / "build" / "libortops.so"))
 # Every manylinux policy lets a wheel use these from the system (PEP 600).
 MANYLINUX_SYSTEM_LIBRARIES = {
     "libc.so.6",

@@ -39,13 +39,14 @@ def _detector_tail() -> onnx.ModelProto:
         "w_offsets": rng.standard_normal((18, channels, 3, 3)).astype(np.float32) * 0.05,
         "w_deform": rng.standard_normal((channels, channels, 3, 3)).astype(np.float32) * 0.1,
         "b_deform": rng.standard_normal(channels).astype(np.float32),
+        "no_mask": np.zeros(0, np.float32),  # DCNv1
     }
     nodes = [
         helper.make_node("Conv", ["image", "w_features"], ["features"], pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["features", "w_offsets"], ["offsets"], pads=[1, 1, 1, 1]),
         helper.make_node(
             "DeformConv2d",
-            ["features", "offsets", "w_deform", "b_deform"],
+            ["features", "offsets", "w_deform", "b_deform", "no_mask"],
             ["deformed"],
             domain="ortops",
             padding=[1, 1],
