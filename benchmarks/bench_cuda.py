@@ -104,10 +104,12 @@ class Bench:
         for name in node.outputs:
             binding.bind_output(name, self.device)
 
-        def run() -> list[torch.Tensor]:
+        # The outputs stay where the binding put them: a timed run copies nothing (fetched()
+        # brings them to torch for the checks).
+        def run() -> list[ort.OrtValue]:
             assert inputs
             session.run_with_iobinding(binding)
-            return [torch.from_numpy(v.numpy()) if not self.cuda else _to_torch(v) for v in binding.get_outputs()]
+            return binding.get_outputs()
 
         return run
 
@@ -130,9 +132,12 @@ class Bench:
         return statistics.median(times)
 
 
-def _to_torch(value: ort.OrtValue) -> torch.Tensor:
-    """An OrtValue in CUDA memory as a torch tensor (a copy, for checking only)."""
-    return torch.from_numpy(value.numpy()).cuda()
+def fetched(outputs: Any) -> Any:
+    """A session run's OrtValues as torch tensors on the benchmark's device (copies, for the
+    checks only); an anchor's torch outputs as they are."""
+    if isinstance(outputs, list) and outputs and isinstance(outputs[0], ort.OrtValue):
+        return [torch.from_numpy(v.numpy()).to("cuda" if v.device_name() == "cuda" else "cpu") for v in outputs]
+    return outputs
 
 
 @dataclass
@@ -391,9 +396,9 @@ def main() -> None:
         if args.only not in case.name:
             continue
         run = bench.session(case.node, bench.library, only_device=True)
-        ours = run()
+        ours = fetched(run())
         for anchor, check in case.same.items():
-            check(ours, case.anchors[anchor]())
+            check(ours, fetched(case.anchors[anchor]()))
         ours_ms = bench.time_ms(run)
         extra = ""
         if case.bytes_moved:

@@ -25,6 +25,11 @@ const OrtApi* InitApi(const OrtApiBase* base);
 // The API table; valid after a successful InitApi.
 const OrtApi& Api();
 
+// The table of API `version` (newer than kMinOrtApiVersion) where the runtime has it, else null:
+// for a newer function used only where present. Decided from the runtime's version string
+// (API N came with 1.N), so an older runtime is not asked and prints nothing.
+const OrtApi* ApiIfAvailable(uint32_t version);
+
 // Throws ortops::Error carrying the status message when status is an error (and releases it).
 void ThrowOnError(OrtStatus* status);
 

@@ -69,6 +69,14 @@ using Stream = void*;
 using Policy = decltype(thrust::cpp::par(std::declval<ThrustAllocator&>()));
 #endif
 
+// The GPU's scratch allocator (runtime_cuda.cu): blocks ordered on the kernel's stream.
+struct StreamOrderedAllocator : OrtAllocator {
+  OrtKernelContext* context = nullptr;
+  OrtAllocator* session = nullptr;
+  OrtMemoryInfo* memory_info = nullptr;
+  Stream stream{};
+};
+
 class DeviceIO {
  public:
   DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs);
@@ -159,7 +167,10 @@ class DeviceIO {
 
   KernelIO io_;
   Stream stream_{};
-  OrtAllocator* allocator_ = nullptr;
+  OrtMemoryInfo* memory_info_ = nullptr;
+  OrtAllocator* session_allocator_ = nullptr;
+  StreamOrderedAllocator stream_allocator_{};  // unused by the emulated device
+  OrtAllocator* allocator_ = nullptr;        // Allocate's and Thrust's
   mutable ThrustAllocator thrust_allocator_{nullptr};
 };
 

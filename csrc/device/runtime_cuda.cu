@@ -39,14 +39,51 @@ int DeviceOf(OrtKernelContext* context) {
   return id;
 }
 
-OrtAllocator* SessionAllocator(OrtKernelContext* context) {
+OrtMemoryInfo* CudaMemory(OrtKernelContext* context) {
   OrtMemoryInfo* info = nullptr;
   ThrowOnError(Api().CreateMemoryInfo("Cuda", OrtArenaAllocator, DeviceOf(context), OrtMemTypeDefault, &info));
+  return info;
+}
+
+OrtAllocator* SessionAllocator(OrtKernelContext* context, const OrtMemoryInfo* memory) {
   OrtAllocator* allocator = nullptr;
-  OrtStatus* status = Api().KernelContext_GetAllocator(context, info, &allocator);
-  Api().ReleaseMemoryInfo(info);
-  ThrowOnError(status);
+  ThrowOnError(Api().KernelContext_GetAllocator(context, memory, &allocator));
   return allocator;
+}
+
+// Scratch blocks in stream order. ONNX Runtime's CUDA arena hands a freed block to any stream
+// at once unless it was allocated on a stream, as KernelContext_GetScratchBuffer (API 18) does.
+// Concurrent Run calls use different streams, so a block freed when Compute returns, while its
+// work is still queued, could be overwritten by another run's kernel (seen on an H200: garbage
+// counts and illegal addresses with threads sharing a session). Runtimes of API 17 lack that
+// function: there the stream is synchronised before a block goes back.
+const OrtApi* ScratchApi() {
+  static const OrtApi* const api = ApiIfAvailable(18);
+  return api;
+}
+
+void* AllocateOnStream(OrtAllocator* self, size_t bytes) {
+  auto* allocator = static_cast<StreamOrderedAllocator*>(self);
+  const OrtApi* api = ScratchApi();
+  if (api == nullptr) return allocator->session->Alloc(allocator->session, bytes);
+  void* data = nullptr;
+  if (OrtStatus* status = api->KernelContext_GetScratchBuffer(allocator->context, allocator->memory_info, bytes, &data)) {
+    api->ReleaseStatus(status);
+    return nullptr;  // reported by the caller as a failed allocation
+  }
+  return data;
+}
+
+void FreeOnStream(OrtAllocator* self, void* data) {
+  auto* allocator = static_cast<StreamOrderedAllocator*>(self);
+  // An error here is the stream's, and the next call on it reports it.
+  if (ScratchApi() == nullptr) static_cast<void>(cudaStreamSynchronize(allocator->stream));
+  allocator->session->Free(allocator->session, data);
+}
+
+const OrtMemoryInfo* InfoOf(const OrtAllocator* self) {
+  const auto* allocator = static_cast<const StreamOrderedAllocator*>(self);
+  return allocator->session->Info(allocator->session);
 }
 
 cudaStream_t ComputeStream(OrtKernelContext* context) {
@@ -68,10 +105,24 @@ void ThrustAllocator::deallocate(char* data, size_t) noexcept { allocator_->Free
 DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
     : io_(context, inputs),
       stream_(ComputeStream(context)),
-      allocator_(SessionAllocator(context)),
-      thrust_allocator_(allocator_) {}
+      memory_info_(CudaMemory(context)),
+      session_allocator_(SessionAllocator(context, memory_info_)),
+      allocator_(&stream_allocator_),
+      thrust_allocator_(allocator_) {
+  stream_allocator_.version = kMinOrtApiVersion;
+  stream_allocator_.Alloc = AllocateOnStream;
+  stream_allocator_.Free = FreeOnStream;
+  stream_allocator_.Info = InfoOf;
+  stream_allocator_.context = context;
+  stream_allocator_.session = session_allocator_;
+  stream_allocator_.memory_info = memory_info_;
+  stream_allocator_.stream = stream_;
+}
 
-DeviceIO::~DeviceIO() { Api().ReleaseAllocator(allocator_); }
+DeviceIO::~DeviceIO() {
+  Api().ReleaseAllocator(session_allocator_);
+  Api().ReleaseMemoryInfo(memory_info_);
+}
 
 Policy DeviceIO::policy() const { return thrust::cuda::par_nosync(thrust_allocator_).on(stream_); }
 

@@ -10,13 +10,15 @@
 namespace ortops::device {
 namespace {
 
-OrtAllocator* SessionAllocator(OrtKernelContext* context) {
+OrtMemoryInfo* CpuMemory() {
   OrtMemoryInfo* cpu = nullptr;
   ThrowOnError(Api().CreateCpuMemoryInfo(OrtArenaAllocator, OrtMemTypeDefault, &cpu));
+  return cpu;
+}
+
+OrtAllocator* SessionAllocator(OrtKernelContext* context, const OrtMemoryInfo* memory) {
   OrtAllocator* allocator = nullptr;
-  OrtStatus* status = Api().KernelContext_GetAllocator(context, cpu, &allocator);
-  Api().ReleaseMemoryInfo(cpu);
-  ThrowOnError(status);
+  ThrowOnError(Api().KernelContext_GetAllocator(context, memory, &allocator));
   return allocator;
 }
 
@@ -30,10 +32,18 @@ char* ThrustAllocator::allocate(std::ptrdiff_t bytes) {
 
 void ThrustAllocator::deallocate(char* data, size_t) noexcept { allocator_->Free(allocator_, data); }
 
+// The stream is the calling thread: a freed block is reused only by later work.
 DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
-    : io_(context, inputs), allocator_(SessionAllocator(context)), thrust_allocator_(allocator_) {}
+    : io_(context, inputs),
+      memory_info_(CpuMemory()),
+      session_allocator_(SessionAllocator(context, memory_info_)),
+      allocator_(session_allocator_),
+      thrust_allocator_(allocator_) {}
 
-DeviceIO::~DeviceIO() { Api().ReleaseAllocator(allocator_); }
+DeviceIO::~DeviceIO() {
+  Api().ReleaseAllocator(session_allocator_);
+  Api().ReleaseMemoryInfo(memory_info_);
+}
 
 Policy DeviceIO::policy() const { return thrust::cpp::par(thrust_allocator_); }
 

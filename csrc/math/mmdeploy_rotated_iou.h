@@ -105,6 +105,10 @@ ORTOPS_HD inline bool HullBefore(Point<T> a, Point<T> b) {
 // more than 16 elements are partitioned around a median of three (recursing on the right
 // part), then the whole is insertion-sorted. With an order that is not strict weak, other
 // sorts would leave other permutations. n <= 24, so the depth limit is never reached.
+// libstdc++'s scans are unguarded: they stop at an element that a strict weak order puts
+// there, and with this order can run past the range (on an H200, whose cosf rounds some
+// degenerate boxes' corners otherwise than glibc, they did: an illegal address). Here each
+// scan stops at the range's end as well; where libstdc++ stays inside, nothing changes.
 template <typename T>
 ORTOPS_HD inline void PartitionAsLibstdcxx(Point<T>* first, Point<T>* last) {
   while (last - first > 16) {
@@ -121,13 +125,14 @@ ORTOPS_HD inline void PartitionAsLibstdcxx(Point<T>* first, Point<T>* last) {
     Point<T>* left = first + 1;
     Point<T>* right = last;
     while (true) {
-      while (HullBefore(*left, *first)) ++left;
+      while (left < last && HullBefore(*left, *first)) ++left;
       --right;
-      while (HullBefore(*first, *right)) --right;
+      while (right > first && HullBefore(*first, *right)) --right;
       if (!(left < right)) break;
       std::swap(*left, *right);
       ++left;
     }
+    if (left == last) return;  // every element before the pivot: the insertion sort finishes
     PartitionAsLibstdcxx(left, last);
     last = left;
   }
@@ -145,7 +150,7 @@ ORTOPS_HD inline void SortAsLibstdcxx(Point<T>* first, Point<T>* last) {
     if (i - first < 16 && HullBefore(value, *first)) {
       for (; hole > first; --hole) *hole = *(hole - 1);
     } else {
-      for (; HullBefore(value, *(hole - 1)); --hole) *hole = *(hole - 1);
+      for (; hole > first && HullBefore(value, *(hole - 1)); --hole) *hole = *(hole - 1);
     }
     *hole = value;
   }
