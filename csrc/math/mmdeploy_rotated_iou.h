@@ -133,8 +133,15 @@ ORTOPS_HD inline void PartitionAsLibstdcxx(Point<T>* first, Point<T>* last) {
       ++left;
     }
     if (left == last) return;  // every element before the pivot: the insertion sort finishes
-    PartitionAsLibstdcxx(left, last);
-    last = left;
+    // libstdc++ recurses on the right part, then loops on the left. With n <= 24 at most one
+    // of the two has more than 16 elements, and they are disjoint, so going on with that one
+    // does the same without recursion (a recursive device function gets CUDA's default
+    // 1 KiB stack, which this call chain overflowed on an H200: an illegal address).
+    if (last - left > 16) {
+      first = left;
+    } else {
+      last = left;
+    }
   }
 }
 
