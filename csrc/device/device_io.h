@@ -111,7 +111,8 @@ class DeviceIO {
 
   // `count` uninitialised elements of device memory from the session's allocator. Freed when
   // the Scratch goes out of scope; work queued on the stream that still uses it stays safe,
-  // because the allocator hands the memory out again only to work queued after it.
+  // because the memory is allocated in stream order (runtime_cuda.cu): the arena hands it out
+  // again only to work queued after it on this stream, or once the streams have met.
   template <typename T>
   Scratch<T> Allocate(size_t count) const {
     return Scratch<T>(count == 0 ? nullptr : allocator_, count);
@@ -170,7 +171,7 @@ class DeviceIO {
   OrtMemoryInfo* memory_info_ = nullptr;
   OrtAllocator* session_allocator_ = nullptr;
   StreamOrderedAllocator stream_allocator_{};  // unused by the emulated device
-  OrtAllocator* allocator_ = nullptr;        // Allocate's and Thrust's
+  OrtAllocator* allocator_ = nullptr;          // Allocate's and Thrust's
   mutable ThrustAllocator thrust_allocator_{nullptr};
 };
 

@@ -67,7 +67,8 @@ void* AllocateOnStream(OrtAllocator* self, size_t bytes) {
   const OrtApi* api = ScratchApi();
   if (api == nullptr) return allocator->session->Alloc(allocator->session, bytes);
   void* data = nullptr;
-  if (OrtStatus* status = api->KernelContext_GetScratchBuffer(allocator->context, allocator->memory_info, bytes, &data)) {
+  if (OrtStatus* status =
+          api->KernelContext_GetScratchBuffer(allocator->context, allocator->memory_info, bytes, &data)) {
     api->ReleaseStatus(status);
     return nullptr;  // reported by the caller as a failed allocation
   }

@@ -130,8 +130,7 @@ struct TrtBatchedRows {
   ORTOPS_HD void Write(int64_t b, int64_t row, const NmsCandidate<float>& d) const {
     const T* box = boxes + 4 * index(b, d);
     for (int i = 0; i < 4; ++i) {
-      out_boxes[4 * row + i] =
-          clip ? static_cast<T>(ClampToUnitAsCuda(static_cast<float>(box[i]))) : box[i];
+      out_boxes[4 * row + i] = clip ? static_cast<T>(ClampToUnitAsCuda(static_cast<float>(box[i]))) : box[i];
     }
     out_scores[row] = static_cast<T>(d.score);
     out_classes[row] = static_cast<T>(static_cast<float>(d.cls));
