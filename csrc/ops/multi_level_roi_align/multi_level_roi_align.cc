@@ -219,6 +219,7 @@ class MultiLevelKernel : public OpKernel<T, kSchemaOf<Node>, LevelAttributes<Nod
     std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
+      ScratchVector<A> frame(io.Allocator<A>());  // rotated rois' sample rows and columns
       roi_pooling::PoolScratch<T, A> scratch(io, any_channels_last, channels, bins);
       for (size_t position = begin; position < end; ++position) {
         const int64_t r = order[position];
@@ -230,7 +231,8 @@ class MultiLevelKernel : public OpKernel<T, kSchemaOf<Node>, LevelAttributes<Nod
         const int64_t per_bin = g.grid_h * g.grid_w;
         taps.resize(static_cast<size_t>(bins * per_bin));
         if constexpr (Node::kRotated) {
-          roi_pooling::RotatedRoiTaps(g, pooling, source.height, source.width, taps.data());
+          frame.resize(static_cast<size_t>(roi_pooling::RotatedFrameValues(g, pooling)));
+          roi_pooling::RotatedRoiTaps(g, pooling, source.height, source.width, frame.data(), taps.data());
         } else {
           roi_pooling::AlignedRoiTaps(g, pooling, source.height, source.width, taps.data());
         }

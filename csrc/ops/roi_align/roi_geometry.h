@@ -196,13 +196,20 @@ struct RotatedRoi {
   int64_t grid_h, grid_w;
   A roi_height, roi_width;
 
-  // Sample (iy, ix) of bin (ph, pw): at (xx, yy) in the roi's frame, read at
-  // x = yy sin + xx cos + cx, y = yy cos - xx sin + cy.
+  // Sample (iy, ix) of bin (ph, pw): at (xx, yy) = (FrameX(pw, ix), FrameY(ph, iy)) in the
+  // roi's frame, read at x = yy sin + xx cos + cx, y = yy cos - xx sin + cy.
   ORTOPS_HD void Sample(int64_t ph, int64_t pw, int64_t iy, int64_t ix, A& y, A& x) const {
-    const A yy = start_h + static_cast<A>(ph) * bin_h +
-                 static_cast<A>(static_cast<A>(iy) + A(0.5)) * bin_h / static_cast<A>(grid_h);
-    const A xx = start_w + static_cast<A>(pw) * bin_w +
-                 static_cast<A>(static_cast<A>(ix) + A(0.5)) * bin_w / static_cast<A>(grid_w);
+    FromFrame(FrameY(ph, iy), FrameX(pw, ix), y, x);
+  }
+  ORTOPS_HD A FrameY(int64_t ph, int64_t iy) const {
+    return start_h + static_cast<A>(ph) * bin_h +
+           static_cast<A>(static_cast<A>(iy) + A(0.5)) * bin_h / static_cast<A>(grid_h);
+  }
+  ORTOPS_HD A FrameX(int64_t pw, int64_t ix) const {
+    return start_w + static_cast<A>(pw) * bin_w +
+           static_cast<A>(static_cast<A>(ix) + A(0.5)) * bin_w / static_cast<A>(grid_w);
+  }
+  ORTOPS_HD void FromFrame(A yy, A xx, A& y, A& x) const {
     y = yy * cos_theta - xx * sin_theta + center_h;
     x = yy * sin_theta + xx * cos_theta + center_w;
   }
