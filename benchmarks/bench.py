@@ -64,6 +64,9 @@ def onnx_session(model: onnx.ModelProto, threads: int, with_ortops: bool) -> ort
     options = ortops.session_options() if with_ortops else ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    # Runs of several sessions are timed in turn: a pool that spins after its run would take a
+    # core from the next session's run on a 2-core machine.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

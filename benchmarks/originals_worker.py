@@ -50,6 +50,8 @@ class Worker:
             options.register_custom_ops_library(self.library)
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
+            # As bench.py's sessions: no pool spinning into the next session's timed runs.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             self.sessions[model, threads] = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
         return self.sessions[model, threads]
 

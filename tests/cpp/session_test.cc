@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -94,6 +95,22 @@ std::vector<int64_t> RunNms(Ort::Session& session, std::vector<float> boxes, std
 const std::vector<float> kBoxes{0, 0, 10, 10, 20, 20, 30, 30, 1, 1, 11, 11};
 const std::vector<float> kScores{0.9f, 0.7f, 0.8f};
 const std::vector<int64_t> kKept{0, 1};
+
+// The device path's stream-ordered scratch uses API 18 where the runtime has it; a runtime is
+// asked for no table it lacks (its GetApi would print an error). Runs against 1.17 and 1.31
+// (scripts/test_windows.sh), where the answer for 18 differs.
+TEST(OrtApi, NewerTablesOnlyWhereTheRuntimeHasThem) {
+  ASSERT_NE(InitApi(OrtGetApiBase()), nullptr);
+  unsigned major = 0, minor = 0;
+  ASSERT_EQ(std::sscanf(OrtGetApiBase()->GetVersionString(), "%u.%u", &major, &minor), 2);
+  ASSERT_EQ(major, 1u);
+  EXPECT_NE(ApiIfAvailable(minor), nullptr);
+  EXPECT_EQ(ApiIfAvailable(minor + 1), nullptr);
+  EXPECT_EQ(ApiIfAvailable(18) != nullptr, minor >= 18);
+  if (const OrtApi* api = ApiIfAvailable(18)) {
+    EXPECT_NE(api->KernelContext_GetScratchBuffer, nullptr);
+  }
+}
 
 TEST(Session, RunsMmcvNonMaxSuppression) {
   Ort::Session session = MakeSession(MakeModel(NmsNode()));
