@@ -7,9 +7,12 @@
 #   scripts/test_gpu.sh --stage [PART_MB]   here, with network: download the pinned
 #       onnxruntime-gpu wheel (deps/python-ort-gpu.txt) and split it into .carry/0, .carry/1, ...
 #       (git-ignored), each small enough to travel to the GPU machine with one call
-#   scripts/test_gpu.sh --receive K        there: keep part K (from .carry/K) in /tmp/ortops-stage
+#   scripts/test_gpu.sh --receive K [--build]   there: keep part K (from .carry/K) in
+#       /tmp/ortops-stage; with --build (part 0, which also carries the ONNX Runtime headers),
+#       start the CUDA build in its own session, so that it runs while the other parts travel
 #   scripts/test_gpu.sh [--quick]          there: reassemble and install onnxruntime-gpu (or use
-#       one already importable), build cuda/libortops.so for the GPU at hand on all cores, then
+#       one already importable), build cuda/libortops.so for the GPU at hand on all cores (or
+#       wait for the build --build started), then
 #         1. every ONNX Runtime-level test with every node on CUDAExecutionProvider alone
 #            (ORTOPS_TEST_PROVIDERS: a node ONNX Runtime would place on the CPU fails its test),
 #            against the same references and errors as on the CPU;
@@ -20,13 +23,15 @@
 #       and writes its logs, the JUnit files and the benchmark's JSON to $OUT (or build/gpu-results).
 #       --quick skips 3 (racecheck alone can take longer than a session's device time).
 #
-# With the project's device tool: `--stage` here, then one call per part, each carrying
-# .carry/K and running `bash scripts/test_gpu.sh --receive K`, the last one also running
-# `bash scripts/test_gpu.sh`, within the machine's warm window between calls (30 s idle).
-# Device time is short (15 minutes a session, starts and transfers included): about 2 minutes
-# go to the transfers and 4 to the build on 16 cores, so a first session runs `--quick` and
-# keeps time for a rerun after a fix. Record the date, the device and the figures it prints
-# in the README's GPU section.
+# With the project's device tool (as on 2026-11-26, on an H200): `--stage` here, then five
+# calls back to back, each carrying .carry/K: `bash scripts/test_gpu.sh --receive 0 --build`,
+# `--receive 1` to `--receive 3`, and last `bash scripts/test_gpu.sh --receive 4 && bash
+# scripts/test_gpu.sh --quick`. The machine stays warm 30 s between calls, and what /tmp holds
+# is lost when it goes back. Device time is short (15 minutes a session, starts and transfers
+# included). One round took about 2.5 minutes there: a minute for the start and transfers,
+# 45 s for the build, 35 s for the suite (8 processes), 10 s for tests/python/cuda, 30 s for
+# the benchmark. That leaves time for a few rounds of fixes. Record the date, the device and
+# the figures it prints in the README's GPU section.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
