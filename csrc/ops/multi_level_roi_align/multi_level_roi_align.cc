@@ -218,8 +218,7 @@ class MultiLevelKernel : public OpKernel<T, kSchemaOf<Node>, LevelAttributes<Nod
     };
     std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
-      ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
-      ScratchVector<A> frame(io.Allocator<A>());  // rotated rois' sample rows and columns
+      roi_pooling::RoiTaps<A> taps(io);
       roi_pooling::PoolScratch<T, A> scratch(io, any_channels_last, channels, bins);
       for (size_t position = begin; position < end; ++position) {
         const int64_t r = order[position];
@@ -228,16 +227,8 @@ class MultiLevelKernel : public OpKernel<T, kSchemaOf<Node>, LevelAttributes<Nod
         const roi_pooling::PoolSource<T, A>& source = sources[l];
         const auto g = geometry(roi, attributes.Scale(l));
         roi_pooling::CheckGrid(g, pooling);
-        const int64_t per_bin = g.grid_h * g.grid_w;
-        taps.resize(static_cast<size_t>(bins * per_bin));
-        if constexpr (Node::kRotated) {
-          frame.resize(static_cast<size_t>(roi_pooling::RotatedFrameValues(g, pooling)));
-          roi_pooling::RotatedRoiTaps(g, pooling, source.height, source.width, frame.data(), taps.data());
-        } else {
-          roi_pooling::AlignedRoiTaps(g, pooling, source.height, source.width, taps.data());
-        }
-        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, per_bin, attributes.mode,
-                             output + r * channels * bins, scratch);
+        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.Of(g, pooling, source.height, source.width),
+                             bins, g.grid_h * g.grid_w, attributes.mode, output + r * channels * bins, scratch);
       }
     });
   }

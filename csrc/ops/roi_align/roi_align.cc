@@ -93,15 +93,13 @@ class RoiAlignKernel : public OpKernel<T, kSchema, RoiAlignAttributes<ComputeTyp
     // mmcv raised the sides of a legacy (not aligned) roi to 1.
     const A min_side = pooling.aligned ? roi_pooling::kNoMinSide<A> : A(1);
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
-      ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
+      roi_pooling::RoiTaps<A> taps(io);
       roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const A* roi = rois.data + 5 * r;
         const auto g = roi_pooling::AlignedRoiGeometry(roi + 1, scale, min_side, pooling);
-        taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
-        roi_pooling::AlignedRoiTaps(g, pooling, height, width, taps.data());
-        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w,
-                             attributes.mode, output + r * channels * bins, scratch);
+        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.Of(g, pooling, height, width), bins,
+                             g.grid_h * g.grid_w, attributes.mode, output + r * channels * bins, scratch);
       }
     });
   }

@@ -20,54 +20,71 @@
 
 namespace ortops::roi_pooling {
 
-// The taps of every bin of `g` on a height x width map, bin by bin (row-major), each bin's
-// grid_h x grid_w samples row by row: bins * grid_h * grid_w of them.
+// The taps of one roi at a time, for a ParallelFor task: every bin of the roi's geometry on a
+// height x width map, bin by bin (row-major), each bin's grid_h x grid_w samples row by row
+// (bins * grid_h * grid_w of them). The coordinates of the samples' rows and columns are
+// computed first, each once per roi rather than once per sample (the same values: a division
+// per sample saved).
 template <typename A>
-void AlignedRoiTaps(const AlignedRoi<A>& g, const PoolingAttributes& pooling, int64_t height, int64_t width,
-                    BilinearTap<A>* taps) {
-  for (int64_t ph = 0; ph < pooling.output_height; ++ph) {
+class RoiTaps {
+ public:
+  explicit RoiTaps(const KernelIO& io) : taps_(io.Allocator<BilinearTap<A>>()), frame_(io.Allocator<A>()) {}
+
+  const BilinearTap<A>* Of(const AlignedRoi<A>& g, const PoolingAttributes& pooling, int64_t height, int64_t width) {
+    A* xs = Prepare(g.grid_h, g.grid_w, pooling);
     for (int64_t pw = 0; pw < pooling.output_width; ++pw) {
-      for (int64_t iy = 0; iy < g.grid_h; ++iy) {
-        const A y = g.SampleY(ph, iy);
-        for (int64_t ix = 0; ix < g.grid_w; ++ix) *taps++ = RoiAlignTap(y, g.SampleX(pw, ix), height, width);
-      }
+      for (int64_t ix = 0; ix < g.grid_w; ++ix) xs[pw * g.grid_w + ix] = g.SampleX(pw, ix);
     }
-  }
-}
-
-// As AlignedRoiTaps: a sample at (xx, yy) in the roi's frame is read at
-// x = yy sin + xx cos + cx, y = yy cos - xx sin + cy. The frame coordinates of the samples'
-// rows and columns go to `frame` first (RotatedFrameValues of them), each computed once
-// instead of once per sample: the same values, a quarter of the time per roi at 2 x 2 samples.
-template <typename A>
-int64_t RotatedFrameValues(const RotatedRoi<A>& g, const PoolingAttributes& pooling) {
-  return pooling.output_height * g.grid_h + pooling.output_width * g.grid_w;
-}
-
-template <typename A>
-void RotatedRoiTaps(const RotatedRoi<A>& g, const PoolingAttributes& pooling, int64_t height, int64_t width, A* frame,
-                    BilinearTap<A>* taps) {
-  A* const frame_y = frame;
-  A* const frame_x = frame + pooling.output_height * g.grid_h;
-  for (int64_t ph = 0; ph < pooling.output_height; ++ph) {
-    for (int64_t iy = 0; iy < g.grid_h; ++iy) frame_y[ph * g.grid_h + iy] = g.FrameY(ph, iy);
-  }
-  for (int64_t pw = 0; pw < pooling.output_width; ++pw) {
-    for (int64_t ix = 0; ix < g.grid_w; ++ix) frame_x[pw * g.grid_w + ix] = g.FrameX(pw, ix);
-  }
-  for (int64_t ph = 0; ph < pooling.output_height; ++ph) {
-    for (int64_t pw = 0; pw < pooling.output_width; ++pw) {
-      for (int64_t iy = 0; iy < g.grid_h; ++iy) {
-        const A yy = frame_y[ph * g.grid_h + iy];
-        for (int64_t ix = 0; ix < g.grid_w; ++ix) {
-          A y, x;
-          g.FromFrame(yy, frame_x[pw * g.grid_w + ix], y, x);
-          *taps++ = RoiAlignTap(y, x, height, width);
+    BilinearTap<A>* tap = taps_.data();
+    for (int64_t ph = 0; ph < pooling.output_height; ++ph) {
+      for (int64_t pw = 0; pw < pooling.output_width; ++pw) {
+        for (int64_t iy = 0; iy < g.grid_h; ++iy) {
+          const A y = g.SampleY(ph, iy);
+          for (int64_t ix = 0; ix < g.grid_w; ++ix) *tap++ = RoiAlignTap(y, xs[pw * g.grid_w + ix], height, width);
         }
       }
     }
+    return taps_.data();
   }
-}
+
+  // A sample at (xx, yy) in the roi's frame is read at x = yy sin + xx cos + cx,
+  // y = yy cos - xx sin + cy.
+  const BilinearTap<A>* Of(const RotatedRoi<A>& g, const PoolingAttributes& pooling, int64_t height, int64_t width) {
+    A* xs = Prepare(g.grid_h, g.grid_w, pooling);
+    A* ys = xs + pooling.output_width * g.grid_w;
+    for (int64_t pw = 0; pw < pooling.output_width; ++pw) {
+      for (int64_t ix = 0; ix < g.grid_w; ++ix) xs[pw * g.grid_w + ix] = g.FrameX(pw, ix);
+    }
+    for (int64_t ph = 0; ph < pooling.output_height; ++ph) {
+      for (int64_t iy = 0; iy < g.grid_h; ++iy) ys[ph * g.grid_h + iy] = g.FrameY(ph, iy);
+    }
+    BilinearTap<A>* tap = taps_.data();
+    for (int64_t ph = 0; ph < pooling.output_height; ++ph) {
+      for (int64_t pw = 0; pw < pooling.output_width; ++pw) {
+        for (int64_t iy = 0; iy < g.grid_h; ++iy) {
+          const A yy = ys[ph * g.grid_h + iy];
+          for (int64_t ix = 0; ix < g.grid_w; ++ix) {
+            A y, x;
+            g.FromFrame(yy, xs[pw * g.grid_w + ix], y, x);
+            *tap++ = RoiAlignTap(y, x, height, width);
+          }
+        }
+      }
+    }
+    return taps_.data();
+  }
+
+ private:
+  // Room for the taps and the frame (columns, then rows); the columns' start.
+  A* Prepare(int64_t grid_h, int64_t grid_w, const PoolingAttributes& pooling) {
+    taps_.resize(static_cast<size_t>(pooling.bins() * grid_h * grid_w));
+    frame_.resize(static_cast<size_t>(pooling.output_width * grid_w + pooling.output_height * grid_h));
+    return frame_.data();
+  }
+
+  ScratchVector<BilinearTap<A>> taps_;
+  ScratchVector<A> frame_;
+};
 
 // out[bin] = mean of the bin's `per_bin` consecutive taps on `map` (0 for a bin without
 // taps; an empty map reads 0). A is the compute type; map and out hold T (float16 for A =

@@ -90,18 +90,14 @@ class RoiAlignRotatedKernel : public OpKernel<T, kSchema, RotatedAttributes> {
     const bool channels_last = source.channels_last != nullptr;
     const roi_pooling::RotatedGeometry<A> geometry = attributes.Geometry<A>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
-      ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
-      ScratchVector<A> frame(io.Allocator<A>());
+      roi_pooling::RoiTaps<A> taps(io);
       roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const A* roi = rois.data + 6 * r;
         const auto g = geometry(roi + 1);
         roi_pooling::CheckGrid(g, pooling);
-        taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
-        frame.resize(static_cast<size_t>(roi_pooling::RotatedFrameValues(g, pooling)));
-        roi_pooling::RotatedRoiTaps(g, pooling, height, width, frame.data(), taps.data());
-        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.data(), bins, g.grid_h * g.grid_w,
-                             roi_pooling::kAveragePool<A>, output + r * channels * bins, scratch);
+        roi_pooling::PoolRoi(source, static_cast<int64_t>(roi[0]), taps.Of(g, pooling, height, width), bins,
+                             g.grid_h * g.grid_w, roi_pooling::kAveragePool<A>, output + r * channels * bins, scratch);
       }
     });
   }

@@ -100,21 +100,20 @@ class TrtRoiAlignKernel : public OpKernel<T, kSchema, TrtAttributes> {
                                                width};
     const roi_pooling::AlignedGeometry<A> geometry = attributes.Geometry<A>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
-      ScratchVector<BilinearTap<A>> taps(io.Allocator<BilinearTap<A>>());
+      roi_pooling::RoiTaps<A> roi_taps(io);
       roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const auto g = geometry(rois + 4 * r);
         roi_pooling::CheckGrid(g, pooling);
-        taps.resize(static_cast<size_t>(bins * g.grid_h * g.grid_w));
-        roi_pooling::AlignedRoiTaps(g, pooling, height, width, taps.data());
+        const BilinearTap<A>* taps = roi_taps.Of(g, pooling, height, width);
         const int64_t image = batch_indices.data[r], per_bin = g.grid_h * g.grid_w;
         T* out = output + r * channels * bins;
         if (average) {
-          roi_pooling::PoolRoi(source, image, taps.data(), bins, per_bin, roi_pooling::kAveragePool<A>, out, scratch);
+          roi_pooling::PoolRoi(source, image, taps, bins, per_bin, roi_pooling::kAveragePool<A>, out, scratch);
           continue;
         }
         for (int64_t c = 0; c < channels; ++c) {
-          MaxPool(plane == 0 ? nullptr : input.data + (image * channels + c) * plane, taps.data(), bins, per_bin,
+          MaxPool(plane == 0 ? nullptr : input.data + (image * channels + c) * plane, taps, bins, per_bin,
                   out + c * bins);
         }
       }
