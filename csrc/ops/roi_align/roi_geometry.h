@@ -136,28 +136,31 @@ void CheckGrid(const Geometry& g, const PoolingAttributes& pooling) {
 template <typename A>
 constexpr A kNoMinSide = -std::numeric_limits<A>::infinity();
 
+// Along one axis of a roi's frame: sample i of bin p, for bins of size `bin` from `start`
+// with `grid` samples each (mmcv's and torchvision's arithmetic, in this order).
+template <typename A>
+ORTOPS_HD A SampleInFrame(A start, A bin, int64_t p, int64_t i, int64_t grid) {
+  return start + static_cast<A>(p) * bin + static_cast<A>(static_cast<A>(i) + A(0.5)) * bin / static_cast<A>(grid);
+}
+
 // An axis-aligned roi on its feature map: the corner its bins start from, their size, and the
-// samples per bin along each axis.
+// samples per bin along each axis. Its frame is the map's own. (RotatedRoi has the same
+// interface: sample (iy, ix) of bin (ph, pw) is at FrameY(ph, iy), FrameX(pw, ix) in the roi's
+// frame, read on the map at FromFrame of those; Sample does both.)
 template <typename A>
 struct AlignedRoi {
   A start_h, start_w, bin_h, bin_w;
   int64_t grid_h, grid_w;
   A roi_height, roi_width;
 
-  // Sample (iy, ix) of bin (ph, pw), in feature-map coordinates.
-  ORTOPS_HD A SampleY(int64_t ph, int64_t iy) const {
-    return start_h + static_cast<A>(ph) * bin_h +
-           static_cast<A>(static_cast<A>(iy) + A(0.5)) * bin_h / static_cast<A>(grid_h);
+  ORTOPS_HD A FrameY(int64_t ph, int64_t iy) const { return SampleInFrame(start_h, bin_h, ph, iy, grid_h); }
+  ORTOPS_HD A FrameX(int64_t pw, int64_t ix) const { return SampleInFrame(start_w, bin_w, pw, ix, grid_w); }
+  ORTOPS_HD void FromFrame(A yy, A xx, A& y, A& x) const {
+    y = yy;
+    x = xx;
   }
-  ORTOPS_HD A SampleX(int64_t pw, int64_t ix) const {
-    return start_w + static_cast<A>(pw) * bin_w +
-           static_cast<A>(static_cast<A>(ix) + A(0.5)) * bin_w / static_cast<A>(grid_w);
-  }
-  // Both coordinates at once, as RotatedRoi::Sample gives them (one interface for the device's
-  // pooling of either geometry).
   ORTOPS_HD void Sample(int64_t ph, int64_t pw, int64_t iy, int64_t ix, A& y, A& x) const {
-    y = SampleY(ph, iy);
-    x = SampleX(pw, ix);
+    FromFrame(FrameY(ph, iy), FrameX(pw, ix), y, x);
   }
 };
 
@@ -201,14 +204,8 @@ struct RotatedRoi {
   ORTOPS_HD void Sample(int64_t ph, int64_t pw, int64_t iy, int64_t ix, A& y, A& x) const {
     FromFrame(FrameY(ph, iy), FrameX(pw, ix), y, x);
   }
-  ORTOPS_HD A FrameY(int64_t ph, int64_t iy) const {
-    return start_h + static_cast<A>(ph) * bin_h +
-           static_cast<A>(static_cast<A>(iy) + A(0.5)) * bin_h / static_cast<A>(grid_h);
-  }
-  ORTOPS_HD A FrameX(int64_t pw, int64_t ix) const {
-    return start_w + static_cast<A>(pw) * bin_w +
-           static_cast<A>(static_cast<A>(ix) + A(0.5)) * bin_w / static_cast<A>(grid_w);
-  }
+  ORTOPS_HD A FrameY(int64_t ph, int64_t iy) const { return SampleInFrame(start_h, bin_h, ph, iy, grid_h); }
+  ORTOPS_HD A FrameX(int64_t pw, int64_t ix) const { return SampleInFrame(start_w, bin_w, pw, ix, grid_w); }
   ORTOPS_HD void FromFrame(A yy, A xx, A& y, A& x) const {
     y = yy * cos_theta - xx * sin_theta + center_h;
     x = yy * sin_theta + xx * cos_theta + center_w;

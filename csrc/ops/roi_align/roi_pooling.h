@@ -20,38 +20,22 @@
 
 namespace ortops::roi_pooling {
 
-// The taps of one roi at a time, for a ParallelFor task: every bin of the roi's geometry on a
-// height x width map, bin by bin (row-major), each bin's grid_h x grid_w samples row by row
-// (bins * grid_h * grid_w of them). The coordinates of the samples' rows and columns are
-// computed first, each once per roi rather than once per sample (the same values: a division
-// per sample saved).
+// The taps of one roi at a time, for a ParallelFor task: every bin of the roi's geometry
+// (AlignedRoi or RotatedRoi) on a height x width map, bin by bin (row-major), each bin's
+// grid_h x grid_w samples row by row (bins * grid_h * grid_w of them). The frame coordinates of
+// the samples' rows and columns are computed first, each once per roi rather than once per
+// sample (the same values: a division per sample saved).
 template <typename A>
 class RoiTaps {
  public:
   explicit RoiTaps(const KernelIO& io) : taps_(io.Allocator<BilinearTap<A>>()), frame_(io.Allocator<A>()) {}
 
-  const BilinearTap<A>* Of(const AlignedRoi<A>& g, const PoolingAttributes& pooling, int64_t height, int64_t width) {
-    A* xs = Prepare(g.grid_h, g.grid_w, pooling);
-    for (int64_t pw = 0; pw < pooling.output_width; ++pw) {
-      for (int64_t ix = 0; ix < g.grid_w; ++ix) xs[pw * g.grid_w + ix] = g.SampleX(pw, ix);
-    }
-    BilinearTap<A>* tap = taps_.data();
-    for (int64_t ph = 0; ph < pooling.output_height; ++ph) {
-      for (int64_t pw = 0; pw < pooling.output_width; ++pw) {
-        for (int64_t iy = 0; iy < g.grid_h; ++iy) {
-          const A y = g.SampleY(ph, iy);
-          for (int64_t ix = 0; ix < g.grid_w; ++ix) *tap++ = RoiAlignTap(y, xs[pw * g.grid_w + ix], height, width);
-        }
-      }
-    }
-    return taps_.data();
-  }
-
-  // A sample at (xx, yy) in the roi's frame is read at x = yy sin + xx cos + cx,
-  // y = yy cos - xx sin + cy.
-  const BilinearTap<A>* Of(const RotatedRoi<A>& g, const PoolingAttributes& pooling, int64_t height, int64_t width) {
-    A* xs = Prepare(g.grid_h, g.grid_w, pooling);
-    A* ys = xs + pooling.output_width * g.grid_w;
+  template <typename Geometry>
+  const BilinearTap<A>* Of(const Geometry& g, const PoolingAttributes& pooling, int64_t height, int64_t width) {
+    taps_.resize(static_cast<size_t>(pooling.bins() * g.grid_h * g.grid_w));
+    frame_.resize(static_cast<size_t>(pooling.output_width * g.grid_w + pooling.output_height * g.grid_h));
+    A* const xs = frame_.data();
+    A* const ys = xs + pooling.output_width * g.grid_w;
     for (int64_t pw = 0; pw < pooling.output_width; ++pw) {
       for (int64_t ix = 0; ix < g.grid_w; ++ix) xs[pw * g.grid_w + ix] = g.FrameX(pw, ix);
     }
@@ -75,15 +59,8 @@ class RoiTaps {
   }
 
  private:
-  // Room for the taps and the frame (columns, then rows); the columns' start.
-  A* Prepare(int64_t grid_h, int64_t grid_w, const PoolingAttributes& pooling) {
-    taps_.resize(static_cast<size_t>(pooling.bins() * grid_h * grid_w));
-    frame_.resize(static_cast<size_t>(pooling.output_width * grid_w + pooling.output_height * grid_h));
-    return frame_.data();
-  }
-
   ScratchVector<BilinearTap<A>> taps_;
-  ScratchVector<A> frame_;
+  ScratchVector<A> frame_;  // the samples' columns (x), then rows (y)
 };
 
 // out[bin] = mean of the bin's `per_bin` consecutive taps on `map` (0 for a bin without
