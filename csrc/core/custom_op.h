@@ -33,7 +33,10 @@ struct OpDeleter {
   void operator()(OrtCustomOp* op) const { destroy(op); }
 };
 using OpPtr = std::unique_ptr<OrtCustomOp, OpDeleter>;
-using OpFactory = std::vector<OpPtr> (*)(const OpDef&);
+// What makes a node's kernels, one OrtCustomOp per element type; as a function type so that
+// an op's header declares its factories in one line (`KernelFactory Make, MakeDevice;`).
+using KernelFactory = std::vector<OpPtr>(const OpDef&);
+using OpFactory = KernelFactory*;
 
 // The op table's provider column. Every node runs on the CPU; a node with a device path
 // also runs on CUDA. `make` is its device kernels' factory in the builds that carry device

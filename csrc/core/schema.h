@@ -1,6 +1,8 @@
 // What an op looks like from outside: its inputs, outputs and attributes, with the text the
-// generated documentation shows. Each op folder declares one OpSchema; the kernel adapter,
-// the attribute parser and the op manifest (docs, Python op list) all read it.
+// generated documentation shows. Each op folder declares its OpSchemas as data, in its
+// schema.json, which the build turns into C++ (cmake/op_schemas.cmake); the op's header
+// declares them. The kernel adapter, the attribute parser and the op manifest (docs, Python
+// op list) all read them.
 #pragma once
 
 #include <onnxruntime_c_api.h>
@@ -113,9 +115,9 @@ struct CompatDifferences {
 
 struct OpSchema {
   std::string_view doc;  // semantics, in Markdown
-  std::span<const IoSpec> inputs;
-  std::span<const IoSpec> outputs;
-  std::span<const AttrSpec> attributes;
+  std::span<const IoSpec> inputs = {};
+  std::span<const IoSpec> outputs = {};
+  std::span<const AttrSpec> attributes = {};
   // For a schema only compatibility names use (TensorRT plugins, mmdeploy's nodes): where
   // ortops deliberately differs from the original, in Markdown.
   std::string_view differences = {};

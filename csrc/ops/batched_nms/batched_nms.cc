@@ -13,68 +13,6 @@
 #include "ops/nms/group_index.h"
 
 namespace ortops::batched_nms {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"boxes", ElemType::kTypeParam,
-     "`[B, N, 4]` boxes shared by every class, or `[B, N, C, 4]` one box per class (`[B, N, 1, 4]` is "
-     "shared too); as (x1, y1, x2, y2), or (cx, cy, w, h) with `box_coding` 1"},
-    {"scores", ElemType::kTypeParam, "`[B, N, C]` score of each box for each class"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"num_detections", ElemType::kInt64, "`[B]` number of detections of each image (rows before the padding)"},
-    {"detection_boxes", ElemType::kTypeParam,
-     "`[B, max_output_boxes, 4]` boxes as (x1, y1, x2, y2) whatever `box_coding`; padding rows 0"},
-    {"detection_scores", ElemType::kTypeParam,
-     "`[B, max_output_boxes]` scores (activated with `score_activation`), descending; padding 0"},
-    {"detection_classes", ElemType::kInt64, "`[B, max_output_boxes]` class of each detection; padding -1"},
-    {"detection_indices", ElemType::kInt64, "`[B, max_output_boxes]` box index (into N) of each detection; padding -1"},
-};
-constexpr AttrSpec kAttributes[] = {
-    {"iou_threshold", AttrType::kFloat, "0.5",
-     "a candidate is suppressed when its IoU with a kept box of its group is strictly greater than this"},
-    {"score_threshold", AttrType::kFloat, "0.0",
-     "only scores strictly greater than this are candidates (with `score_activation`, the sigmoid of the "
-     "score is compared)"},
-    {"max_output_boxes", AttrType::kInt, "100", "detections per image: the outputs' second dimension (>= 0)"},
-    {"pre_topk", AttrType::kInt, "-1",
-     "per class (per image when class-agnostic), only the best this many candidates enter NMS; -1: all"},
-    {"class_agnostic", AttrType::kInt, "0", "1: one NMS over all classes of an image; 0: one per class"},
-    {"box_coding", AttrType::kInt, "0", "0: boxes are (x1, y1, x2, y2); 1: (cx, cy, w, h)"},
-    {"score_activation", AttrType::kInt, "0", "1: scores are logits; sigmoid is applied before everything else"},
-    {"background_class", AttrType::kInt, "-1",
-     "a class that never gives a detection; -1 (or any id outside [0, C)): none"},
-    {"offset", AttrType::kInt, "0",
-     "0 or 1; 1 is the legacy convention where a box's width is x2 - x1 + 1 (for the IoU only)"},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "Multi-class non-maximum suppression per image, with outputs of fixed shape (a detection count "
-        "and padded rows), as a detector's last step. Per image, every (box, class) whose score is "
-        "strictly greater than `score_threshold` is a candidate, except for `background_class`. "
-        "Candidates are grouped by class (all in one group with `class_agnostic`); in each group the "
-        "best `pre_topk` go through greedy NMS in descending score order, a candidate being suppressed "
-        "when its IoU with an already kept one is strictly greater than `iou_threshold`. The image's "
-        "detections are the best `max_output_boxes` kept candidates over all groups, by descending score; "
-        "equal scores are ordered by box index, then class, so the result is deterministic. With "
-        "`class_agnostic` 0 this is `torchvision.ops.batched_nms` on the candidates followed by a top-k. "
-        "IoU is torchvision's (and ortops.NMS's): areas `(x2 - x1 + offset) * (y2 - y1 + offset)` from "
-        "the coordinates as given; two empty boxes have IoU 0/0, which suppresses nothing. With "
-        "`box_coding` 1, boxes are decoded to corners (x1 = cx - w / 2, ...) first, and outputs hold the "
-        "corners. With `score_activation` 1, the op behaves as if `sigmoid(score) = 1 / (1 + exp(-score))` "
-        "(computed in the element type) replaced every score: thresholding, ranking and the output scores "
-        "all use it (the threshold is tested on the logit against a cutoff computed once, which gives the "
-        "same decision as computing the sigmoid, so only candidates pay for an exp). NaN scores are never "
-        "candidates; a box with a NaN coordinate has NaN IoU with every box, so it neither suppresses nor "
-        "is suppressed. The outputs always have `max_output_boxes` rows per image: a very large value is "
-        "an allocation error. float16 computes in float32 and rounds its outputs.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = kAttributes,
-};
 
 namespace {
 

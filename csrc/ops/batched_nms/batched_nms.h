@@ -15,15 +15,12 @@ inline void CheckFlag(int64_t value, const char* attribute) {
 }
 
 extern const OpSchema kSchema;  // ortops::BatchedNMS
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 extern const OpSchema kTrtSchema;  // mmdeploy::TRTBatchedNMS
-std::vector<OpPtr> MakeTrt(const OpDef& def);
-std::vector<OpPtr> MakeTrtDevice(const OpDef& def);
+KernelFactory MakeTrt, MakeTrtDevice;
 
 extern const OpSchema kTrtRotatedSchema;  // mmdeploy::TRTBatchedRotatedNMS
-std::vector<OpPtr> MakeTrtRotated(const OpDef& def);
-std::vector<OpPtr> MakeTrtRotatedDevice(const OpDef& def);
+KernelFactory MakeTrtRotated, MakeTrtRotatedDevice;
 
 }  // namespace ortops::batched_nms

@@ -9,50 +9,6 @@
 #include "ops/bicubic_interpolate/cubic_taps.h"
 
 namespace ortops::bicubic_interpolate {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"input", ElemType::kTypeParam, "`[N, C, H, W]` images"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, "`[N, C, H_out, W_out]` with H_out = floor(H * scale_h), W_out likewise"},
-};
-constexpr AttrSpec kAttributes[] = {
-    {"scale_factor", AttrType::kFloats, "", "(scale_h, scale_w), each finite and positive"},
-    {"align_corners", AttrType::kInt, "0",
-     "1: the corner pixels' centres of input and output coincide; 0: their outer edges do (PyTorch's default)"},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "mmdeploy's bicubic resize (`mmdeploy::TRTBicubicInterpolate`, written by its TensorRT rewrite of "
-        "`F.interpolate(mode='bicubic')`), equal to `torch.nn.functional.interpolate(input, "
-        "scale_factor=(scale_h, scale_w), mode='bicubic', align_corners=...)`. The output is H_out = "
-        "floor(H * scale_h) by W_out = floor(W * scale_w) (a product less than 2^-23 of itself below an "
-        "integer counts as that integer: the factor is stored as float32 while PyTorch used the Python "
-        "float, so a factor computed as size / H still gives that size). Output pixel x reads source "
-        "coordinate x * (W - 1) / (W_out - 1) with `align_corners` 1 (0 when W_out is 1), else (x + 0.5) / "
-        "scale_w - 0.5, unclamped; the 4 x 4 taps around it, whose indices are clamped to the image, are "
-        "weighted by Keys' cubic kernel with A = -0.75, rows first, as PyTorch does. When the output has the "
-        "input's size it is a copy of the input, as in PyTorch's CUDA kernel and the plugin. NaN and "
-        "infinities propagate through the taps that read them; an empty input or output size gives an "
-        "empty output.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = kAttributes,
-    .differences =
-        "The plugin sizes its output with the integer part of each scale factor (TensorRT's "
-        "`IExprBuilder::constant` takes an int) and then resamples by H / H_out: it matches PyTorch only for "
-        "integer factors (a factor of 1.5 gave a copy, one below 1 an empty output). ortops sizes and resamples "
-        "as the exported module did, floor(H * scale_h) and 1 / scale_h, which is the same for integer "
-        "factors. A missing `align_corners` (mmdeploy leaves it out when the call passed None) means 0 here, "
-        "as PyTorch's None does; the plugin then used 1. With `align_corners` 1 the plugin used (H - 1) / "
-        "(H_out - 1) only when both output sides exceed 1; ortops decides per axis, as PyTorch does. A "
-        "single float `scale_factor` (an int factor in the Python call, which the plugin refused) is an "
-        "error here too. float64 is also accepted.",
-};
 
 namespace {
 

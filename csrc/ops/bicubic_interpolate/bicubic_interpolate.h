@@ -9,8 +9,7 @@
 
 namespace ortops::bicubic_interpolate {
 extern const OpSchema kSchema;  // mmdeploy TRTBicubicInterpolate
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 // The attributes of a TRTBicubicInterpolate node, read and checked once, as its CPU and device
 // kernels take them.

@@ -5,8 +5,7 @@
 
 namespace ortops::corner_pool {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 // The attribute 'mode', read and checked once, and the scan it asks for, as the CPU and
 // device kernels take them.

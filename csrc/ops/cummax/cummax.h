@@ -7,10 +7,7 @@
 
 namespace ortops::cummax {
 extern const OpSchema kSchema;
-std::vector<OpPtr> MakeMax(const OpDef& def);
-std::vector<OpPtr> MakeMin(const OpDef& def);
-std::vector<OpPtr> MakeMaxDevice(const OpDef& def);
-std::vector<OpPtr> MakeMinDevice(const OpDef& def);
+KernelFactory MakeMax, MakeMin, MakeMaxDevice, MakeMinDevice;
 
 // The attribute 'dim', read once, as both kernels take it.
 struct Axis {

@@ -7,13 +7,7 @@ extern const OpSchema kModulatedSchema;  // mmcv / mmdeploy MMCVModulatedDeformC
 extern const OpSchema kV1Schema;         // mmcv MMCVDeformConv2d
 extern const OpSchema kMmdeploySchema;   // mmdeploy MMCVDeformConv2d (four padding values)
 extern const OpSchema kSchema;           // ortops DeformConv2d
-std::vector<OpPtr> MakeModulated(const OpDef& def);
-std::vector<OpPtr> MakeV1(const OpDef& def);
-std::vector<OpPtr> MakeMmdeployV1(const OpDef& def);
-std::vector<OpPtr> Make(const OpDef& def);
+KernelFactory MakeModulated, MakeV1, MakeMmdeployV1, Make;
 // The device kernels of the same nodes (deform_conv.cu).
-std::vector<OpPtr> MakeModulatedDevice(const OpDef& def);
-std::vector<OpPtr> MakeV1Device(const OpDef& def);
-std::vector<OpPtr> MakeMmdeployV1Device(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory MakeModulatedDevice, MakeV1Device, MakeMmdeployV1Device, MakeDevice;
 }  // namespace ortops::deform_conv

@@ -9,16 +9,6 @@
 namespace ortops::gather_topk {
 namespace {
 
-constexpr IoSpec kInputs[] = {
-    {"input", ElemType::kTypeParam,
-     "`[A..., N, ...]` the rows to pick from: A... are the batch dims of `indices` (none, one or more), then N rows "
-     "of any trailing shape"},
-    {"indices", ElemType::kInt64, "`[A..., K]` row indices into `input`, each in [0, N) (TopK's indices)"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, "`[A..., K, ...]` output[a..., k] = input[a..., indices[a..., k]]"},
-};
-
 // The position of flat element `flat` of a tensor of shape `shape`, as "[a, b, k]".
 struct PositionText {
   const Shape& shape;
@@ -40,25 +30,6 @@ void FailIndexOutside(const Shape& indices_shape, int64_t flat, int64_t index, i
   Fail("input 'indices' ", ShapeText{indices_shape}, " holds ", index, " at ", PositionText{indices_shape, flat},
        ", outside [0, N = ", rows, ") of input 'input' ", ShapeText{input_shape});
 }
-
-constexpr OpSchema kSchema{
-    .doc =
-        "mmdeploy's gather of top-k rows (`mmdeploy::GatherTopk`, written by the TensorRT rewrite of "
-        "`gather_topk` in mmdet's dense heads): `output[a..., k, ...] = input[a..., indices[a..., k], ...]` for "
-        "any number of leading batch dims a... (mmdeploy writes one, `[B, K]` indices into `[B, N, ...]`), the "
-        "same as `numpy.take_along_axis` of `input` with the indices broadcast over the trailing dims. The "
-        "leading dims of `indices` must equal those of `input`; the output has the shape of `indices` followed "
-        "by the trailing dims of `input`. An index outside [0, N) is an error.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = {},
-    .differences =
-        "The plugin takes int32 indices (TensorRT turns the file's int64 TopK indices into int32) and "
-        "float32 or int32 data; ortops reads the int64 indices the file holds and also accepts float64 and int64 "
-        "data. The plugin reads out of bounds for an index outside [0, N) and takes its batch size from "
-        "`input` without checking that the leading dims of `indices` match; ortops reports these as errors. "
-        "Otherwise the same, for indices of any rank: the rows are copied unchanged, NaN included.",
-};
 
 namespace {
 

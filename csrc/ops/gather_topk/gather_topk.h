@@ -8,8 +8,7 @@
 
 namespace ortops::gather_topk {
 extern const OpSchema kSchema;  // mmdeploy GatherTopk
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 // A node's inputs, their shapes checked, and the output's shape: what the CPU kernel and the
 // device kernel both start from, with the same messages.

@@ -6,42 +6,6 @@
 #include <cstdint>
 
 namespace ortops::grid_priors {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"base_anchors", ElemType::kTypeParam, "`[A, 4]` the level's base anchors as (x1, y1, x2, y2)"},
-    {"feat_h", ElemType::kInt64, "`[H]` only its length is read: the feature map's height (values ignored)"},
-    {"feat_w", ElemType::kInt64, "`[W]` only its length is read: the feature map's width (values ignored)"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"anchors", ElemType::kTypeParam,
-     "`[H * W * A, 4]` anchor (y * W + x) * A + a is base anchor a shifted by (x * stride_w, y * stride_h)"},
-};
-constexpr AttrSpec kAttributes[] = {
-    {"stride_h", AttrType::kInt, "1", "the level's stride along the height"},
-    {"stride_w", AttrType::kInt, "1", "the level's stride along the width"},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "mmdeploy's anchor grid (`mmdeploy::GridPriorsTRT`, written by its TensorRT rewrite of mmdet's "
-        "`AnchorGenerator.single_level_grid_priors` when the feature-map size is dynamic): "
-        "`anchors[(y * W + x) * A + a] = base_anchors[a] + (x * stride_w, y * stride_h, x * stride_w, "
-        "y * stride_h)` for y < H, x < W, a < A, the shifts computed as `float(x) * stride_w` (as "
-        "`torch.arange(W).to(dtype) * stride_w` in the exported module). H and W are the lengths of the "
-        "inputs `feat_h` and `feat_w`, which the exporter makes with `ConstantOfShape` to carry the size; "
-        "their values are never read. H, W or A of 0 gives `[0, 4]`.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = kAttributes,
-    .differences =
-        "The plugin computes the shift as `float(x * stride_w)` in int32; ortops as `float(x) * stride_w`, as "
-        "the exported module does (the same below 2^24). The plugin takes float32 only; ortops also float64. "
-        "ortops reads `feat_h` and `feat_w` as the int64 tensors the exporter writes (the plugin accepted any "
-        "type).",
-};
 
 namespace {
 

@@ -8,8 +8,7 @@
 
 namespace ortops::grid_priors {
 extern const OpSchema kSchema;  // mmdeploy GridPriorsTRT
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 // The attributes of a GridPriorsTRT node, as its CPU and device kernels take them.
 struct Strides {

@@ -15,51 +15,6 @@
 #include "ops/grid_sample/sample.h"
 
 namespace ortops::grid_sample {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"input", ElemType::kTypeParam, "`[N, C, H_in, W_in]` feature maps"},
-    {"grid", ElemType::kTypeParam, "`[N, H_out, W_out, 2]` sampling points (x, y), -1 and 1 being the map's edges"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, "`[N, C, H_out, W_out]` sampled values"},
-};
-constexpr AttrSpec kAttributes[] = {
-    {"interpolation_mode", AttrType::kInt, "0", "0 bilinear, 1 nearest, 2 bicubic"},
-    {"padding_mode", AttrType::kInt, "0", "0 zeros, 1 border, 2 reflection"},
-    {"align_corners", AttrType::kInt, "0",
-     "1: -1 and 1 are the centres of the corner pixels; 0: they are the outer edges of the corner pixels"},
-};
-
-// Where each compatibility name's node differs from the runtime that defined it.
-constexpr CompatDifferences kCompatDifferences[] = {
-    {"mmcv",
-     "None for finite grids: mmcv 1.x's kernel is a port of PyTorch's, and so is ortops' arithmetic. For "
-     "a NaN or infinite grid coordinate the original converted it to an integer pixel index, which C++ "
-     "leaves undefined (garbage or a crash); ortops gives PyTorch's result (NaN for a NaN coordinate). "
-     "It took float32 only; ortops also takes float64 and float16."},
-    {"mmdeploy",
-     "None for finite grids: mmdeploy's ONNX Runtime kernel (mmcv's) is a port of PyTorch's, and so is "
-     "ortops' arithmetic. For a NaN or infinite grid coordinate the original converted it to an integer "
-     "pixel index, which C++ leaves undefined (garbage or a crash); ortops gives PyTorch's result (NaN "
-     "for a NaN coordinate). It took float32 only; ortops also takes float64 and float16."},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "Samples `input` at the points of `grid`, with the arithmetic of "
-        "`torch.nn.functional.grid_sample` (2-D): coordinates are unnormalized with or without "
-        "`align_corners`; padding `zeros` reads 0 outside, `border` clamps to the edge, `reflection` "
-        "mirrors at the edges; `nearest` rounds half to even; `bicubic` uses A = -0.75 and pads each of "
-        "its 16 taps. A grid point with a NaN coordinate gives NaN; an infinite one reads as outside "
-        "(zeros), the edge (border) or NaN (reflection, as its mirror position is undefined).",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = kAttributes,
-    .compat_differences = kCompatDifferences,
-};
 
 namespace {
 

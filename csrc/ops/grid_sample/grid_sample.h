@@ -8,8 +8,7 @@
 
 namespace ortops::grid_sample {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 // The attributes of a grid_sample node, read and checked once, as its CPU and device kernels
 // take them.

@@ -7,10 +7,7 @@
 namespace ortops::group_norm {
 extern const OpSchema kSchema;              // ortops GroupNorm
 extern const OpSchema kInstanceNormSchema;  // mmdeploy TRTInstanceNormalization
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeInstanceNorm(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
-std::vector<OpPtr> MakeInstanceNormDevice(const OpDef& def);
+KernelFactory Make, MakeInstanceNorm, MakeDevice, MakeInstanceNormDevice;
 
 // kInstance: num_groups is C, the input's channel count (TRTInstanceNormalization).
 enum class Grouping { kAttribute, kInstance };

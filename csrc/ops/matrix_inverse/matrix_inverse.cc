@@ -7,34 +7,6 @@
 #include "ops/matrix_inverse/lu.h"
 
 namespace ortops::matrix_inverse {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"X", ElemType::kTypeParam,
-     "`[..., M, M]` a batch of square matrices (any number of batch dimensions); NaN or infinity is an error"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"Y", ElemType::kTypeParam, "`[..., M, M]` the inverse of each matrix"},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "Inverse of every matrix in a batch, matching `torch.linalg.inv`: LU factorisation with partial "
-        "pivoting (the row with the largest absolute pivot, first on ties, as LAPACK's getrf), then forward "
-        "and back substitution against the identity (as getrs). Both element types are computed in float64 "
-        "and rounded once, so float32 results are within about one float32 ulp (relative to the largest "
-        "entry) of the exact inverse of the float32 input, where float32 LAPACK (what torch runs) is off by "
-        "about the condition number times that. A matrix that meets an exactly zero pivot is singular: "
-        "that is an error naming it (`matrix <i> of <n> ... is singular`, `i` the flat batch index), as "
-        "`torch.linalg.inv` raises. NaN or infinity in the input is an error naming the matrix too. When "
-        "several matrices fail, the lowest index is reported, whatever the thread count. "
-        "Empty batches and `M = 0` give empty outputs.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = {},
-};
 
 namespace {
 

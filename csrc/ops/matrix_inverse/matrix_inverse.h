@@ -4,6 +4,5 @@
 
 namespace ortops::matrix_inverse {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 }  // namespace ortops::matrix_inverse

@@ -15,68 +15,6 @@
 #include "ops/ms_deform_attn/attention_inputs.h"
 
 namespace ortops::ms_deform_attn {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"value", ElemType::kTypeParam,
-     "`[B, S, H, D]` values: each level's H_l x W_l map flattened row-major, level after level "
-     "(S = sum of H_l * W_l), H heads of D channels each"},
-    {"value_spatial_shapes", ElemType::kInt64, "`[L, 2]` (H_l, W_l) of each level"},
-    {"value_level_start_index", ElemType::kInt64,
-     "`[L]` the row of S where each level starts: 0, H_0 * W_0, H_0 * W_0 + H_1 * W_1, ... (checked)"},
-    {"sampling_locations", ElemType::kTypeParam,
-     "`[B, Q, H, L, P, 2]` P points (x, y) per query, head and level, normalised to the level: 0 and 1 are its "
-     "outer edges"},
-    {"attention_weights", ElemType::kTypeParam, "`[B, Q, H, L, P]` weight of each point (used as given)"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, "`[B, Q, H * D]` each query's weighted sums, head after head"},
-};
-constexpr AttrSpec kMmdeployAttributes[] = {
-    {"im2col_step", AttrType::kInt, "64",
-     "batch chunk of mmcv's CUDA kernel, written by mmdeploy's exporter; ignored, as by mmdeploy's TensorRT plugin"},
-};
-
-// The semantics shared by the two schemas (a macro so that string literals can be joined).
-#define ORTOPS_MS_DEFORM_ATTN_SEMANTICS                                                                             \
-  "Multi-scale deformable attention (Deformable DETR, DINO, Mask2Former), equal to mmcv's "                         \
-  "`multi_scale_deformable_attn_pytorch` and its CUDA kernel: `output[b, q, h * D + d]` is the sum over levels l "  \
-  "and points p of `attention_weights[b, q, h, l, p]` times level l of `value` (head h, channel d) read "           \
-  "bilinearly at pixel (x W_l - 0.5, y H_l - 0.5) for the point's location (x, y), as `grid_sample` with zeros "    \
-  "padding and align_corners = False: a point outside (-1, W_l) x (-1, H_l) in pixels contributes nothing, and "    \
-  "each of its four neighbours outside the map reads 0. A NaN or infinite location counts as outside and "          \
-  "contributes 0 (as in mmcv's CUDA kernel; its grid_sample composition gives NaN for a NaN location). "            \
-  "`value_spatial_shapes` must be non-negative with sum of H_l * W_l = S, and `value_level_start_index` must hold " \
-  "the running sums of H_l * W_l: it is checked, not trusted, so inconsistent inputs are an error rather than an "  \
-  "out-of-bounds read. A level of H_l or W_l = 0 contributes nothing; L = 0 or P = 0 gives zeros; B, Q, H or D = "  \
-  "0 an empty output. float16 is read and summed in float32 and rounded once."
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc = ORTOPS_MS_DEFORM_ATTN_SEMANTICS,
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = {},
-};
-
-constexpr OpSchema kMmdeploySchema{
-    .doc =
-        "The node mmdeploy's exporter writes for mmcv's `MultiScaleDeformableAttnFunction` for every backend "
-        "(mmdeploy/mmcv/ops/multi_scale_deform_attn.py); only its TensorRT plugin implemented it, its ONNX "
-        "Runtime library did not. " ORTOPS_MS_DEFORM_ATTN_SEMANTICS,
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = kMmdeployAttributes,
-    .differences =
-        "The math and the sampling rule are the TensorRT plugin's (trt_ms_deform_attn_kernel.cuh). The plugin takes "
-        "float32 and float16 data and int32 shapes and start indices (TensorRT casts the file's int64); this takes "
-        "the file's int64 index inputs and float32, float64 or float16 data, and sums float16 in float32 where the "
-        "plugin computes in half precision. The plugin trusts `value_level_start_index` and `value_spatial_shapes` "
-        "(inconsistent ones read out of bounds) and indexes with int32 (tensors of 2^31 elements or more overflow); "
-        "here they are checked and indexing is 64-bit. `im2col_step` is ignored by both (mmcv's own CUDA op needed "
-        "the batch to be a multiple of min(batch, im2col_step); neither does).",
-};
 
 namespace {
 

@@ -10,9 +10,6 @@
 
 namespace ortops::nms {
 
-inline constexpr IoSpec kBoxesInput{"boxes", ElemType::kTypeParam, "`[N, 4]` boxes as (x1, y1, x2, y2)"};
-inline constexpr IoSpec kScoresInput{"scores", ElemType::kTypeParam, "`[N]` one score per box"};
-
 inline constexpr const char* kBoxesNaN = "input 'boxes' contains NaN";
 inline constexpr const char* kScoresNaN = "input 'scores' contains NaN";
 

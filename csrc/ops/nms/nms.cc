@@ -13,44 +13,6 @@
 #include "ops/nms/suppress.h"
 
 namespace ortops::nms {
-namespace {
-
-constexpr IoSpec kInputs[] = {kBoxesInput, kScoresInput};
-constexpr IoSpec kOutputs[] = {
-    {"indices", ElemType::kInt64, "`[K]` indices into `boxes` of the kept boxes, highest score first"},
-};
-constexpr AttrSpec kAttributes[] = {
-    {"iou_threshold", AttrType::kFloat, "0.5",
-     "a box is dropped when its IoU with a kept box is strictly greater than this"},
-    {"offset", AttrType::kInt, "0", "0 or 1; 1 is the legacy convention where a box's width is x2 - x1 + 1"},
-};
-
-// Where each compatibility name's node differs from the runtime that defined it.
-constexpr CompatDifferences kCompatDifferences[] = {
-    {"mmcv",
-     "mmcv 1.x's kernel sorted the scores with `std::sort`, so the order of boxes with equal scores, and "
-     "which of two overlapping equal-score boxes it kept, was unspecified; ortops takes the lower index "
-     "first. It read past the end of `scores` when that held fewer values than `boxes` has rows, and did "
-     "not check the box shape; ortops reports both, and NaN in either input, as errors. It took float32 "
-     "only; ortops also takes float64. Otherwise the same IoU arithmetic and test (strictly greater "
-     "suppresses), so the same indices."},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "Greedy non-maximum suppression. Boxes are visited in descending score order "
-        "(ties: lower index first, so the result is deterministic); a box is kept unless "
-        "its IoU with an already kept box is strictly greater than `iou_threshold`. "
-        "IoU uses areas `(x2 - x1 + offset) * (y2 - y1 + offset)`. "
-        "Equal to `torchvision.ops.nms` when `offset` is 0. "
-        "NaN in `boxes` or `scores` is an error.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = kAttributes,
-    .compat_differences = kCompatDifferences,
-};
 
 namespace {
 

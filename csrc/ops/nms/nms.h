@@ -6,8 +6,7 @@
 
 namespace ortops::nms {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 // The attributes of an NMS node, read and checked once, as its CPU and device kernels take them.
 struct NmsAttributes {

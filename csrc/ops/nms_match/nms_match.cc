@@ -12,45 +12,6 @@
 #include "ops/nms_match/match_scan.h"
 
 namespace ortops::nms_match {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"boxes", ElemType::kTypeParam, "`[B, N, 4]` boxes as (x1, y1, x2, y2)"},
-    {"scores", ElemType::kTypeParam, "`[B, C, N]` scores per batch, class and box"},
-    {"iou_threshold", ElemType::kFloat, "`[1]` a box is suppressed when its IoU with a kept box is at least this"},
-    {"score_threshold", ElemType::kFloat, "`[1]` only kept boxes scoring above this report their matches"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"matches", ElemType::kInt64, "`[K, 4]` rows (batch, class, kept box, box it suppressed)"},
-};
-
-// Where each compatibility name's node differs from the runtime that defined it.
-constexpr CompatDifferences kCompatDifferences[] = {
-    {"mmdeploy",
-     "mmdeploy's kernel sorted each class's boxes with an unstable sort, so among equal scores the order "
-     "of kept boxes, and which of two overlapping ones was kept, was unspecified; ortops takes the lower "
-     "index first. It computed on with NaN; ortops reports it as an error. It took float32 only; ortops "
-     "also takes float64 boxes and scores (with the same float32 rounding of each IoU)."},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "Greedy NMS per batch and class, in descending score order (ties: lower index first), with "
-        "IoU = inter / (area1 + area2 - inter + 1e-10) and no offset, rounded to float32 as in the "
-        "original (so an IoU equal to the threshold but for the 1e-10 still reaches it; a NaN IoU "
-        "from infinite boxes suppresses nothing), in both dtypes; a box is suppressed when its IoU "
-        "with a kept box is at least `iou_threshold`. For each kept box scoring above "
-        "`score_threshold` that suppressed any box, one row (batch, class, kept, suppressed) per "
-        "suppressed box, in suppression order; rows per batch, then class, then kept box. Kept boxes "
-        "at or below `score_threshold` still suppress. (The original sorted with an unstable sort, so "
-        "its order among equal scores was unspecified.) NaN in the inputs is an error.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = {},
-    .compat_differences = kCompatDifferences,
-};
 
 namespace {
 

@@ -7,8 +7,7 @@
 
 namespace ortops::nms_match {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 // The thresholds are inputs 2 and 3, which the device kernel reads on the host.
 inline constexpr size_t kIouThresholdInput = 2, kScoreThresholdInput = 3;

@@ -17,65 +17,6 @@
 #include "math/score_order.h"
 
 namespace ortops::nms_rotated {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"boxes", ElemType::kTypeParam, "`[B, N, 5]` rotated boxes (cx, cy, w, h, theta), theta in radians"},
-    {"scores", ElemType::kTypeParam, "`[B, C, N]` scores per batch, class and box"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"selected", ElemType::kInt64, "`[K, 3]` int64 rows (batch, class, box) of the kept boxes"},
-};
-constexpr AttrSpec kAttributes[] = {
-    {"iou_threshold", AttrType::kFloat, "0.5", "a box is suppressed when its IoU with a kept box is greater than this"},
-    {"score_threshold", AttrType::kFloat, "0.0",
-     "kept boxes scoring at or below this are not emitted (they still suppress others); older mmdeploy "
-     "files leave it out"},
-};
-
-// Where each compatibility name's node differs from the runtime that defined it.
-constexpr CompatDifferences kCompatDifferences[] = {
-    {"mmdeploy",
-     "mmdeploy's kernel computes every IoU in float32 and sorts the boxes with an unstable sort. ortops "
-     "computes the IoU of two proper boxes (sides > 0, area >= 1) exactly, in float64 (its kernel moves by "
-     "about 1e-6 / area from the exact value), so results differ from it only where such an IoU lies within "
-     "that of the threshold, or where scores tie (ortops: lower index first). Pairs with a box that is not "
-     "proper decide as mmdeploy's do, zero-area boxes included (float64 inputs, which the original does not "
-     "take, run its steps in float64); the `ortops` domain gives a box with a side <= 0 IoU 0 instead. It "
-     "computed on with NaN or infinite values; ortops reports them as errors."},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "Greedy NMS of rotated boxes, separately for each batch and class. Boxes are visited in "
-        "descending score order (ties: lower index first); a box is suppressed when its IoU with a kept "
-        "box is greater than `iou_threshold`. The IoU is exact: the intersection of the two rectangles by "
-        "convex polygon clipping, computed in float64, over w1 h1 + w2 h2 - intersection. The score "
-        "threshold applies after suppression: a kept box scoring at or below `score_threshold` still "
-        "suppresses lower-scored boxes, it just is not emitted. Rows come per batch, then per class, in "
-        "score order. The rectangle of (cx, cy, w, h, theta) has corners (cx, cy) + R(theta) (+-w/2, "
-        "+-h/2), R = [[cos, -sin], [sin, cos]] (x right, y down). NaN or Inf in `boxes` or `scores` is an "
-        "error. "
-        "Boxes of zero, negative or tiny size: in `ortops::NMSRotated` a box with w <= 0 or h <= 0 is "
-        "empty, with IoU 0 with every box (never NaN), as in mmcv's `nms_rotated`: such boxes neither "
-        "suppress nor are suppressed. `mmdeploy::NMSRotated` follows mmdeploy's kernel instead, for every "
-        "pair in which a box is not proper (w > 0, h > 0 and w h >= 1): there the IoU is the original's "
-        "float32 computation, step by step and as it orders the pair (kept box, candidate): centres "
-        "shifted to their mean, edge crossings, the corners that pass its inside test, a Graham-scan hull "
-        "sorted as libstdc++'s std::sort sorts, triangle areas summed through float64. Its inside test "
-        "passes every point for a box with a side of 0, so the intersection of such a box with any box, "
-        "anywhere, is about that box's area and the union 0 or a rounding either side of it: the IoU is "
-        "+inf or huge (suppression) or hugely negative (none), as the roundings fall; two boxes of zero "
-        "sides have IoU 0 / 0 and never suppress each other. Below a square unit its fixed tolerances "
-        "move its IoU by more than a rounding. Real two-stage exports feed such boxes to this node (the "
-        "first stage's zero padding becomes zero-size rois), and the detections then match mmdeploy's.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = kAttributes,
-    .compat_differences = kCompatDifferences,
-};
 
 namespace {
 

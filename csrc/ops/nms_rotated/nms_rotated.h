@@ -11,8 +11,7 @@
 
 namespace ortops::nms_rotated {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 // The attributes of an NMSRotated node, read and checked once, as its CPU and device kernels
 // take them.

@@ -8,8 +8,7 @@
 
 namespace ortops::roi_align {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 // The attribute 'mode' of a RoIAlign node, read and checked as every kernel of it does.
 template <typename A>

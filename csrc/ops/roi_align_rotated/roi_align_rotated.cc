@@ -6,60 +6,9 @@
 
 #include "core/upcast.h"
 #include "math/bilinear.h"
-#include "ops/roi_align/pooling_specs.h"
 #include "ops/roi_align/roi_pooling.h"
 
 namespace ortops::roi_align_rotated {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"input", ElemType::kTypeParam, roi_pooling::kFeatureMapsDoc},
-    {"rois", ElemType::kTypeParam,
-     "`[R, 6]` rotated rois as (batch_index, cx, cy, w, h, theta), theta in radians, in input-image coordinates"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, roi_pooling::kPooledDoc},
-};
-constexpr AttrSpec kAttributes[] = {
-    roi_pooling::OutputHeightSpec("1"),
-    roi_pooling::OutputWidthSpec("1"),
-    {"spatial_scale", AttrType::kFloat, "1.0", "multiplies roi centres and sizes to give feature-map coordinates"},
-    roi_pooling::SamplingRatioSpec("0"),
-    {"aligned", AttrType::kInt, "1",
-     "1: shift the scaled centre by -0.5 pixel; 0: legacy, no shift and roi sides of at least 1"},
-    {"clockwise", AttrType::kInt, "0", "1: theta turns clockwise (it is negated)"},
-};
-
-// Where each compatibility name's node differs from the runtime that defined it.
-constexpr CompatDifferences kCompatDifferences[] = {
-    {"mmcv",
-     "mmcv 1.x's kernel read the image a roi names without checking that it exists (out of bounds for a "
-     "batch index past the batch) and sampled with non-finite roi values; ortops reports both as errors. "
-     "It took float32 only; ortops also takes float64 and float16. Otherwise the same sampling; averages "
-     "agree to float32 rounding."},
-    {"mmdeploy",
-     "mmdeploy's ONNX Runtime kernel is mmcv's, with mmcv's behaviour: it read the image a roi names "
-     "without checking that it exists (out of bounds for a batch index past the batch) and sampled with "
-     "non-finite roi values; ortops reports both as errors. It took float32 only; ortops also takes "
-     "float64 and float16. Otherwise the same sampling; averages agree to float32 rounding."},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "RoIAlign over rotated rois, average pooling, as mmcv's MMCVRoIAlignRotated and Detectron2. "
-        "A roi's centre is scaled by `spatial_scale` (and shifted by -0.5 when `aligned` is 1; only the "
-        "centre shifts), its sides are scaled (and clamped to at least 1 when `aligned` is 0). A sample at "
-        "offset (xx, yy) from the centre in the roi's own frame, starting at (-w/2, -h/2), is read at "
-        "x = yy sin(theta) + xx cos(theta) + cx, y = yy cos(theta) - xx sin(theta) + cy (theta negated "
-        "when `clockwise` is 1), with RoIAlign's bilinear rule. Sampling and the adaptive grid are as in "
-        "RoIAlign; validation of rois too (finite values, batch index naming an image).",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = kAttributes,
-    .compat_differences = kCompatDifferences,
-};
 
 namespace {
 

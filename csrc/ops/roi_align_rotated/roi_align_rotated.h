@@ -5,8 +5,7 @@
 
 namespace ortops::roi_align_rotated {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 inline constexpr const char* kRoiLayout = "(batch_index, cx, cy, w, h, theta)";
 

@@ -6,45 +6,6 @@
 #include "ops/rotated_feature_align/box_taps.h"
 
 namespace ortops::rotated_feature_align {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"features", ElemType::kTypeParam, "`[N, C, H, W]` feature maps"},
-    {"best_rbboxes", ElemType::kTypeParam,
-     "`[N, H, W, 5]` one rotated box per pixel: (y, x, w, h, angle) in the `mmcv` domain, (x, y, w, h, angle) in "
-     "`ortops`; angle in radians"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, "`[N, C, H, W]` features plus the sampled features"},
-};
-constexpr AttrSpec kAttributes[] = {
-    {"spatial_scale", AttrType::kFloat, "1.0", "multiplies box centres and sizes (not angles)"},
-    {"points", AttrType::kInt, "1", "1: sample each box's centre; 5: its centre and four corners"},
-};
-
-// Where each compatibility name's node differs from the runtime that defined it.
-constexpr CompatDifferences kCompatDifferences[] = {
-    {"mmcv",
-     "None in the sampling (the (y, x, w, h, a) order of `best_rbboxes` is kept). mmcv 1.x's kernel "
-     "turned a NaN in `best_rbboxes` into a pixel index (undefined in C++); ortops reports it as an "
-     "error. It took float32 only; ortops also takes float64."},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "For every pixel, adds to the features the bilinear samples (RoIAlign's rule) of the same "
-        "channel at the centre of that pixel's box, and with `points` = 5 also at its four corners "
-        "centre +- u +- v, u = (cos a, sin a) w/2, v = (-sin a, cos a) h/2 (as (x, y) vectors), all "
-        "lengths scaled by `spatial_scale`. The `mmcv` domain reads each box as (y, x, w, h, a), y "
-        "first, as the original kernel did; the `ortops` domain reads (x, y, w, h, a). NaN in "
-        "`best_rbboxes` is an error.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = kAttributes,
-    .compat_differences = kCompatDifferences,
-};
 
 namespace {
 

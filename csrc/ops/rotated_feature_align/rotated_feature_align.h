@@ -7,8 +7,7 @@
 
 namespace ortops::rotated_feature_align {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 inline constexpr const char* kBoxesNaN = "input 'best_rbboxes' contains NaN";
 

@@ -12,46 +12,6 @@
 #include "ops/scaled_dot_product_attention/softmax.h"
 
 namespace ortops::scaled_dot_product_attention {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"query", ElemType::kTypeParam, "`[B, Nt, E]` queries (B is batch x heads)"},
-    {"key", ElemType::kTypeParam, "`[B, Ns, E]` keys"},
-    {"value", ElemType::kTypeParam, "`[B, Ns, Ev]` values"},
-    {"attn_mask", ElemType::kTypeParam,
-     "`[Nt, Ns]` (optional) added to the scaled scores before the softmax; any shape that broadcasts to "
-     "`[B, Nt, Ns]` (rank 0 to 3, each dim 1 or equal), such as `[B, Nt, Ns]` or `[1, Nt, Ns]`",
-     true},
-};
-constexpr IoSpec kOutputs[] = {
-    {"output", ElemType::kTypeParam, "`[B, Nt, Ev]` the attention-weighted values"},
-    {"attn", ElemType::kTypeParam, "`[B, Nt, Ns]` the attention weights (each row sums to 1)"},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "mmdeploy's scaled dot-product attention (`mmdeploy::ScaledDotProductAttentionTRT`, written by its "
-        "TensorRT rewrite of `torch.nn.functional._scaled_dot_product_attention`, which "
-        "`multi_head_attention_forward` calls in PyTorch 1.x), float32: `attn = softmax(query @ key^T / "
-        "sqrt(E) + attn_mask)` along the last axis and `output = attn @ value`, for each of the B "
-        "batch x head slices. The mask is additive (a float tensor: -inf where attention is forbidden). "
-        "The softmax subtracts the row's maximum first; a row that is all -inf, or that holds NaN or +inf, "
-        "gives NaN, as in PyTorch. Ns = 0 gives empty weights and a zero output; E = 0 gives scores of 0. "
-        "Both matrix products run on ONNX Runtime's own Gemm on CPUs, on cuBLAS on CUDA.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = {},
-    .differences =
-        "The same computation as the plugin (scores scaled by 1 / sqrt(E) in float32, the mask added, "
-        "cuDNN's accurate softmax), with ONNX Runtime's Gemm in place of cuBLAS on CPUs. The plugin sizes `output` "
-        "as `query` and so needs Ev = E; ortops takes any Ev. The plugin took masks of rank 2 or 3 only (a "
-        "rank-0 or rank-1 one was ignored or misread); ortops broadcasts any mask of rank 0 to 3 and reports "
-        "one that does not broadcast. For E = 0 the plugin's scale 1 / sqrt(0) made NaN scores; ortops gives "
-        "0, as the exported module does. Like the plugin, float32 only (the optional mask rules out several "
-        "element types under ONNX Runtime 1.17).",
-};
 
 namespace {
 

@@ -4,6 +4,6 @@
 
 namespace ortops::scaled_dot_product_attention {
 extern const OpSchema kSchema;  // mmdeploy ScaledDotProductAttentionTRT
-std::vector<OpPtr> Make(const OpDef& def);
+KernelFactory Make;
 std::vector<OpPtr> MakeDevice(const OpDef& def);  // its device kernel (scaled_dot_product_attention.cu)
 }  // namespace ortops::scaled_dot_product_attention

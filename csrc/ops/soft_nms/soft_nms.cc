@@ -13,47 +13,6 @@
 #include "ops/nms/box_inputs.h"
 
 namespace ortops::soft_nms {
-namespace {
-
-constexpr IoSpec kInputs[] = {nms::kBoxesInput, nms::kScoresInput};
-constexpr IoSpec kOutputs[] = {
-    {"dets", ElemType::kTypeParam, "`[K, 5]` the kept boxes in selection order, with their decayed scores"},
-    {"indices", ElemType::kInt64, "`[K]` the kept boxes' indices into `boxes`"},
-};
-constexpr AttrSpec kAttributes[] = {
-    {"iou_threshold", AttrType::kFloat, "0.3", "naive and linear methods decay boxes whose IoU is at least this"},
-    {"sigma", AttrType::kFloat, "0.5", "gaussian method: weight exp(-IoU^2 / sigma); must be > 0"},
-    {"min_score", AttrType::kFloat, "0.001", "a box whose decayed score falls below this is dropped"},
-    {"method", AttrType::kInt, "1", "0 naive (weight 0), 1 linear (weight 1 - IoU), 2 gaussian"},
-    {"offset", AttrType::kInt, "0", "0 or 1; 1 is the legacy convention where a box's width is x2 - x1 + 1"},
-};
-
-// Where each compatibility name's node differs from the runtime that defined it.
-constexpr CompatDifferences kCompatDifferences[] = {
-    {"mmcv",
-     "None in the results: the same selection order, decays and outputs as mmcv 1.x's kernel, ties "
-     "included (the same float32 arithmetic and libm's `exp`). It read past the end of `scores` when that "
-     "held fewer values than `boxes` has rows, and computed on with NaN; ortops reports both as errors. "
-     "It took float32 only; ortops also takes float64."},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "Soft-NMS exactly as mmcv's kernel: repeatedly select the highest remaining score (the first "
-        "in the working order on ties; the working order starts as the input order and changes as "
-        "selected boxes are swapped to the front and dropped ones replaced by the last), then decay "
-        "every other remaining box by w: naive w = 0 if IoU >= iou_threshold, linear w = 1 - IoU if "
-        "IoU >= iou_threshold, gaussian w = exp(-IoU^2 / sigma); others keep w = 1. A box whose "
-        "decayed score is below `min_score` is dropped. As in the original, the first selected box is "
-        "kept even if its score is below `min_score`. IoU uses areas `(x2 - x1 + offset) * (y2 - y1 + "
-        "offset)`. NaN in the inputs is an error.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = kAttributes,
-    .compat_differences = kCompatDifferences,
-};
 
 namespace {
 

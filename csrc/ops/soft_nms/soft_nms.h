@@ -9,8 +9,7 @@
 
 namespace ortops::soft_nms {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 // The attributes of a soft-NMS node, read and checked once, as its CPU and device kernels
 // take them.

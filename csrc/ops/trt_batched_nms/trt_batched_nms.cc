@@ -18,50 +18,6 @@
 namespace ortops::trt_batched_nms {
 namespace {
 
-constexpr IoSpec kInputs[] = {
-    {"boxes", ElemType::kTypeParam,
-     "`[B, N, 1, 4]` one box per anchor for every class (`shareLocation` 1), or `[B, N, numClasses, 4]` one per "
-     "class (`shareLocation` 0); as (x1, y1, x2, y2), corners in either order (or y-first: the IoU is the same)"},
-    {"scores", ElemType::kTypeParam,
-     "`[B, N, numClasses]` (or `[B, N, numClasses, 1]`) the score of each anchor for each class"},
-};
-constexpr IoSpec kDynamicOutputs[] = {
-    {"num_detections", ElemType::kInt32, "`[B, 1]` the number of detections of each image"},
-    {"nmsed_boxes", ElemType::kTypeParam,
-     "`[B, keepTopK, 4]` the detections' boxes as the input gives them (clamped to [0, 1] with `clipBoxes` 1); rows "
-     "past num_detections are 0"},
-    {"nmsed_scores", ElemType::kTypeParam,
-     "`[B, keepTopK]` their scores, highest first; rows past num_detections are 0"},
-    {"nmsed_classes", ElemType::kTypeParam,
-     "`[B, keepTopK]` their classes, as floats; rows past num_detections are -1"},
-};
-constexpr IoSpec kStaticOutputs[] = {
-    {"num_detections", ElemType::kInt32, "`[B]` the number of detections of each image"},
-    kDynamicOutputs[1],
-    kDynamicOutputs[2],
-    kDynamicOutputs[3],
-};
-constexpr AttrSpec kAttributes[] = {
-    {"shareLocation", AttrType::kInt, "", "1: `boxes` hold one box per anchor for every class; 0: one per class"},
-    {"backgroundLabelId", AttrType::kInt, "", "a class that is never detected; -1: none"},
-    {"numClasses", AttrType::kInt, "", "the number of classes, C of `scores`; at least 1"},
-    {"topK", AttrType::kInt, "", "per class, the best this many candidates enter NMS; at least 1"},
-    {"keepTopK", AttrType::kInt, "", "detections per image, at most `topK`"},
-    {"scoreThreshold", AttrType::kFloat, "",
-     "a (box, class) is a candidate when its score is strictly greater than this"},
-    {"iouThreshold", AttrType::kFloat, "",
-     "a candidate is dropped when its IoU with a kept box of its class is strictly greater than this"},
-    {"isNormalized", AttrType::kInt, "1",
-     "1: coordinates in [0, 1]; 0: pixels, so box sizes count one more pixel per side (w + 1) (h + 1)"},
-    {"clipBoxes", AttrType::kInt, "1", "1: output boxes clamped to [0, 1] (whatever `isNormalized`)"},
-    {"scoreBits", AttrType::kInt, "16", "bits of float16 scores the plugin sorts on; accepted and ignored"},
-    {"caffeSemantics", AttrType::kInt, "1",
-     "1 (with `isNormalized` 0): the intersection's width and height also count one more pixel"},
-    {"plugin_version", AttrType::kString, "1", "TensorRT's plugin version; accepted and ignored"},
-    // `""` (not empty, which would make it required): the default is the empty string.
-    {"plugin_namespace", AttrType::kString, "\"\"", "TensorRT's plugin namespace; accepted and ignored"},
-};
-
 constexpr std::string_view kDoc =
     "TensorRT's BatchedNMS_TRT plugin (TensorRT's implicit-batch one) and BatchedNMSDynamic_TRT (the same with "
     "dynamic shapes, which mmyolo's easydeploy writes for TensorRT 7): per-class NMS with a fixed number of "
@@ -90,25 +46,6 @@ constexpr std::string_view kDifferences =
     "Float16 scores and boxes are read as float32, as the plugin reads them for its score test and IoU.";
 
 }  // namespace
-
-constexpr OpSchema kSchema{
-    .doc = kDoc,
-    .inputs = kInputs,
-    .outputs = kDynamicOutputs,
-    .attributes = kAttributes,
-    .differences = kDifferences,
-};
-
-constexpr OpSchema kStaticSchema{
-    .doc = kDoc,
-    .inputs = kInputs,
-    .outputs = kStaticOutputs,
-    .attributes = kAttributes,
-    .differences =
-        "As for BatchedNMSDynamic_TRT; also, this implicit-batch plugin runs float32 only in TensorRT (float16 is "
-        "disabled there), where ortops also takes float16. No limit of 4096 on `topK`; `scoreBits` ignored; "
-        "errors for `keepTopK` above `topK`, `topK` below 1 and a `numClasses` other than the scores'.",
-};
 
 namespace {
 

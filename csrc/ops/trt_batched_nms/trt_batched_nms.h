@@ -17,10 +17,7 @@ namespace ortops::trt_batched_nms {
 extern const OpSchema kSchema;
 // BatchedNMS_TRT (TensorRT's implicit-batch plugin): num_detections [B].
 extern const OpSchema kStaticSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeStatic(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
-std::vector<OpPtr> MakeStaticDevice(const OpDef& def);
+KernelFactory Make, MakeStatic, MakeDevice, MakeStaticDevice;
 
 inline constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 

@@ -15,8 +15,7 @@
 
 namespace ortops::trt_efficient_nms {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 inline constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 

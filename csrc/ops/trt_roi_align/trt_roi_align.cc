@@ -8,62 +8,9 @@
 
 #include "core/upcast.h"
 #include "math/bilinear.h"
-#include "ops/roi_align/pooling_specs.h"
 #include "ops/roi_align/roi_pooling.h"
 
 namespace ortops::trt_roi_align {
-namespace {
-
-constexpr IoSpec kInputs[] = {
-    {"X", ElemType::kTypeParam, roi_pooling::kFeatureMapsDoc},
-    {"rois", ElemType::kTypeParam, "`[R, 4]` rois as (x1, y1, x2, y2) in input-image coordinates"},
-    {"batch_indices", ElemType::kInt32, "`[R]` the image of `X` each roi pools from"},
-};
-constexpr IoSpec kOutputs[] = {
-    {"Y", ElemType::kTypeParam, roi_pooling::kPooledDoc},
-};
-constexpr AttrSpec kAttributes[] = {
-    {"coordinate_transformation_mode", AttrType::kInt, "1",
-     "1 (ONNX's half_pixel): roi corners shifted by -0.5 pixel; 0 (output_half_pixel): not shifted, and roi "
-     "sides of at least 1"},
-    {"mode", AttrType::kInt, "1", "1: average of the samples; 0: max (ONNX's max, see above)"},
-    roi_pooling::OutputHeightSpec("1"),
-    roi_pooling::OutputWidthSpec("1"),
-    {"sampling_ratio", AttrType::kInt, "0",
-     "samples per bin along each axis; 0: adaptive, ceil(roi size / output size)"},
-    {"spatial_scale", AttrType::kFloat, "1.0", "multiplies roi coordinates to give feature-map coordinates; positive"},
-    {"plugin_version", AttrType::kString, "1", "TensorRT's plugin version (1 or 2); accepted and ignored"},
-    // `""` (not empty, which would make it required): the default is the empty string.
-    {"plugin_namespace", AttrType::kString, "\"\"", "TensorRT's plugin namespace; accepted and ignored"},
-};
-
-}  // namespace
-
-constexpr OpSchema kSchema{
-    .doc =
-        "TensorRT's ROIAlign_TRT plugin, ONNX's RoiAlign as TensorRT runs it (plugin versions 1 and 2 compute "
-        "the same). Roi r (x1, y1, x2, y2) pools from image `batch_indices[r]`: its corners are scaled by "
-        "`spatial_scale` and, with `coordinate_transformation_mode` 1 (half_pixel), shifted by -0.5; with 0 "
-        "(output_half_pixel) they are not shifted and the roi's sides are raised to at least 1. It is divided "
-        "into `output_height x output_width` bins, each sampling a grid of `sampling_ratio` points per axis "
-        "(0: ceil(roi side / output side)) at bin start + (i + 0.5) * bin size / grid size, read bilinearly by "
-        "the RoIAlign rule (a point more than one pixel outside the map reads 0; nearer ones are clamped to the "
-        "edge). `mode` 1 averages a bin's samples. `mode` 0 takes, for each sample, the largest of its four "
-        "weighted corners (w_i * v_i, not their sum: ONNX Runtime's RoiAlign max does the same) and the largest "
-        "of those over the bin. A bin without samples (an empty adaptive grid) is 0; a map with H or W = 0 reads "
-        "0. A batch index outside the images or a non-finite roi coordinate is an error.",
-    .inputs = kInputs,
-    .outputs = kOutputs,
-    .attributes = kAttributes,
-    .differences =
-        "A bin without samples (a roi of size 0 or less with adaptive sampling) is 0: the plugin divides by a "
-        "zero sample count in avg mode (NaN). Batch indices outside the images and non-finite roi coordinates are "
-        "errors where the plugin reads out of bounds or converts NaN to an integer, and rois needing more than "
-        "2^24 samples are refused where the plugin would run for minutes. Sample positions are computed as in ortops' "
-        "RoIAlign (the plugin multiplies by a precomputed bin size / grid size, in fused multiply-adds), so results "
-        "can differ in the last bits. "
-        "Float16 is computed in float32 and rounded once (the plugin computes in float16).",
-};
 
 namespace {
 

@@ -8,8 +8,7 @@
 
 namespace ortops::trt_roi_align {
 extern const OpSchema kSchema;
-std::vector<OpPtr> Make(const OpDef& def);
-std::vector<OpPtr> MakeDevice(const OpDef& def);
+KernelFactory Make, MakeDevice;
 
 // The attributes of a ROIAlign_TRT node, read and checked as every kernel of it does.
 struct TrtAttributes {
