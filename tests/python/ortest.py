@@ -147,6 +147,26 @@ def mmcv_nms_model(**attributes: Any) -> onnx.ModelProto:
     return make_model("NonMaxSuppression", "mmcv", inputs, ["indices"], **attributes)
 
 
+def yolov7_efficient_nms_node() -> onnx.NodeProto:
+    """``TRT::EfficientNMS_TRT`` as yolov7's End2End export writes it: boxes (cx, cy, w, h)
+    and scores in, ``num_dets``, ``det_boxes``, ``det_scores`` and ``det_classes`` out;
+    background_class and box_coding as one-value INTS, plugin_version a string."""
+    return helper.make_node(
+        "EfficientNMS_TRT",
+        ["boxes", "scores"],
+        ["num_dets", "det_boxes", "det_scores", "det_classes"],
+        name="/end2end/EfficientNMS_TRT",
+        domain="TRT",
+        background_class=[-1],
+        box_coding=[1],
+        iou_threshold=0.45,
+        max_output_boxes=100,
+        plugin_version="1",
+        score_activation=0,
+        score_threshold=0.25,
+    )
+
+
 # The execution providers of the sessions below: the CPU's, or, on a GPU (scripts/test_gpu.sh
 # sets ORTOPS_TEST_PROVIDERS=CUDAExecutionProvider), CUDA's alone: a node that ONNX Runtime
 # would place on the CPU then fails the session's creation, so every test proves that its

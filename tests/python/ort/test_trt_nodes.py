@@ -15,7 +15,7 @@ from references import cached
 
 import ortops
 
-from ortest import run, session
+from ortest import run, session, yolov7_efficient_nms_node
 
 f32 = np.float32
 EFFICIENT_OUTPUTS = ["num_detections", "detection_boxes", "detection_scores", "detection_classes"]
@@ -476,20 +476,7 @@ def yolov7_end2end_model(rng: np.random.Generator, batch: int) -> tuple[onnx.Mod
         helper.make_node("Slice", ["x", "s4", "s5", "axis2"], ["conf"]),
         helper.make_node("Slice", ["x", "s5", "send", "axis2"], ["cls"]),
         helper.make_node("Mul", ["cls", "conf"], ["scores"]),
-        helper.make_node(
-            "EfficientNMS_TRT",
-            ["boxes", "scores"],
-            ["num_dets", "det_boxes", "det_scores", "det_classes"],
-            name="/end2end/EfficientNMS_TRT",
-            domain="TRT",
-            background_class=[-1],
-            box_coding=[1],
-            iou_threshold=0.45,
-            max_output_boxes=100,
-            plugin_version="1",
-            score_activation=0,
-            score_threshold=0.25,
-        ),
+        yolov7_efficient_nms_node(),
     ]
     graph = helper.make_graph(
         nodes,
