@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from references import cached
+from references import cached, roi_align_taps
 
 import ortops
 
@@ -919,29 +919,10 @@ def test_mmyolo_batched_nms_file_runs_unchanged(batch: int) -> None:
 
 
 def _bilinear(plane: np.ndarray, y: np.float32, x: np.float32, average: int) -> np.float32:
-    height, width = plane.shape
-    if y < -1 or y > height or x < -1 or x > width:
+    taps = roi_align_taps(f32, *plane.shape, y, x)
+    if not taps:
         return f32(0)
-    y, x = max(y, f32(0)), max(x, f32(0))
-    y_low, x_low = int(y), int(x)
-    if y_low >= height - 1:
-        y_low = y_high = height - 1
-        y = f32(y_low)
-    else:
-        y_high = y_low + 1
-    if x_low >= width - 1:
-        x_low = x_high = width - 1
-        x = f32(x_low)
-    else:
-        x_high = x_low + 1
-    ly, lx = f32(y - f32(y_low)), f32(x - f32(x_low))
-    hy, hx = f32(1) - ly, f32(1) - lx
-    corners = [
-        f32(f32(hy * hx) * plane[y_low, x_low]),
-        f32(f32(hy * lx) * plane[y_low, x_high]),
-        f32(f32(ly * hx) * plane[y_high, x_low]),
-        f32(f32(ly * lx) * plane[y_high, x_high]),
-    ]
+    corners = [f32(weight * plane[row, column]) for row, column, weight in taps]
     if average:
         return f32(f32(f32(corners[0] + corners[1]) + corners[2]) + corners[3])
     return np.fmax(np.fmax(np.fmax(corners[0], corners[1]), corners[2]), corners[3])
