@@ -98,6 +98,19 @@ _ELEM = {
 }
 
 
+# The shared libraries every manylinux policy lets a wheel use from the system (PEP 600): all
+# that the wheel's library and the CUDA build may need.
+MANYLINUX_SYSTEM_LIBRARIES = {
+    "libc.so.6",
+    "libm.so.6",
+    "libdl.so.2",
+    "librt.so.1",
+    "libpthread.so.0",
+    "libgcc_s.so.1",
+    "ld-linux-x86-64.so.2",
+}
+
+
 def make_model(
     op_type: str,
     domain: str,
