@@ -705,33 +705,45 @@ def float16_cases() -> list[Case]:
     return cases
 
 
-def yolo_detections(batch: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """A YOLOv8-style head's decoded output on 640x640 images, as YOLOv8-TensorRT feeds
-    TRT::EfficientNMS_TRT: 8400 anchors (strides 8, 16, 32), boxes as corners [B, 8400, 4] and
-    sigmoid class scores [B, 8400, 80]. About 12 objects per image: the anchors inside one
-    predict its box (with noise) and its class with a score falling off from its centre, plus
-    a confusable class 3 logits lower; the rest score sigmoid(N(-7, 1.5)) for every class."""
+def yolo_scene(batch: int, seed: int, objects: int, largest: float, jitter: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A YOLO head's decoded output on 640x640 images: 8400 anchors (strides 8, 16, 32), each
+    with a box (cx, cy, w, h) [B, 8400, 4], float64, and 80 class logits [B, 8400, 80].
+    `objects` per image, of sizes up to `largest`: the anchors inside one predict its box
+    (with noise) and its class with a logit falling off from its centre, plus a look-alike
+    class 3 logits lower; the rest predict a box of their own (at the anchor, or with `jitter`
+    near it) and logits N(-7, 1.5) for every class."""
     rng = np.random.default_rng(seed)
     centres = np.concatenate(
         [np.stack(np.meshgrid(*(np.arange(640 // s) * s + s / 2,) * 2), -1).reshape(-1, 2) for s in (8, 16, 32)]
     )
     count, classes = len(centres), 80
-    boxes = np.empty((batch, count, 4), np.float32)
+    boxes = np.empty((batch, count, 4))
     logits = rng.normal(-7, 1.5, (batch, count, classes))
     for b in range(batch):
-        wh = rng.uniform(8, 40, (count, 2))
-        boxes[b] = np.concatenate([centres - wh / 2, centres + wh / 2], 1)
-        for _ in range(12):
-            centre, size = rng.uniform(40, 600, 2), rng.uniform(24, 240, 2)
-            cls, confusable = rng.integers(0, classes, 2)
+        boxes[b, :, :2] = centres + rng.normal(0, 2, (count, 2)) if jitter else centres
+        boxes[b, :, 2:] = rng.uniform(8, 40, (count, 2))
+        for _ in range(objects):
+            centre, size = rng.uniform(40, 600, 2), rng.uniform(24, largest, 2)
+            cls, look_alike = rng.integers(0, classes, 2)
             distance = np.abs(centres - centre) / (size / 2)
-            inside = np.nonzero(distance.max(1) < 1)[0]
-            xy = centre + rng.normal(0, 0.05, (len(inside), 2)) * size
-            half = size * rng.uniform(0.85, 1.15, (len(inside), 2)) / 2
-            boxes[b, inside] = np.concatenate([xy - half, xy + half], 1)
-            logits[b, inside, cls] = 10 * (1 - distance[inside].max(1)) - 6.5 + rng.normal(0, 0.5, len(inside))
-            logits[b, inside, confusable] = np.maximum(logits[b, inside, confusable], logits[b, inside, cls] - 3)
-    return boxes, (1 / (1 + np.exp(-logits))).astype(np.float32)
+            near = np.nonzero(distance.max(1) < 1)[0]
+            boxes[b, near, :2] = centre + rng.normal(0, 0.05, (len(near), 2)) * size
+            boxes[b, near, 2:] = size * rng.uniform(0.85, 1.15, (len(near), 2))
+            logits[b, near, cls] = 10 * (1 - distance[near].max(1)) - 6.5 + rng.normal(0, 0.5, len(near))
+            logits[b, near, look_alike] = np.maximum(logits[b, near, look_alike], logits[b, near, cls] - 3)
+    return boxes, logits
+
+
+def sigmoid32(logits: np.ndarray) -> np.ndarray:
+    return (1 / (1 + np.exp(-logits))).astype(np.float32)
+
+
+def yolo_detections(batch: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """As YOLOv8-TensorRT feeds TRT::EfficientNMS_TRT: a :func:`yolo_scene` of about 12 objects
+    per image, boxes as corners [B, 8400, 4] and sigmoid class scores [B, 8400, 80]."""
+    boxes, logits = yolo_scene(batch, seed, objects=12, largest=240, jitter=False)
+    xy, half = boxes[..., :2], boxes[..., 2:] / 2
+    return np.concatenate([xy - half, xy + half], -1).astype(np.float32), sigmoid32(logits)
 
 
 def padded_nms_topk_graph(max_output: int, iou: float, score: float) -> onnx.ModelProto:
@@ -926,32 +938,11 @@ def ms_deform_attn_case() -> Case:
 
 
 def yolo_head(batch: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """A YOLO head's raw output on 640x640 images: 8400 anchors (strides 8, 16, 32) with a box
-    (cx, cy, w, h) and 80 class scores each. About 15 objects per image; anchors near an object
-    predict its box (with noise) and score its class (and a look-alike class) by how near they
-    are; everything else scores sigmoid(N(-7, 1.5)). About a thousand (anchor, class) pairs
-    pass 0.25 per image, as in real detections."""
-    rng = np.random.default_rng(seed)
-    centres = np.concatenate(
-        [np.stack(np.meshgrid(*(np.arange(640 // s) * s + s / 2,) * 2), -1).reshape(-1, 2) for s in (8, 16, 32)]
-    )
-    count, classes = len(centres), 80
-    boxes = np.empty((batch, count, 4), np.float32)
-    logits = rng.normal(-7, 1.5, (batch, count, classes))
-    for b in range(batch):
-        boxes[b, :, :2] = centres + rng.normal(0, 2, (count, 2))
-        boxes[b, :, 2:] = rng.uniform(8, 40, (count, 2))
-        for _ in range(15):
-            centre, size = rng.uniform(40, 600, 2), rng.uniform(24, 200, 2)
-            cls, look_alike = rng.integers(0, classes, 2)
-            distance = np.abs(centres - centre) / (size / 2)
-            near = np.nonzero(distance.max(1) < 1)[0]
-            closeness = 1 - distance[near].max(1)
-            boxes[b, near, :2] = centre + rng.normal(0, 0.05, (len(near), 2)) * size
-            boxes[b, near, 2:] = size * rng.uniform(0.85, 1.15, (len(near), 2))
-            logits[b, near, cls] = 10 * closeness - 6.5 + rng.normal(0, 0.5, len(near))
-            logits[b, near, look_alike] = np.maximum(logits[b, near, look_alike], logits[b, near, cls] - 3)
-    return boxes, (1 / (1 + np.exp(-logits))).astype(np.float32)
+    """A YOLO head's raw output: a :func:`yolo_scene` of about 15 objects per image, boxes
+    (cx, cy, w, h) and sigmoid class scores. About a thousand (anchor, class) pairs pass 0.25
+    per image, as in real detections."""
+    boxes, logits = yolo_scene(batch, seed, objects=15, largest=200, jitter=True)
+    return boxes.astype(np.float32), sigmoid32(logits)
 
 
 def nms_topk_graph(max_output: int, iou: float, score: float) -> onnx.ModelProto:

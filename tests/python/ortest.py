@@ -98,6 +98,19 @@ _ELEM = {
 }
 
 
+# The shared libraries every manylinux policy lets a wheel use from the system (PEP 600): all
+# that the wheel's library and the CUDA build may need.
+MANYLINUX_SYSTEM_LIBRARIES = {
+    "libc.so.6",
+    "libm.so.6",
+    "libdl.so.2",
+    "librt.so.1",
+    "libpthread.so.0",
+    "libgcc_s.so.1",
+    "ld-linux-x86-64.so.2",
+}
+
+
 def make_model(
     op_type: str,
     domain: str,
@@ -145,6 +158,26 @@ def mmcv_nms_model(**attributes: Any) -> onnx.ModelProto:
     [N] float32 in, int64 ``indices`` out (the model the binding and packaging tests load)."""
     inputs = [("boxes", np.float32, 2), ("scores", np.float32, 1)]
     return make_model("NonMaxSuppression", "mmcv", inputs, ["indices"], **attributes)
+
+
+def yolov7_efficient_nms_node() -> onnx.NodeProto:
+    """``TRT::EfficientNMS_TRT`` as yolov7's End2End export writes it: boxes (cx, cy, w, h)
+    and scores in, ``num_dets``, ``det_boxes``, ``det_scores`` and ``det_classes`` out;
+    background_class and box_coding as one-value INTS, plugin_version a string."""
+    return helper.make_node(
+        "EfficientNMS_TRT",
+        ["boxes", "scores"],
+        ["num_dets", "det_boxes", "det_scores", "det_classes"],
+        name="/end2end/EfficientNMS_TRT",
+        domain="TRT",
+        background_class=[-1],
+        box_coding=[1],
+        iou_threshold=0.45,
+        max_output_boxes=100,
+        plugin_version="1",
+        score_activation=0,
+        score_threshold=0.25,
+    )
 
 
 # The execution providers of the sessions below: the CPU's, or, on a GPU (scripts/test_gpu.sh

@@ -66,13 +66,12 @@ def cached(reference: Reference) -> Reference:
     return from_cache  # type: ignore[return-value]
 
 
-def roi_align_sample(plane: np.ndarray, y: float, x: float) -> Any:
-    """One bilinear sample of a [H, W] plane by the RoIAlign rule, in the plane's dtype; of
-    [..., H, W] planes, one per plane (the same arithmetic, element by element)."""
-    t = plane.dtype.type
-    h, w = plane.shape[-2:]
-    if h == 0 or w == 0 or y < -1.0 or y > h or x < -1.0 or x > w:
-        return np.zeros(plane.shape[:-2], plane.dtype)[()]
+def roi_align_taps(t: type, h: int, w: int, y: Any, x: Any) -> list[tuple[int, int, Any]]:
+    """The bilinear taps of the point (y, x) of an [h, w] plane by the RoIAlign rule, in the
+    element type t: (row, column, weight) of its four neighbours (a point beyond the last
+    row or column is clamped to it), or none for a point outside (-1, h) x (-1, w)."""
+    if y < -1.0 or y > h or x < -1.0 or x > w:
+        return []
     y, x = max(y, t(0)), max(x, t(0))
     y_low, x_low = int(y), int(x)
     if y_low >= h - 1:
@@ -87,12 +86,21 @@ def roi_align_sample(plane: np.ndarray, y: float, x: float) -> Any:
         x_high = x_low + 1
     ly, lx = y - t(y_low), x - t(x_low)
     hy, hx = t(1) - ly, t(1) - lx
-    return (
-        hy * hx * plane[..., y_low, x_low]
-        + hy * lx * plane[..., y_low, x_high]
-        + ly * hx * plane[..., y_high, x_low]
-        + ly * lx * plane[..., y_high, x_high]
-    )
+    return [(y_low, x_low, hy * hx), (y_low, x_high, hy * lx), (y_high, x_low, ly * hx), (y_high, x_high, ly * lx)]
+
+
+def roi_align_sample(plane: np.ndarray, y: float, x: float) -> Any:
+    """One bilinear sample of a [H, W] plane by the RoIAlign rule, in the plane's dtype; of
+    [..., H, W] planes, one per plane (the same arithmetic, element by element)."""
+    h, w = plane.shape[-2:]
+    taps = roi_align_taps(plane.dtype.type, h, w, y, x) if h and w else []
+    if not taps:
+        return np.zeros(plane.shape[:-2], plane.dtype)[()]
+    (row, column, weight), *rest = taps
+    total = weight * plane[..., row, column]
+    for row, column, weight in rest:
+        total = total + weight * plane[..., row, column]
+    return total
 
 
 def running_max(first: Any, rest: list) -> Any:

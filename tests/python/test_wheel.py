@@ -33,21 +33,11 @@ from packaging.requirements import Requirement
 
 import ortops
 
-from ortest import mmcv_nms_model
+from ortest import MANYLINUX_SYSTEM_LIBRARIES, mmcv_nms_model
 
 ROOT = Path(__file__).resolve().parents[2]
 WHEEL_VENV = ROOT / ".venv-wheel"
 BUILD_WHEEL = ROOT / "scripts" / "build_wheel.sh"
-# Shared libraries every manylinux policy lets a wheel use from the system (PEP 600).
-MANYLINUX_SYSTEM_LIBRARIES = {
-    "libc.so.6",
-    "libm.so.6",
-    "libdl.so.2",
-    "librt.so.1",
-    "libpthread.so.0",
-    "libgcc_s.so.1",
-    "ld-linux-x86-64.so.2",
-}
 
 
 def _pins() -> dict[str, str]:

@@ -1,10 +1,18 @@
-"""Input checks shared by the batched NMS ops, with the kernels' messages."""
+"""Input checks shared by the NMS ops, with the kernels' messages."""
 
 from __future__ import annotations
 
 import torch
 
 from ortops.torch._op import BadArgument
+
+
+def check_boxes_and_scores(boxes: torch.Tensor, scores: torch.Tensor) -> None:
+    """Raises unless ``boxes`` is ``Tensor[N, 4]`` and ``scores`` ``Tensor[N]``."""
+    if boxes.dim() != 2 or boxes.shape[1] != 4:
+        raise BadArgument(f"boxes must have shape [N, 4], got {list(boxes.shape)}")
+    if scores.shape != boxes.shape[:1]:
+        raise BadArgument(f"scores must have shape [{boxes.shape[0]}], got {list(scores.shape)}")
 
 
 def check_batched_boxes_and_scores(boxes: torch.Tensor, scores: torch.Tensor, box_size: int) -> None:

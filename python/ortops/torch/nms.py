@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ortops.torch._op import Arg, BadArgument, Op
-
-
-def _check(boxes: torch.Tensor, scores: torch.Tensor) -> None:
-    if boxes.dim() != 2 or boxes.shape[1] != 4:
-        raise BadArgument(f"boxes must have shape [N, 4], got {list(boxes.shape)}")
-    if scores.shape != boxes.shape[:1]:
-        raise BadArgument(f"scores must have shape [{boxes.shape[0]}], got {list(scores.shape)}")
-
+from ortops.torch._boxes import check_boxes_and_scores
+from ortops.torch._op import Arg, Op
 
 NMS = Op(
     "nms",
@@ -23,7 +16,7 @@ NMS = Op(
         Arg("iou_threshold", float, "a box is dropped when its IoU with a kept box is strictly greater."),
         Arg("offset", int, "0, or 1 for the legacy convention where a box's width is x2 - x1 + 1."),
     ],
-    check=_check,
+    check=check_boxes_and_scores,
 )
 
 

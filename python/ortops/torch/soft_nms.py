@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ortops.torch._boxes import check_boxes_and_scores
 from ortops.torch._op import Arg, BadArgument, Op
 
 _METHODS = {"naive": 0, "linear": 1, "gaussian": 2}
@@ -19,10 +20,7 @@ def _check(
     offset: int,
 ) -> None:
     """The kernel's checks, with its messages."""
-    if boxes.dim() != 2 or boxes.shape[1] != 4:
-        raise BadArgument(f"boxes must have shape [N, 4], got {list(boxes.shape)}")
-    if scores.shape != boxes.shape[:1]:
-        raise BadArgument(f"scores must have shape [{boxes.shape[0]}], got {list(scores.shape)}")
+    check_boxes_and_scores(boxes, scores)
     if method not in (0, 1, 2):
         raise BadArgument(f"method must be 0 (naive), 1 (linear) or 2 (gaussian), got {method}")
     if offset not in (0, 1):

@@ -21,21 +21,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from ortest import make_model
+from ortest import MANYLINUX_SYSTEM_LIBRARIES, make_model
 
 ROOT = Path(__file__).resolve().parents[3]
 LIBRARY = Path(os.environ.get("ORTOPS_CUDA_LIBRARY", ROOT / "build" / "cuda" / "libortops.so"))
 CPU_LIBRARY = Path(os.environ.get("ORTOPS_CPU_LIBRARY", ROOT / "build" / "libortops.so"))
-# Every manylinux policy lets a wheel use these from the system (PEP 600).
-MANYLINUX_SYSTEM_LIBRARIES = {
-    "libc.so.6",
-    "libm.so.6",
-    "libdl.so.2",
-    "librt.so.1",
-    "libpthread.so.0",
-    "libgcc_s.so.1",
-    "ld-linux-x86-64.so.2",
-}
 
 pytestmark = pytest.mark.skipif(
     not LIBRARY.is_file(), reason=f"no CUDA build at {LIBRARY}: scripts/test.sh's cuda-build suite compiles it"

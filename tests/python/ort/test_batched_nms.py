@@ -269,6 +269,24 @@ def message(domain: str, op: str, text: str) -> str:
     return rf"{domain}\.{op}: .*{re.escape(text)}"
 
 
+def assert_huge_count_fails(
+    nms: Callable[..., list[np.ndarray]],
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    count: str,
+    overflowing: int,
+    domain: str,
+    op: str,
+) -> None:
+    """The detections per image (the attribute `count`) at 2**40 fail to allocate, as an
+    error that names the node; at `overflowing`, where the outputs' sizes overflow, they are
+    refused as too large."""
+    with pytest.raises(Exception, match=rf"{domain}\.{op}: "):
+        nms(boxes, scores, **{count: 2**40})
+    with pytest.raises(Exception, match=message(domain, op, "is too large")):
+        nms(boxes, scores, **{count: overflowing})
+
+
 # ---------------------------------------------------------------- ortops::BatchedNMS
 
 
@@ -489,10 +507,7 @@ def test_float16_is_float32_rounded() -> None:
 @skip_under_asan
 def test_huge_max_output_boxes_is_an_allocation_error() -> None:
     boxes, scores = make_case(1, 1, 5, 2, "shared", np.float32)
-    with pytest.raises(Exception, match=r"ortops\.BatchedNMS: "):
-        batched_nms(boxes, scores, max_output_boxes=2**40)
-    with pytest.raises(Exception, match=message("ortops", "BatchedNMS", "is too large")):
-        batched_nms(boxes, scores, max_output_boxes=2**62)
+    assert_huge_count_fails(batched_nms, boxes, scores, "max_output_boxes", 2**62, "ortops", "BatchedNMS")
     # No image: the outputs are empty whatever their second dimension.
     got = batched_nms(boxes[:0], scores[:0], max_output_boxes=2**40)
     assert got[1].shape == (0, 2**40, 4)
@@ -645,10 +660,7 @@ def test_trt_thread_counts_agree(threads: int) -> None:
 @skip_under_asan
 def test_trt_huge_keep_topk_is_an_allocation_error() -> None:
     boxes, scores = make_case(1, 1, 5, 2, "shared4", np.float32)
-    with pytest.raises(Exception, match=r"mmdeploy\.TRTBatchedNMS: "):
-        trt_nms(boxes, scores, keep_topk=2**40)
-    with pytest.raises(Exception, match=message("mmdeploy", "TRTBatchedNMS", "is too large")):
-        trt_nms(boxes, scores, keep_topk=2**61)
+    assert_huge_count_fails(trt_nms, boxes, scores, "keep_topk", 2**61, "mmdeploy", "TRTBatchedNMS")
 
 
 def test_trt_empty_inputs() -> None:

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 
 import ortops
 
-from ortest import mmcv_nms_model, model_of, python_without
+from ortest import mmcv_nms_model, model_of, python_without, yolov7_efficient_nms_node
 
 # Hand-made NMS case: box 1 overlaps box 0 with IoU 81/119 = 0.68 (dropped at 0.5), box 2
 # overlaps box 0 with IoU 16/184 = 0.09 (kept), box 3 is box 2 shifted by 1 (IoU 0.68 with
@@ -122,22 +122,8 @@ def test_inspect_model_with_tensorrt_plugin(tmp_path) -> None:
 def test_inspect_and_run_a_tensorrt_nms_file(tmp_path) -> None:
     """TRT::EfficientNMS_TRT as yolov7's End2End export writes it (background_class and
     box_coding as one-value INTS) is known and runs."""
-    node = helper.make_node(
-        "EfficientNMS_TRT",
-        ["boxes", "scores"],
-        ["num_dets", "det_boxes", "det_scores", "det_classes"],
-        name="/end2end/EfficientNMS_TRT",
-        domain="TRT",
-        background_class=[-1],
-        box_coding=[1],
-        iou_threshold=0.45,
-        max_output_boxes=100,
-        plugin_version="1",
-        score_activation=0,
-        score_threshold=0.25,
-    )
     graph = helper.make_graph(
-        [node],
+        [yolov7_efficient_nms_node()],
         "main_graph",
         [
             helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 50, 4]),

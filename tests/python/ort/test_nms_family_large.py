@@ -192,6 +192,23 @@ def greedy(
     return kept
 
 
+def greedy_per_group(
+    groups: dict[int, list],
+    order: Callable[[tuple], tuple],
+    pre_topk: int,
+    box_of: Callable[[tuple], np.ndarray],
+    suppresses: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    limit: int,
+) -> list:
+    """:func:`greedy` in each group of candidates, ranked by `order` and cut to the best
+    `pre_topk` first (all when negative); every group's kept ones, ranked by `order`."""
+    kept: list = []
+    for candidates in groups.values():
+        ranked = sorted(candidates, key=order)
+        kept += greedy(ranked if pre_topk < 0 else ranked[:pre_topk], box_of, suppresses, limit)
+    return sorted(kept, key=order)
+
+
 def batched_nms_reference(boxes, scores, iou_threshold, score_threshold, max_output_boxes, pre_topk, **kwargs):
     """ortops::BatchedNMS (score_activation 0), as tb.reference_batched_nms."""
     class_agnostic, box_coding = kwargs.get("class_agnostic", 0), kwargs.get("box_coding", 0)
@@ -219,18 +236,14 @@ def batched_nms_reference(boxes, scores, iou_threshold, score_threshold, max_out
         for n, c in zip(n_idx.tolist(), c_idx.tolist()):
             if c != background:
                 groups.setdefault(0 if class_agnostic else c, []).append((s32[b, n, c], n, c))
-        kept_all: list = []
-        for candidates in groups.values():
-            candidates.sort(key=lambda t: (-t[0], t[1], t[2]))
-            if pre_topk >= 0:
-                candidates = candidates[:pre_topk]
-            kept_all += greedy(
-                candidates,
-                lambda t, b=b: corners(b, t[1], t[2]),
-                lambda kept, c: torchvision_iou(kept, c, offset) > limit_iou,
-                k,
-            )
-        kept_all.sort(key=lambda t: (-t[0], t[1], t[2]))
+        kept_all = greedy_per_group(
+            groups,
+            lambda t: (-t[0], t[1], t[2]),
+            pre_topk,
+            lambda t, b=b: corners(b, t[1], t[2]),
+            lambda kept, c: torchvision_iou(kept, c, offset) > limit_iou,
+            k,
+        )
         detections = kept_all[:k]
         out[0][b] = len(detections)
         for i, (s, n, c) in enumerate(detections):
@@ -253,18 +266,14 @@ def trt_batched_nms_reference(boxes, scores, keep_topk, iou_threshold, score_thr
         groups: dict[int, list] = {}
         for n, c in zip(n_idx.tolist(), c_idx.tolist()):
             groups.setdefault(c, []).append((scores[b, n, c], n, c))
-        kept_all: list = []
-        for candidates in groups.values():
-            candidates.sort(key=lambda t: (-t[0], t[2], t[1]))
-            if pre >= 0:
-                candidates = candidates[:pre]
-            kept_all += greedy(
-                candidates,
-                lambda t, b=b: boxes[b, t[1], 0 if shared else t[2]],
-                lambda kept, c: detection_output_iou(kept, c) > limit_iou,
-                keep_topk,
-            )
-        kept_all.sort(key=lambda t: (-t[0], t[2], t[1]))
+        kept_all = greedy_per_group(
+            groups,
+            lambda t: (-t[0], t[2], t[1]),
+            pre,
+            lambda t, b=b: boxes[b, t[1], 0 if shared else t[2]],
+            lambda kept, c: detection_output_iou(kept, c) > limit_iou,
+            keep_topk,
+        )
         for i, (s, n, c) in enumerate(kept_all[:keep_topk]):
             dets[b, i, :4], dets[b, i, 4] = boxes[b, n, 0 if shared else c], s
             labels[b, i], index[b, i] = c, n if shared else c * count + n

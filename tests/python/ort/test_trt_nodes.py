@@ -11,11 +11,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from references import cached
+from references import cached, roi_align_taps
 
 import ortops
 
-from ortest import run, session
+from ortest import run, session, yolov7_efficient_nms_node
 
 f32 = np.float32
 EFFICIENT_OUTPUTS = ["num_detections", "detection_boxes", "detection_scores", "detection_classes"]
@@ -476,20 +476,7 @@ def yolov7_end2end_model(rng: np.random.Generator, batch: int) -> tuple[onnx.Mod
         helper.make_node("Slice", ["x", "s4", "s5", "axis2"], ["conf"]),
         helper.make_node("Slice", ["x", "s5", "send", "axis2"], ["cls"]),
         helper.make_node("Mul", ["cls", "conf"], ["scores"]),
-        helper.make_node(
-            "EfficientNMS_TRT",
-            ["boxes", "scores"],
-            ["num_dets", "det_boxes", "det_scores", "det_classes"],
-            name="/end2end/EfficientNMS_TRT",
-            domain="TRT",
-            background_class=[-1],
-            box_coding=[1],
-            iou_threshold=0.45,
-            max_output_boxes=100,
-            plugin_version="1",
-            score_activation=0,
-            score_threshold=0.25,
-        ),
+        yolov7_efficient_nms_node(),
     ]
     graph = helper.make_graph(
         nodes,
@@ -932,29 +919,10 @@ def test_mmyolo_batched_nms_file_runs_unchanged(batch: int) -> None:
 
 
 def _bilinear(plane: np.ndarray, y: np.float32, x: np.float32, average: int) -> np.float32:
-    height, width = plane.shape
-    if y < -1 or y > height or x < -1 or x > width:
+    taps = roi_align_taps(f32, *plane.shape, y, x)
+    if not taps:
         return f32(0)
-    y, x = max(y, f32(0)), max(x, f32(0))
-    y_low, x_low = int(y), int(x)
-    if y_low >= height - 1:
-        y_low = y_high = height - 1
-        y = f32(y_low)
-    else:
-        y_high = y_low + 1
-    if x_low >= width - 1:
-        x_low = x_high = width - 1
-        x = f32(x_low)
-    else:
-        x_high = x_low + 1
-    ly, lx = f32(y - f32(y_low)), f32(x - f32(x_low))
-    hy, hx = f32(1) - ly, f32(1) - lx
-    corners = [
-        f32(f32(hy * hx) * plane[y_low, x_low]),
-        f32(f32(hy * lx) * plane[y_low, x_high]),
-        f32(f32(ly * hx) * plane[y_high, x_low]),
-        f32(f32(ly * lx) * plane[y_high, x_high]),
-    ]
+    corners = [f32(weight * plane[row, column]) for row, column, weight in taps]
     if average:
         return f32(f32(f32(corners[0] + corners[1]) + corners[2]) + corners[3])
     return np.fmax(np.fmax(np.fmax(corners[0], corners[1]), corners[2]), corners[3])
