@@ -107,7 +107,13 @@ class CustomOp : public OrtCustomOp {
     KernelComputeV2 = [](void* kernel, OrtKernelContext* context) -> OrtStatus* {
       const auto* self = static_cast<const Kernel*>(kernel);
       try {
-        self->Compute(typename Kernel::IO(context, Kernel::kSchema.inputs));
+        const typename Kernel::IO io(context, Kernel::kSchema.inputs);
+        // An OpKernel's Compute may take the attributes it parsed at session creation.
+        if constexpr (requires { self->Compute(io, self->attributes()); }) {
+          self->Compute(io, self->attributes());
+        } else {
+          self->Compute(io);
+        }
         return nullptr;
       } catch (...) {
         return StatusFromCurrentException(self->def());

@@ -2,11 +2,13 @@
 // a kernel), written once:
 //
 //   template <typename T>
-//   class CornerPoolKernel : public OpKernel<T, kSchema, Direction> {
-//    public:
+//   struct CornerPoolKernel : OpKernel<T, kSchema, Direction> {
 //     using OpKernel<T, kSchema, Direction>::OpKernel;
-//     void Compute(const KernelIO& io) const { ... this->attributes() ... }
+//     void Compute(const KernelIO& io, const Direction& direction) const { ... }
 //   };
+//
+// Compute gets the attributes parsed when the session was created (or reads
+// this->attributes(), as helpers do).
 //
 // A device kernel names device::DeviceKernelBase as Base; its CPU twin and it then share the
 // schema and the attribute parsing by construction.
@@ -41,7 +43,6 @@ class OpKernel : public Base {
 
   OpKernel(const Attributes& attrs, const OpDef& def) : Base(def), attributes_(Parse(attrs, def)) {}
 
- protected:
   const Parsed& attributes() const { return attributes_; }
 
  private:

@@ -52,8 +52,12 @@ class ThrustAllocator {
  public:
   using value_type = char;
   explicit ThrustAllocator(OrtAllocator* allocator) : allocator_(allocator) {}
-  char* allocate(std::ptrdiff_t bytes);
-  void deallocate(char* data, size_t bytes) noexcept;
+  char* allocate(std::ptrdiff_t bytes) {
+    void* data = allocator_->Alloc(allocator_, static_cast<size_t>(bytes));
+    if (data == nullptr) throw std::bad_alloc();
+    return static_cast<char*>(data);
+  }
+  void deallocate(char* data, size_t) noexcept { allocator_->Free(allocator_, data); }
 
  private:
   OrtAllocator* allocator_;

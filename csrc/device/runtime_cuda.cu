@@ -95,14 +95,6 @@ cudaStream_t ComputeStream(OrtKernelContext* context) {
 
 }  // namespace
 
-char* ThrustAllocator::allocate(std::ptrdiff_t bytes) {
-  void* data = allocator_->Alloc(allocator_, static_cast<size_t>(bytes));
-  if (data == nullptr) throw std::bad_alloc();
-  return static_cast<char*>(data);
-}
-
-void ThrustAllocator::deallocate(char* data, size_t) noexcept { allocator_->Free(allocator_, data); }
-
 DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
     : io_(context, inputs),
       stream_(ComputeStream(context)),

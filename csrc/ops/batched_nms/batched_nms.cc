@@ -8,7 +8,6 @@
 #include "core/half.h"
 #include "math/box_iou.h"
 #include "math/multiclass_nms.h"
-#include "math/score_cutoff.h"
 #include "ops/batched_nms/ortops_batched_nms.h"
 #include "ops/nms/group_index.h"
 
@@ -17,33 +16,25 @@ namespace ortops::batched_nms {
 namespace {
 
 template <typename T>
-class BatchedNmsKernel : public KernelBase {
- public:
-  using Element = T;
+struct BatchedNmsKernel : OpKernel<T, kSchema, BatchedNmsSettings<ComputeType<T>>> {
+  using OpKernel<T, kSchema, BatchedNmsSettings<ComputeType<T>>>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = batched_nms::kSchema;
 
-  BatchedNmsKernel(const Attributes& attrs, const OpDef& def)
-      : KernelBase(def),
-        attributes_(attrs),
-        cutoff_(ScoreCutoff<A>(attributes_.score_threshold, attributes_.score_activation == 1, /*strict=*/true)) {}
-
-  void Compute(const KernelIO& io) const {
-    const auto [boxes, scores, batch, count, classes, shared] = ReadBatchedNmsInputs<T>(io, attributes_);
-    const int64_t rows = attributes_.max_output;
+  void Compute(const KernelIO& io, const BatchedNmsSettings<A>& settings) const {
+    const auto [boxes, scores, batch, count, classes, shared] = ReadBatchedNmsInputs<T>(io, settings);
+    const int64_t rows = settings.max_output;
     int64_t* num_detections = io.Output<int64_t>(0, {batch});
-    const CornerBoxes<T, A> corners{BoxLayout<T>{boxes.data, count, shared ? 1 : classes, 4},
-                                    attributes_.box_coding == 1};
+    const CornerBoxes<T, A> corners{BoxLayout<T>{boxes.data, count, shared ? 1 : classes, 4}, settings.box_coding == 1};
     const BatchedNmsRows<T, A> out{corners, io.Output<T>(1, {batch, rows, 4}), io.Output<T>(2, {batch, rows}),
                                    io.Output<int64_t>(3, {batch, rows}), io.Output<int64_t>(4, {batch, rows})};
 
-    const A cutoff = cutoff_;
+    const A cutoff = settings.cutoff;
     const auto passes = [cutoff](A score) { return score >= cutoff; };
     const auto score_at = [&](int64_t b, int64_t n, int64_t c) {
       return static_cast<A>(scores.data[(b * count + n) * classes + c]);
     };
-    const A offset = static_cast<A>(attributes_.offset);
-    const A threshold = static_cast<A>(attributes_.iou_threshold);
+    const A offset = static_cast<A>(settings.offset);
+    const A threshold = static_cast<A>(settings.iou_threshold);
     const BatchedNmsTest<T, A> test{corners, offset, threshold};
     const auto suppresses = [&](int64_t b, const NmsCandidate<A>& kept, const NmsCandidate<A>& candidate) {
       return test.Suppresses(b, kept, candidate);
@@ -62,8 +53,8 @@ class BatchedNmsKernel : public KernelBase {
       };
       return nms::MakeGridGroupIndex(io, set, box_of, nms::IouRule::kBox, offset, threshold);
     };
-    const MulticlassNmsConfig config = attributes_.Config();
-    if (attributes_.score_activation == 1) {
+    const MulticlassNmsConfig config = settings.Config();
+    if (settings.score_activation == 1) {
       MulticlassNmsIndexed<A>(
           io, config, batch, count, classes, passes, score_at, [](A score) { return Sigmoid(score); }, suppresses, emit,
           make_index);
@@ -73,10 +64,6 @@ class BatchedNmsKernel : public KernelBase {
           make_index);
     }
   }
-
- private:
-  BatchedNmsAttributes attributes_;
-  A cutoff_;
 };
 
 }  // namespace

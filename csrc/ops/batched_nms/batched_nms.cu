@@ -4,9 +4,9 @@
 #include <thrust/copy.h>
 
 #include "core/half.h"
+#include "core/op_kernel.h"
 #include "device/device_kernel.h"
 #include "device/multiclass_nms.h"
-#include "math/score_cutoff.h"
 #include "ops/batched_nms/batched_nms.h"
 #include "ops/batched_nms/mmdeploy_batched_nms.h"
 #include "ops/batched_nms/ortops_batched_nms.h"
@@ -55,42 +55,30 @@ struct WriteRows {
 };
 
 template <typename T>
-class BatchedNmsDeviceKernel : public device::DeviceKernelBase {
- public:
-  using Element = T;
+struct BatchedNmsDeviceKernel : OpKernel<T, kSchema, BatchedNmsSettings<ComputeType<T>>, device::DeviceKernelBase> {
+  using OpKernel<T, kSchema, BatchedNmsSettings<ComputeType<T>>, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
-  static constexpr const OpSchema& kSchema = batched_nms::kSchema;
 
-  BatchedNmsDeviceKernel(const Attributes& attrs, const OpDef& def)
-      : DeviceKernelBase(def),
-        attributes_(attrs),
-        cutoff_(ScoreCutoff<A>(attributes_.score_threshold, attributes_.score_activation == 1, /*strict=*/true)) {}
-
-  void Compute(const device::DeviceIO& io) const {
-    const auto [boxes, scores, batch, count, classes, shared] = ReadBatchedNmsInputs<T>(io, attributes_);
-    const int64_t rows = attributes_.max_output;
+  void Compute(const device::DeviceIO& io, const BatchedNmsSettings<A>& settings) const {
+    const auto [boxes, scores, batch, count, classes, shared] = ReadBatchedNmsInputs<T>(io, settings);
+    const int64_t rows = settings.max_output;
     int64_t* num_detections = io.Output<int64_t>(0, {batch});
-    const CornerBoxes<T, A> corners{BoxLayout<T>{boxes.data, count, shared ? 1 : classes, 4},
-                                    attributes_.box_coding == 1};
+    const CornerBoxes<T, A> corners{BoxLayout<T>{boxes.data, count, shared ? 1 : classes, 4}, settings.box_coding == 1};
     const BatchedNmsRows<T, A> out{corners, io.Output<T>(1, {batch, rows, 4}), io.Output<T>(2, {batch, rows}),
                                    io.Output<int64_t>(3, {batch, rows}), io.Output<int64_t>(4, {batch, rows})};
     const BatchedNmsProblem<T> problem{
         scores.data,
         count,
         classes,
-        cutoff_,
-        attributes_.score_activation == 1,
-        BatchedNmsTest<T, A>{corners, static_cast<A>(attributes_.offset), static_cast<A>(attributes_.iou_threshold)}};
+        settings.cutoff,
+        settings.score_activation == 1,
+        BatchedNmsTest<T, A>{corners, static_cast<A>(settings.offset), static_cast<A>(settings.iou_threshold)}};
     const device::Detections<A> detections =
-        device::MulticlassNms<A>(io, attributes_.Config(), batch, count, classes, problem);
+        device::MulticlassNms<A>(io, settings.Config(), batch, count, classes, problem);
     thrust::copy(io.policy(), detections.count.data(), detections.count.data() + batch, num_detections);
     io.ForEach(batch * rows,
                WriteRows<A, BatchedNmsRows<T, A>>{out, detections.rows.data(), detections.count.data(), rows});
   }
-
- private:
-  BatchedNmsAttributes attributes_;
-  A cutoff_;
 };
 
 // mmdeploy's TRTBatchedNMS and TRTBatchedRotatedNMS as device::MulticlassNms asks for them.
@@ -160,18 +148,15 @@ class TrtBatchedNmsDeviceKernel : public device::DeviceKernelBase {
   TrtBatchedNmsAttributes attributes_;
 };
 
-template <typename T>
-using TrtDeviceKernel = TrtBatchedNmsDeviceKernel<T, false>;
-template <typename T>
-using TrtRotatedDeviceKernel = TrtBatchedNmsDeviceKernel<T, true>;
-
 }  // namespace
 
 std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<BatchedNmsDeviceKernel, float, double, Half>(def); }
 
-std::vector<OpPtr> MakeTrtDevice(const OpDef& def) { return MakeOps<TrtDeviceKernel, float, double>(def); }
+std::vector<OpPtr> MakeTrtDevice(const OpDef& def) {
+  return MakeOps<TrtBatchedNmsDeviceKernel, false, float, double>(def);
+}
 std::vector<OpPtr> MakeTrtRotatedDevice(const OpDef& def) {
-  return MakeOps<TrtRotatedDeviceKernel, float, double>(def);
+  return MakeOps<TrtBatchedNmsDeviceKernel, true, float, double>(def);
 }
 
 }  // namespace ortops::batched_nms

@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 
+#include "core/op_kernel.h"
 #include "math/box_grid.h"
 #include "math/box_iou.h"
 #include "math/mmdeploy_rotated_iou.h"
@@ -170,14 +171,9 @@ class TrtBatchedNmsKernel : public KernelBase {
   TrtBatchedNmsAttributes attributes_;
 };
 
-template <typename T>
-using TrtKernel = TrtBatchedNmsKernel<T, false>;
-template <typename T>
-using TrtRotatedKernel = TrtBatchedNmsKernel<T, true>;
-
 }  // namespace
 
-std::vector<OpPtr> MakeTrt(const OpDef& def) { return MakeOps<TrtKernel, float, double>(def); }
-std::vector<OpPtr> MakeTrtRotated(const OpDef& def) { return MakeOps<TrtRotatedKernel, float, double>(def); }
+std::vector<OpPtr> MakeTrt(const OpDef& def) { return MakeOps<TrtBatchedNmsKernel, false, float, double>(def); }
+std::vector<OpPtr> MakeTrtRotated(const OpDef& def) { return MakeOps<TrtBatchedNmsKernel, true, float, double>(def); }
 
 }  // namespace ortops::batched_nms

@@ -9,8 +9,10 @@
 
 #include "core/custom_op.h"
 #include "core/host_device.h"
+#include "core/op_kernel.h"
 #include "math/box_iou.h"
 #include "math/multiclass_nms.h"
+#include "math/score_cutoff.h"
 #include "ops/batched_nms/batched_nms.h"
 #include "ops/batched_nms/box_layout.h"
 
@@ -50,6 +52,15 @@ struct BatchedNmsAttributes {
 
   float iou_threshold, score_threshold;
   int64_t max_output, pre_topk, class_agnostic, box_coding, score_activation, background_class, offset;
+};
+
+// The attributes, and the score cutoff in the compute type A that they give (ScoreCutoff:
+// the logit whose sigmoid is the threshold, with `score_activation`), computed once.
+template <typename A>
+struct BatchedNmsSettings : BatchedNmsAttributes {
+  explicit BatchedNmsSettings(const Attributes& attrs)
+      : BatchedNmsAttributes(attrs), cutoff(ScoreCutoff<A>(score_threshold, score_activation == 1, /*strict=*/true)) {}
+  A cutoff;
 };
 
 template <typename T>

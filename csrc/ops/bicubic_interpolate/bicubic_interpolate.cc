@@ -13,13 +13,11 @@ namespace ortops::bicubic_interpolate {
 namespace {
 
 template <typename T>
-class BicubicKernel : public OpKernel<T, kSchema, BicubicAttributes> {
- public:
+struct BicubicKernel : OpKernel<T, kSchema, BicubicAttributes> {
   using OpKernel<T, kSchema, BicubicAttributes>::OpKernel;
   using A = T;  // float32 in float32, as PyTorch's CPU and CUDA kernels compute
 
-  void Compute(const KernelIO& io) const {
-    const BicubicAttributes& attributes = this->attributes();
+  void Compute(const KernelIO& io, const BicubicAttributes& attributes) const {
     const ResizeCall<T> call = PrepareCall<T>(io, attributes);
     const ConstTensor<T>& input = call.input;
     T* output = call.output;

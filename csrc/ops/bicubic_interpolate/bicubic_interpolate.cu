@@ -36,12 +36,10 @@ struct ResizeValue {
 };
 
 template <typename T>
-class BicubicDeviceKernel : public OpKernel<T, kSchema, BicubicAttributes, device::DeviceKernelBase> {
- public:
+struct BicubicDeviceKernel : OpKernel<T, kSchema, BicubicAttributes, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, BicubicAttributes, device::DeviceKernelBase>::OpKernel;
 
-  void Compute(const device::DeviceIO& io) const {
-    const BicubicAttributes& attributes = this->attributes();
+  void Compute(const device::DeviceIO& io, const BicubicAttributes& attributes) const {
     const ResizeCall<T> call = PrepareCall<T>(io, attributes);
     if (call.copies()) {
       io.ForEach(call.size, CopyValue<T>{call.input.data, call.output});

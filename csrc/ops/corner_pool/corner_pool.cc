@@ -8,12 +8,10 @@ namespace ortops::corner_pool {
 namespace {
 
 template <typename T>
-class CornerPoolKernel : public OpKernel<T, kSchema, Direction> {
- public:
+struct CornerPoolKernel : OpKernel<T, kSchema, Direction> {
   using OpKernel<T, kSchema, Direction>::OpKernel;
 
-  void Compute(const KernelIO& io) const {
-    const Direction& direction = this->attributes();
+  void Compute(const KernelIO& io, const Direction& direction) const {
     const ConstTensor<T> input = io.Input<T>(0, 4);
     T* output = io.Output<T>(0, input.shape);
     scan::CumulativeExtreme<T, true>(io, input.data, output, nullptr, direction.LayoutOf(input), direction.reverse());

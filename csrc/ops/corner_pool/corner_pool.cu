@@ -8,12 +8,10 @@ namespace ortops::corner_pool {
 namespace {
 
 template <typename T>
-class CornerPoolDeviceKernel : public OpKernel<T, kSchema, Direction, device::DeviceKernelBase> {
- public:
+struct CornerPoolDeviceKernel : OpKernel<T, kSchema, Direction, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, Direction, device::DeviceKernelBase>::OpKernel;
 
-  void Compute(const device::DeviceIO& io) const {
-    const Direction& direction = this->attributes();
+  void Compute(const device::DeviceIO& io, const Direction& direction) const {
     const ConstTensor<T> input = io.Input<T>(0, 4);
     T* output = io.Output<T>(0, input.shape);
     scan::CumulativeExtremeOnDevice<T, true>(io, input.data, output, nullptr, direction.LayoutOf(input),

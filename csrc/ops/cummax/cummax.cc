@@ -8,8 +8,7 @@ namespace ortops::cummax {
 namespace {
 
 template <typename T, bool kMax>
-class CumulativeKernel : public OpKernel<T, kSchema, Axis> {
- public:
+struct CumulativeKernel : OpKernel<T, kSchema, Axis> {
   using OpKernel<T, kSchema, Axis>::OpKernel;
 
   void Compute(const KernelIO& io) const {

@@ -8,8 +8,7 @@ namespace ortops::cummax {
 namespace {
 
 template <typename T, bool kMax>
-class CumulativeDeviceKernel : public OpKernel<T, kSchema, Axis, device::DeviceKernelBase> {
- public:
+struct CumulativeDeviceKernel : OpKernel<T, kSchema, Axis, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, Axis, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {

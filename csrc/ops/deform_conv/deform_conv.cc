@@ -166,8 +166,7 @@ class BlockSlots {
 // Elements of T are read as A = ComputeType<T> (the image, weights and samples are float
 // for float16) and the GEMM runs in A; a float16 kernel rounds once, when it stores.
 template <typename T, Layout kLayout>
-class DeformConvKernel : public OpKernel<T, SchemaOf(kLayout), ParsedWith<ConvAttributes, kLayout>> {
- public:
+struct DeformConvKernel : OpKernel<T, SchemaOf(kLayout), ParsedWith<ConvAttributes, kLayout>> {
   using A = ComputeType<T>;
 
   DeformConvKernel(const Attributes& attrs, const OpDef& def)
@@ -187,8 +186,7 @@ class DeformConvKernel : public OpKernel<T, SchemaOf(kLayout), ParsedWith<ConvAt
     }
   }
 
-  void Compute(const KernelIO& io) const {
-    const ConvAttributes& conv = this->attributes();
+  void Compute(const KernelIO& io, const ConvAttributes& conv) const {
     const auto [input, offset, weight, g, mask, bias] = ReadConvInputs<kLayout, T>(io, conv);
     const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
     T* output = io.Output<T>(0, {g.batch, g.out_channels, g.out_h, g.out_w});

@@ -107,8 +107,7 @@ class DeformConvDeviceKernel
   using OpKernel<T, SchemaOf(kLayout), ParsedWith<ConvAttributes, kLayout>, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
 
-  void Compute(const device::DeviceIO& io) const {
-    const ConvAttributes& conv = this->attributes();
+  void Compute(const device::DeviceIO& io, const ConvAttributes& conv) const {
     const auto [input, offset, weight, g, mask, bias] = ReadConvInputs<kLayout, T>(io, conv);
     const int64_t taps = g.kernel_h * g.kernel_w, positions = g.out_h * g.out_w;
     T* output = io.Output<T>(0, {g.batch, g.out_channels, g.out_h, g.out_w});

@@ -34,8 +34,7 @@ void FailIndexOutside(const Shape& indices_shape, int64_t flat, int64_t index, i
 namespace {
 
 template <typename T>
-class GatherTopkKernel : public OpKernel<T, kSchema> {
- public:
+struct GatherTopkKernel : OpKernel<T, kSchema> {
   using OpKernel<T, kSchema>::OpKernel;
 
   void Compute(const KernelIO& io) const {

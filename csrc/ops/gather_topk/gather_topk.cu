@@ -29,8 +29,7 @@ struct CopyElement {
 };
 
 template <typename T>
-class GatherTopkDeviceKernel : public OpKernel<T, kSchema, NoAttributes, device::DeviceKernelBase> {
- public:
+struct GatherTopkDeviceKernel : OpKernel<T, kSchema, NoAttributes, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, NoAttributes, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {

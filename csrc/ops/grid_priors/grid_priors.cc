@@ -10,12 +10,10 @@ namespace ortops::grid_priors {
 namespace {
 
 template <typename T>
-class GridPriorsKernel : public OpKernel<T, kSchema, Strides> {
- public:
+struct GridPriorsKernel : OpKernel<T, kSchema, Strides> {
   using OpKernel<T, kSchema, Strides>::OpKernel;
 
-  void Compute(const KernelIO& io) const {
-    const Strides& strides = this->attributes();
+  void Compute(const KernelIO& io, const Strides& strides) const {
     const PriorsCall<T> call = PrepareCall<T>(io);
     const ConstTensor<T>& base = call.base;
     const int64_t height = call.height, width = call.width, anchors = call.anchors, count = call.count;

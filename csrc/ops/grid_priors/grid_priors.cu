@@ -21,12 +21,10 @@ struct PlaceAnchor {
 };
 
 template <typename T>
-class GridPriorsDeviceKernel : public OpKernel<T, kSchema, Strides, device::DeviceKernelBase> {
- public:
+struct GridPriorsDeviceKernel : OpKernel<T, kSchema, Strides, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, Strides, device::DeviceKernelBase>::OpKernel;
 
-  void Compute(const device::DeviceIO& io) const {
-    const Strides& strides = this->attributes();
+  void Compute(const device::DeviceIO& io, const Strides& strides) const {
     const PriorsCall<T> call = PrepareCall<T>(io);
     T* out = io.Output<T>(0, {call.count, 4});
     io.ForEach(call.count, PlaceAnchor<T>{call.base.data, out, call.width, call.anchors, static_cast<T>(strides.h),

@@ -31,13 +31,11 @@ struct CompactTaps {
 // all arithmetic is in A, so a float16 kernel computes what the float32 kernel does on the
 // same values, then rounds once on store.
 template <typename T>
-class GridSampleKernel : public OpKernel<T, kSchema, GridSampleAttributes> {
- public:
+struct GridSampleKernel : OpKernel<T, kSchema, GridSampleAttributes> {
   using OpKernel<T, kSchema, GridSampleAttributes>::OpKernel;
   using A = ComputeType<T>;
 
-  void Compute(const KernelIO& io) const {
-    const GridSampleAttributes& attributes = this->attributes();
+  void Compute(const KernelIO& io, const GridSampleAttributes& attributes) const {
     const GridSampleCall<T> call = PrepareCall<T>(io);
     if (call.empty) return;
     const ConstTensor<T>& input = call.input;

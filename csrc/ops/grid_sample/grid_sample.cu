@@ -47,13 +47,11 @@ struct SamplePoint {
 };
 
 template <typename T>
-class GridSampleDeviceKernel : public OpKernel<T, kSchema, GridSampleAttributes, device::DeviceKernelBase> {
- public:
+struct GridSampleDeviceKernel : OpKernel<T, kSchema, GridSampleAttributes, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, GridSampleAttributes, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
 
-  void Compute(const device::DeviceIO& io) const {
-    const GridSampleAttributes& attributes = this->attributes();
+  void Compute(const device::DeviceIO& io, const GridSampleAttributes& attributes) const {
     const GridSampleCall<T> call = PrepareCall<T>(io);
     if (call.empty) return;
     const int64_t out_plane = call.out_plane();

@@ -9,12 +9,10 @@ namespace ortops::group_norm {
 namespace {
 
 template <typename T, Grouping kGrouping>
-class NormKernel : public OpKernel<T, kNormSchema<kGrouping>, ParsedWith<NormAttributes, kGrouping>> {
- public:
+struct NormKernel : OpKernel<T, kNormSchema<kGrouping>, ParsedWith<NormAttributes, kGrouping>> {
   using OpKernel<T, kNormSchema<kGrouping>, ParsedWith<NormAttributes, kGrouping>>::OpKernel;
 
-  void Compute(const KernelIO& io) const {
-    const NormAttributes& attributes = this->attributes();
+  void Compute(const KernelIO& io, const NormAttributes& attributes) const {
     const NormInputs<T> in = ReadNormInputs<T>(io, kGrouping, attributes);
     T* y = io.Output<T>(0, in.x.shape);
     if (in.x.size() == 0) return;  // also C = 0, where instance norm has no groups

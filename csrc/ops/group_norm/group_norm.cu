@@ -90,8 +90,7 @@ class NormDeviceKernel
  public:
   using OpKernel<T, kNormSchema<kGrouping>, ParsedWith<NormAttributes, kGrouping>, device::DeviceKernelBase>::OpKernel;
 
-  void Compute(const device::DeviceIO& io) const {
-    const NormAttributes& attributes = this->attributes();
+  void Compute(const device::DeviceIO& io, const NormAttributes& attributes) const {
     const NormInputs<T> in = ReadNormInputs<T>(io, kGrouping, attributes);
     T* y = io.Output<T>(0, in.x.shape);
     if (in.x.size() == 0) return;  // also C = 0, where instance norm has no groups

@@ -11,8 +11,7 @@ namespace ortops::matrix_inverse {
 namespace {
 
 template <typename T>
-class MatrixInverseKernel : public OpKernel<T, kSchema> {
- public:
+struct MatrixInverseKernel : OpKernel<T, kSchema> {
   using OpKernel<T, kSchema>::OpKernel;
 
   void Compute(const KernelIO& io) const {

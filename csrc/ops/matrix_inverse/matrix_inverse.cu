@@ -37,8 +37,7 @@ struct Failed {
 };
 
 template <typename T>
-class MatrixInverseDeviceKernel : public OpKernel<T, kSchema, NoAttributes, device::DeviceKernelBase> {
- public:
+struct MatrixInverseDeviceKernel : OpKernel<T, kSchema, NoAttributes, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, NoAttributes, device::DeviceKernelBase>::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {

@@ -89,8 +89,7 @@ void SumTaps(const Tap<A>* taps, size_t count, int64_t dim, T* out) {
 // and all arithmetic is in A, so a float16 kernel computes what the float32 kernel does on
 // the same values, then rounds once on store.
 template <typename T, bool kMmdeploy>
-class MsDeformAttnKernel : public OpKernel<T, kSchemaOf<kMmdeploy>> {
- public:
+struct MsDeformAttnKernel : OpKernel<T, kSchemaOf<kMmdeploy>> {
   // im2col_step (mmdeploy) is ignored; the adapter has checked its type.
   using OpKernel<T, kSchemaOf<kMmdeploy>>::OpKernel;
   using A = ComputeType<T>;

@@ -53,8 +53,7 @@ struct SampleSum {
 };
 
 template <typename T, bool kMmdeploy>
-class MsDeformAttnDeviceKernel : public OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes, device::DeviceKernelBase> {
- public:
+struct MsDeformAttnDeviceKernel : OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes, device::DeviceKernelBase> {
   // im2col_step (mmdeploy) is ignored; the adapter has checked its type.
   using OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;

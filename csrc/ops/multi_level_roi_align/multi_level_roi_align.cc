@@ -20,14 +20,12 @@ namespace {
 // Registered for T = float only (see Make); written, like RoIAlign, for elements of T read
 // as their compute type A = ComputeType<T>.
 template <typename T, typename Node>
-class MultiLevelKernel : public OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, ComputeType<T>>> {
- public:
+struct MultiLevelKernel : OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, ComputeType<T>>> {
   using OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, ComputeType<T>>>::OpKernel;
   using A = ComputeType<T>;
   static constexpr int64_t kColumns = multi_level_roi_align::kColumns<Node>;
 
-  void Compute(const KernelIO& io) const {
-    const LevelAttributes<Node, A>& attributes = this->attributes();
+  void Compute(const KernelIO& io, const LevelAttributes<Node, A>& attributes) const {
     const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> roi_input = io.Input<T>(0, 2);
     const std::vector<ConstTensor<T>> features = FeatureInputs<T>(io, attributes);

@@ -57,8 +57,7 @@ class MultiLevelDeviceKernel
   using A = ComputeType<T>;
   static constexpr int64_t kColumns = multi_level_roi_align::kColumns<Node>;
 
-  void Compute(const device::DeviceIO& io) const {
-    const LevelAttributes<Node, A>& attributes = this->attributes();
+  void Compute(const device::DeviceIO& io, const LevelAttributes<Node, A>& attributes) const {
     const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> rois = io.Input<T>(0, 2);
     const std::vector<ConstTensor<T>> features = FeatureInputs<T>(io, attributes);

@@ -17,13 +17,11 @@ namespace {
 // Elements of T are read as A = ComputeType<T> and all arithmetic is in A, so a float16
 // kernel computes what the float32 kernel does on the same values, then rounds once on store.
 template <typename T>
-class RoiAlignKernel : public OpKernel<T, kSchema, RoiAlignAttributes<ComputeType<T>>> {
- public:
+struct RoiAlignKernel : OpKernel<T, kSchema, RoiAlignAttributes<ComputeType<T>>> {
   using OpKernel<T, kSchema, RoiAlignAttributes<ComputeType<T>>>::OpKernel;
   using A = ComputeType<T>;
 
-  void Compute(const KernelIO& io) const {
-    const RoiAlignAttributes<A>& attributes = this->attributes();
+  void Compute(const KernelIO& io, const RoiAlignAttributes<A>& attributes) const {
     const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> roi_input = io.Input<T>(1, 2);

@@ -9,13 +9,11 @@ namespace ortops::roi_align {
 namespace {
 
 template <typename T>
-class RoiAlignDeviceKernel : public OpKernel<T, kSchema, RoiAlignAttributes<ComputeType<T>>, device::DeviceKernelBase> {
- public:
+struct RoiAlignDeviceKernel : OpKernel<T, kSchema, RoiAlignAttributes<ComputeType<T>>, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, RoiAlignAttributes<ComputeType<T>>, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
 
-  void Compute(const device::DeviceIO& io) const {
-    const RoiAlignAttributes<A>& attributes = this->attributes();
+  void Compute(const device::DeviceIO& io, const RoiAlignAttributes<A>& attributes) const {
     const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> rois = io.Input<T>(1, 2);

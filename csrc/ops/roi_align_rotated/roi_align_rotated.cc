@@ -15,13 +15,11 @@ namespace {
 // Elements of T are read as A = ComputeType<T> and all arithmetic is in A, so a float16
 // kernel computes what the float32 kernel does on the same values, then rounds once on store.
 template <typename T>
-class RoiAlignRotatedKernel : public OpKernel<T, kSchema, RotatedAttributes> {
- public:
+struct RoiAlignRotatedKernel : OpKernel<T, kSchema, RotatedAttributes> {
   using OpKernel<T, kSchema, RotatedAttributes>::OpKernel;
   using A = ComputeType<T>;
 
-  void Compute(const KernelIO& io) const {
-    const RotatedAttributes& attributes = this->attributes();
+  void Compute(const KernelIO& io, const RotatedAttributes& attributes) const {
     const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> roi_input = io.Input<T>(1, 2);

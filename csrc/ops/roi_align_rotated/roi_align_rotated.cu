@@ -8,13 +8,11 @@ namespace ortops::roi_align_rotated {
 namespace {
 
 template <typename T>
-class RoiAlignRotatedDeviceKernel : public OpKernel<T, kSchema, RotatedAttributes, device::DeviceKernelBase> {
- public:
+struct RoiAlignRotatedDeviceKernel : OpKernel<T, kSchema, RotatedAttributes, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, RotatedAttributes, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
 
-  void Compute(const device::DeviceIO& io) const {
-    const RotatedAttributes& attributes = this->attributes();
+  void Compute(const device::DeviceIO& io, const RotatedAttributes& attributes) const {
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> rois = io.Input<T>(1, 2);
     roi_pooling::CheckRoisShape(rois, 6, kRoiLayout);

@@ -10,12 +10,10 @@ namespace ortops::rotated_feature_align {
 namespace {
 
 template <typename T>
-class RotatedFeatureAlignKernel : public OpKernel<T, kSchema, RotatedFeatureAlignAttributes> {
- public:
+struct RotatedFeatureAlignKernel : OpKernel<T, kSchema, RotatedFeatureAlignAttributes> {
   using OpKernel<T, kSchema, RotatedFeatureAlignAttributes>::OpKernel;
 
-  void Compute(const KernelIO& io) const {
-    const RotatedFeatureAlignAttributes& attributes = this->attributes();
+  void Compute(const KernelIO& io, const RotatedFeatureAlignAttributes& attributes) const {
     const auto inputs = FeaturesAndBoxes<T>(io);
     const ConstTensor<T>& features = inputs.first;
     const ConstTensor<T>& boxes = inputs.second;

@@ -37,8 +37,7 @@ class RotatedFeatureAlignDeviceKernel
  public:
   using OpKernel<T, kSchema, RotatedFeatureAlignAttributes, device::DeviceKernelBase>::OpKernel;
 
-  void Compute(const device::DeviceIO& io) const {
-    const RotatedFeatureAlignAttributes& attributes = this->attributes();
+  void Compute(const device::DeviceIO& io, const RotatedFeatureAlignAttributes& attributes) const {
     const auto inputs = FeaturesAndBoxes<T>(io);
     const ConstTensor<T>& features = inputs.first;
     const ConstTensor<T>& boxes = inputs.second;

@@ -15,8 +15,7 @@ namespace ortops::scaled_dot_product_attention {
 
 namespace {
 
-class AttentionKernel : public OpKernel<float, kSchema> {
- public:
+struct AttentionKernel : OpKernel<float, kSchema> {
   AttentionKernel(const Attributes& attrs, const OpDef& def)
       : OpKernel(attrs, def),
         scores_gemm_(std::make_unique<OrtGemm>(attrs.info(), ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)),

@@ -26,8 +26,7 @@ struct SoftmaxOfRow {
   }
 };
 
-class AttentionDeviceKernel : public OpKernel<float, kSchema, NoAttributes, device::DeviceKernelBase> {
- public:
+struct AttentionDeviceKernel : OpKernel<float, kSchema, NoAttributes, device::DeviceKernelBase> {
   using OpKernel::OpKernel;
 
   void Compute(const device::DeviceIO& io) const {

@@ -11,6 +11,7 @@
 #include <span>
 
 #include "core/half.h"
+#include "core/op_kernel.h"
 #include "math/box_iou.h"
 #include "math/multiclass_nms.h"
 #include "ops/nms/group_index.h"
@@ -109,14 +110,9 @@ class BatchedNmsKernel : public KernelBase {
   TrtBatchedNmsAttributes attributes_;
 };
 
-template <typename T>
-using DynamicKernel = BatchedNmsKernel<T, true>;
-template <typename T>
-using StaticKernel = BatchedNmsKernel<T, false>;
-
 }  // namespace
 
-std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<DynamicKernel, float, Half>(def); }
-std::vector<OpPtr> MakeStatic(const OpDef& def) { return MakeOps<StaticKernel, float, Half>(def); }
+std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<BatchedNmsKernel, true, float, Half>(def); }
+std::vector<OpPtr> MakeStatic(const OpDef& def) { return MakeOps<BatchedNmsKernel, false, float, Half>(def); }
 
 }  // namespace ortops::trt_batched_nms

@@ -3,6 +3,7 @@
 // with the CPU kernel's score test, IoU test and output rows (trt_batched_nms.h), every box
 // sorted and sized once on the device.
 #include "core/half.h"
+#include "core/op_kernel.h"
 #include "device/device_kernel.h"
 #include "device/multiclass_nms.h"
 #include "ops/trt_batched_nms/trt_batched_nms.h"
@@ -88,14 +89,11 @@ class BatchedNmsDeviceKernel : public device::DeviceKernelBase {
   TrtBatchedNmsAttributes attributes_;
 };
 
-template <typename T>
-using DynamicDeviceKernel = BatchedNmsDeviceKernel<T, true>;
-template <typename T>
-using StaticDeviceKernel = BatchedNmsDeviceKernel<T, false>;
-
 }  // namespace
 
-std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<DynamicDeviceKernel, float, Half>(def); }
-std::vector<OpPtr> MakeStaticDevice(const OpDef& def) { return MakeOps<StaticDeviceKernel, float, Half>(def); }
+std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<BatchedNmsDeviceKernel, true, float, Half>(def); }
+std::vector<OpPtr> MakeStaticDevice(const OpDef& def) {
+  return MakeOps<BatchedNmsDeviceKernel, false, float, Half>(def);
+}
 
 }  // namespace ortops::trt_batched_nms

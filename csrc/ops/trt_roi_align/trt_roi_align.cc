@@ -15,13 +15,11 @@ namespace ortops::trt_roi_align {
 namespace {
 
 template <typename T>
-class TrtRoiAlignKernel : public OpKernel<T, kSchema, TrtAttributes> {
- public:
+struct TrtRoiAlignKernel : OpKernel<T, kSchema, TrtAttributes> {
   using OpKernel<T, kSchema, TrtAttributes>::OpKernel;
   using A = ComputeType<T>;
 
-  void Compute(const KernelIO& io) const {
-    const TrtAttributes& attributes = this->attributes();
+  void Compute(const KernelIO& io, const TrtAttributes& attributes) const {
     const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const bool average = attributes.average != 0;
     const ConstTensor<T> input = io.Input<T>(0, 4);

@@ -33,13 +33,11 @@ struct TrtRois {
 };
 
 template <typename T>
-class TrtRoiAlignDeviceKernel : public OpKernel<T, kSchema, TrtAttributes, device::DeviceKernelBase> {
- public:
+struct TrtRoiAlignDeviceKernel : OpKernel<T, kSchema, TrtAttributes, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, TrtAttributes, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
 
-  void Compute(const device::DeviceIO& io) const {
-    const TrtAttributes& attributes = this->attributes();
+  void Compute(const device::DeviceIO& io, const TrtAttributes& attributes) const {
     const roi_pooling::PoolingAttributes& pooling = attributes.pooling;
     const ConstTensor<T> input = io.Input<T>(0, 4);
     const ConstTensor<T> rois = io.Input<T>(1, 2);
