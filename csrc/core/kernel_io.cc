@@ -183,28 +183,27 @@ std::string Attributes::String(std::string_view name) const {
   return std::string(spec.default_value);
 }
 
-std::vector<int64_t> Attributes::Ints(std::string_view name) const {
-  const AttrSpec& spec = Spec(name, AttrType::kInts);
+// An INTS or FLOATS attribute through its getter (ONNX Runtime's two-call protocol: size, then
+// values), or the spec's default.
+template <typename T, typename Getter>
+std::vector<T> Attributes::Array(std::string_view name, AttrType type, Getter get) const {
+  const AttrSpec& spec = Spec(name, type);
   size_t size = 0;
-  if (TryStatus(Api().KernelInfoGetAttributeArray_int64(info_, spec.name.data(), nullptr, &size))) {
-    std::vector<int64_t> values(size);
-    ThrowOnError(Api().KernelInfoGetAttributeArray_int64(info_, spec.name.data(), values.data(), &size));
+  if (TryStatus(get(info_, spec.name.data(), nullptr, &size))) {
+    std::vector<T> values(size);
+    ThrowOnError(get(info_, spec.name.data(), values.data(), &size));
     return values;
   }
   RequireDefault(spec);
-  return ParseList<int64_t>(spec.default_value);
+  return ParseList<T>(spec.default_value);
+}
+
+std::vector<int64_t> Attributes::Ints(std::string_view name) const {
+  return Array<int64_t>(name, AttrType::kInts, Api().KernelInfoGetAttributeArray_int64);
 }
 
 std::vector<float> Attributes::Floats(std::string_view name) const {
-  const AttrSpec& spec = Spec(name, AttrType::kFloats);
-  size_t size = 0;
-  if (TryStatus(Api().KernelInfoGetAttributeArray_float(info_, spec.name.data(), nullptr, &size))) {
-    std::vector<float> values(size);
-    ThrowOnError(Api().KernelInfoGetAttributeArray_float(info_, spec.name.data(), values.data(), &size));
-    return values;
-  }
-  RequireDefault(spec);
-  return ParseList<float>(spec.default_value);
+  return Array<float>(name, AttrType::kFloats, Api().KernelInfoGetAttributeArray_float);
 }
 
 int64_t KernelIO::HardwareThreads() {

@@ -82,6 +82,8 @@ class Attributes {
   const AttrSpec& Spec(std::string_view name, AttrType type) const;
   const void* RawConstantInput(size_t index, ONNXTensorElementDataType type, Shape& shape) const;
   void RequireDefault(const AttrSpec& spec) const;
+  template <typename T, typename Getter>
+  std::vector<T> Array(std::string_view name, AttrType type, Getter get) const;
   const OrtKernelInfo* info_;
   std::span<const AttrSpec> specs_;
 };

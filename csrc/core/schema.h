@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <type_traits>
 
 #include "core/half.h"
 
@@ -20,27 +21,19 @@ namespace ortops {
 enum class ElemType { kTypeParam, kFloat, kDouble, kInt64, kInt32 };
 
 template <typename T>
-constexpr ONNXTensorElementDataType OnnxType();
-template <>
-constexpr ONNXTensorElementDataType OnnxType<float>() {
-  return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-}
-template <>
-constexpr ONNXTensorElementDataType OnnxType<double>() {
-  return ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
-}
-template <>
-constexpr ONNXTensorElementDataType OnnxType<Half>() {
-  return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
-}
-template <>
-constexpr ONNXTensorElementDataType OnnxType<int64_t>() {
-  return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
-}
-
-template <>
-constexpr ONNXTensorElementDataType OnnxType<int32_t>() {
-  return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+constexpr ONNXTensorElementDataType OnnxType() {
+  if constexpr (std::is_same_v<T, float>) {
+    return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+  } else if constexpr (std::is_same_v<T, double>) {
+    return ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE;
+  } else if constexpr (std::is_same_v<T, Half>) {
+    return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16;
+  } else if constexpr (std::is_same_v<T, int64_t>) {
+    return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+  } else {
+    static_assert(std::is_same_v<T, int32_t>, "not an element type of any kernel");
+    return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+  }
 }
 
 template <typename T>

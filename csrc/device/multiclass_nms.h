@@ -40,6 +40,26 @@ struct Detections {
   Scratch<int64_t> count;
 };
 
+// Row i = b rows + r of a node's fixed-size outputs: image b's r-th detection (out.Write), or
+// out.Pad past them; with `counts`, also image b's number of detections, once per image.
+template <typename A, typename Rows, typename Count = int64_t>
+struct WriteDetectionRows {
+  Rows out;
+  const NmsCandidate<A>* detections;
+  const int64_t* found;
+  int64_t rows;
+  Count* counts = nullptr;
+  ORTOPS_HD void operator()(int64_t i) const {
+    const int64_t b = i / rows, r = i % rows;
+    if (r < found[b]) {
+      out.Write(b, i, detections[i]);
+    } else {
+      out.Pad(i);
+    }
+    if (counts != nullptr && r == 0) counts[b] = static_cast<Count>(found[b]);
+  }
+};
+
 namespace multiclass_nms_detail {
 
 // Whether item i = (b N + n) C + c is a candidate.
@@ -95,6 +115,21 @@ struct SegmentBounds {
     if (k == count - 1 || At(k + 1) != s) end[s] = k + 1;
   }
 };
+
+// Each segment's [start, end) among the `count` positions k, sorted by segment[order[k]]:
+// start and end 0 for a segment with none.
+struct SegmentRanges {
+  Scratch<int64_t> start, end;
+};
+inline SegmentRanges FindSegments(const DeviceIO& io, const int64_t* segment, const int64_t* order, int64_t count,
+                                  int64_t segments) {
+  SegmentRanges ranges{io.Allocate<int64_t>(static_cast<size_t>(segments)),
+                       io.Allocate<int64_t>(static_cast<size_t>(segments))};
+  io.Fill(ranges.start.data(), 0, ranges.start.size() * sizeof(int64_t));
+  io.Fill(ranges.end.data(), 0, ranges.end.size() * sizeof(int64_t));
+  io.ForEach(count, SegmentBounds{segment, order, ranges.start.data(), ranges.end.data(), count});
+  return ranges;
+}
 
 // size[s] = end[s] - start[s], at most `most` (when >= 0).
 struct ClippedSize {
@@ -213,11 +248,7 @@ Detections<A> MulticlassNms(const DeviceIO& io, const MulticlassNmsConfig& confi
   // Each group's candidates in rank order, the first pre_topk of them its NMS set.
   Scratch<int64_t> order = io.Allocate<int64_t>(size);
   OrderByScoreWithinSegments(io, score.data(), group.data(), candidates, order.data());
-  Scratch<int64_t> start = io.Allocate<int64_t>(static_cast<size_t>(segments));
-  Scratch<int64_t> set_size = io.Allocate<int64_t>(static_cast<size_t>(segments));
-  io.Fill(start.data(), 0, start.size() * sizeof(int64_t));
-  io.Fill(set_size.data(), 0, set_size.size() * sizeof(int64_t));
-  io.ForEach(candidates, SegmentBounds{group.data(), order.data(), start.data(), set_size.data(), candidates});
+  auto [start, set_size] = FindSegments(io, group.data(), order.data(), candidates, segments);
   io.ForEach(segments, ClippedSize{start.data(), set_size.data(), config.pre_topk});
   const int64_t largest =
       thrust::reduce(io.policy(), set_size.data(), set_size.data() + segments, int64_t{0}, Larger{});
@@ -243,11 +274,7 @@ Detections<A> MulticlassNms(const DeviceIO& io, const MulticlassNmsConfig& confi
   io.ForEach(total, GatherKept<A>{position.data(), score.data(), image.data(), kept_score.data(), kept_image.data()});
   Scratch<int64_t> kept_order = io.Allocate<int64_t>(kept_size);
   OrderByScoreWithinSegments(io, kept_score.data(), kept_image.data(), total, kept_order.data());
-  Scratch<int64_t> image_start = io.Allocate<int64_t>(static_cast<size_t>(batch));
-  Scratch<int64_t> image_end = io.Allocate<int64_t>(static_cast<size_t>(batch));
-  io.Fill(image_start.data(), 0, image_start.size() * sizeof(int64_t));
-  io.Fill(image_end.data(), 0, image_end.size() * sizeof(int64_t));
-  io.ForEach(total, SegmentBounds{kept_image.data(), kept_order.data(), image_start.data(), image_end.data(), total});
+  const auto [image_start, image_end] = FindSegments(io, kept_image.data(), kept_order.data(), total, batch);
   io.ForEach(batch * max_output,
              WriteDetections<A>{candidate.data(), position.data(), kept_order.data(), image_start.data(),
                                 image_end.data(), out.rows.data(), out.count.data(), max_output});

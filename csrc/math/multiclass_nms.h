@@ -273,6 +273,17 @@ void Run(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, i
   }
 }
 
+// Run with the tie order the config asks for, a compile-time argument of the comparisons.
+template <typename T, typename... Args>
+void RunInTieOrder(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes,
+                   int64_t num_classes, Args&&... args) {
+  if (config.ties_class_first) {
+    Run<T, true>(io, config, batch, num_boxes, num_classes, args...);
+  } else {
+    Run<T, false>(io, config, batch, num_boxes, num_classes, args...);
+  }
+}
+
 }  // namespace multiclass_nms_detail
 
 // Runs the selection over `batch` images of `num_boxes` boxes and `num_classes` classes.
@@ -293,13 +304,8 @@ void MulticlassNms(const KernelIO& io, const MulticlassNmsConfig& config, int64_
                    int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Activate&& activate,
                    Suppresses&& suppresses, Emit&& emit) {
   NoGroupIndex none;
-  if (config.ties_class_first) {
-    multiclass_nms_detail::Run<T, true>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
-                                        suppresses, emit, none);
-  } else {
-    multiclass_nms_detail::Run<T, false>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
-                                         suppresses, emit, none);
-  }
+  multiclass_nms_detail::RunInTieOrder<T>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
+                                          suppresses, emit, none);
 }
 
 template <typename T, typename Passes, typename ScoreAt, typename Suppresses, typename Emit>
@@ -316,13 +322,8 @@ template <typename T, typename Passes, typename ScoreAt, typename Activate, type
 void MulticlassNmsIndexed(const KernelIO& io, const MulticlassNmsConfig& config, int64_t batch, int64_t num_boxes,
                           int64_t num_classes, Passes&& passes, ScoreAt&& score_at, Activate&& activate,
                           Suppresses&& suppresses, Emit&& emit, MakeIndex&& make_index) {
-  if (config.ties_class_first) {
-    multiclass_nms_detail::Run<T, true>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
-                                        suppresses, emit, make_index);
-  } else {
-    multiclass_nms_detail::Run<T, false>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
-                                         suppresses, emit, make_index);
-  }
+  multiclass_nms_detail::RunInTieOrder<T>(io, config, batch, num_boxes, num_classes, passes, score_at, activate,
+                                          suppresses, emit, make_index);
 }
 
 }  // namespace ortops

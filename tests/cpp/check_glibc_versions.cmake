@@ -4,15 +4,10 @@
 # that brings a newer version (std::thread's pthread_create@GLIBC_2.34, twice so far) fails
 # at once, naming the symbol.
 #   cmake -DREADELF=readelf -DLIBRARY=libortops.so -DMAX_GLIBC=2.27 -P check_glibc_versions.cmake
-execute_process(COMMAND "${READELF}" --dyn-syms -V -W "${LIBRARY}" OUTPUT_VARIABLE listing RESULT_VARIABLE status)
-if(NOT status EQUAL 0)
-  message(FATAL_ERROR "${READELF} failed on ${LIBRARY}")
-endif()
-string(FIND "${listing}" "Version needs section" needs_at)
-if(needs_at EQUAL -1)
-  message(FATAL_ERROR "${LIBRARY} has no version needs section: the parsing is broken")
-endif()
-string(SUBSTRING "${listing}" ${needs_at} -1 needs)
+include("${CMAKE_CURRENT_LIST_DIR}/listing.cmake")
+ortops_tool_listing(listing "${READELF}" --dyn-syms -V -W "${LIBRARY}")
+ortops_listing_from(needs "${listing}" "Version needs section"
+                    "${LIBRARY} has no version needs section: the parsing is broken")
 string(REGEX MATCHALL "Name: GLIBC_[0-9.]+" versions "${needs}")
 if(NOT versions)
   message(FATAL_ERROR "no GLIBC_ version among ${LIBRARY}'s needs: the parsing is broken")

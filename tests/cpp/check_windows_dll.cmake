@@ -11,10 +11,8 @@
 cmake_minimum_required(VERSION 3.22)  # IN_LIST
 set(system_dlls kernel32.dll msvcrt.dll ucrtbase.dll advapi32.dll ntdll.dll)
 
-execute_process(COMMAND "${OBJDUMP}" -p "${LIBRARY}" OUTPUT_VARIABLE headers RESULT_VARIABLE status)
-if(NOT status EQUAL 0)
-  message(FATAL_ERROR "${OBJDUMP} -p failed on ${LIBRARY}")
-endif()
+include("${CMAKE_CURRENT_LIST_DIR}/listing.cmake")
+ortops_tool_listing(headers "${OBJDUMP}" -p "${LIBRARY}")
 if(NOT headers MATCHES "file format pei-x86-64")
   message(FATAL_ERROR "${LIBRARY} is not a 64-bit Windows (PE32+) image")
 endif()
@@ -36,11 +34,7 @@ if(foreign)
 endif()
 
 # The name table of the export directory: lines "\t[   0] Name" after its heading.
-string(FIND "${headers}" "[Ordinal/Name Pointer] Table" at)
-if(at EQUAL -1)
-  message(FATAL_ERROR "${LIBRARY} exports nothing")
-endif()
-string(SUBSTRING "${headers}" ${at} -1 names)
+ortops_listing_from(names "${headers}" "[Ordinal/Name Pointer] Table" "${LIBRARY} exports nothing")
 string(REGEX MATCH "Table[^\n]*\n((\t\\[ *[0-9]+\\] [^\n]+\n)+)" names "${names}")
 # (Names only: brackets would keep CMake from splitting the list.)
 string(REGEX REPLACE "\t\\[ *[0-9]+\\] ([^\n]+)\n" "\\1;" exported "${CMAKE_MATCH_1}")

@@ -21,17 +21,16 @@ struct BatchedNmsKernel : OpKernel<T, kSchema, BatchedNmsSettings<ComputeType<T>
   using A = ComputeType<T>;
 
   void Compute(const KernelIO& io, const BatchedNmsSettings<A>& settings) const {
-    const auto [boxes, scores, batch, count, classes, shared] = ReadBatchedNmsInputs<T>(io, settings);
-    const int64_t rows = settings.max_output;
+    const BatchedNmsInputs<T> in = ReadBatchedNmsInputs<T>(io, settings);
+    const int64_t batch = in.batch, count = in.count, classes = in.classes, rows = settings.max_output;
     int64_t* num_detections = io.Output<int64_t>(0, {batch});
-    const CornerBoxes<T, A> corners{BoxLayout<T>{boxes.data, count, shared ? 1 : classes, 4}, settings.box_coding == 1};
-    const BatchedNmsRows<T, A> out{corners, io.Output<T>(1, {batch, rows, 4}), io.Output<T>(2, {batch, rows}),
-                                   io.Output<int64_t>(3, {batch, rows}), io.Output<int64_t>(4, {batch, rows})};
+    const BatchedNmsRows<T, A> out = BatchedNmsOutputRows<T, A>(io, in, settings);
+    const CornerBoxes<T, A>& corners = out.boxes;
 
     const A cutoff = settings.cutoff;
     const auto passes = [cutoff](A score) { return score >= cutoff; };
     const auto score_at = [&](int64_t b, int64_t n, int64_t c) {
-      return static_cast<A>(scores.data[(b * count + n) * classes + c]);
+      return static_cast<A>(in.scores.data[(b * count + n) * classes + c]);
     };
     const A offset = static_cast<A>(settings.offset);
     const A threshold = static_cast<A>(settings.iou_threshold);

@@ -37,37 +37,19 @@ struct BatchedNmsProblem {
   }
 };
 
-// Row i = b rows + r of the outputs: image b's r-th detection, or padding.
-template <typename A, typename Rows>
-struct WriteRows {
-  Rows out;
-  const NmsCandidate<A>* detections;
-  const int64_t* found;
-  int64_t rows;
-  ORTOPS_HD void operator()(int64_t i) const {
-    const int64_t b = i / rows;
-    if (i % rows < found[b]) {
-      out.Write(b, i, detections[i]);
-    } else {
-      out.Pad(i);
-    }
-  }
-};
-
 template <typename T>
 struct BatchedNmsDeviceKernel : OpKernel<T, kSchema, BatchedNmsSettings<ComputeType<T>>, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, BatchedNmsSettings<ComputeType<T>>, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
 
   void Compute(const device::DeviceIO& io, const BatchedNmsSettings<A>& settings) const {
-    const auto [boxes, scores, batch, count, classes, shared] = ReadBatchedNmsInputs<T>(io, settings);
-    const int64_t rows = settings.max_output;
+    const BatchedNmsInputs<T> in = ReadBatchedNmsInputs<T>(io, settings);
+    const int64_t batch = in.batch, count = in.count, classes = in.classes, rows = settings.max_output;
     int64_t* num_detections = io.Output<int64_t>(0, {batch});
-    const CornerBoxes<T, A> corners{BoxLayout<T>{boxes.data, count, shared ? 1 : classes, 4}, settings.box_coding == 1};
-    const BatchedNmsRows<T, A> out{corners, io.Output<T>(1, {batch, rows, 4}), io.Output<T>(2, {batch, rows}),
-                                   io.Output<int64_t>(3, {batch, rows}), io.Output<int64_t>(4, {batch, rows})};
+    const BatchedNmsRows<T, A> out = BatchedNmsOutputRows<T, A>(io, in, settings);
+    const CornerBoxes<T, A>& corners = out.boxes;
     const BatchedNmsProblem<T> problem{
-        scores.data,
+        in.scores.data,
         count,
         classes,
         settings.cutoff,
@@ -76,8 +58,8 @@ struct BatchedNmsDeviceKernel : OpKernel<T, kSchema, BatchedNmsSettings<ComputeT
     const device::Detections<A> detections =
         device::MulticlassNms<A>(io, settings.Config(), batch, count, classes, problem);
     thrust::copy(io.policy(), detections.count.data(), detections.count.data() + batch, num_detections);
-    io.ForEach(batch * rows,
-               WriteRows<A, BatchedNmsRows<T, A>>{out, detections.rows.data(), detections.count.data(), rows});
+    io.ForEach(batch * rows, device::WriteDetectionRows<A, BatchedNmsRows<T, A>>{out, detections.rows.data(),
+                                                                                 detections.count.data(), rows});
   }
 };
 
@@ -141,8 +123,8 @@ class TrtBatchedNmsDeviceKernel : public device::DeviceKernelBase {
     const device::Detections<T> detections =
         device::MulticlassNms<T>(io, attributes_.Config(), in.batch, in.count, in.classes, problem);
     const int64_t rows = attributes_.keep_topk;
-    io.ForEach(in.batch * rows, WriteRows<T, TrtBatchedNmsRows<T, kBoxSize>>{out, detections.rows.data(),
-                                                                             detections.count.data(), rows});
+    io.ForEach(in.batch * rows, device::WriteDetectionRows<T, TrtBatchedNmsRows<T, kBoxSize>>{
+                                    out, detections.rows.data(), detections.count.data(), rows});
   }
 
   TrtBatchedNmsAttributes attributes_;

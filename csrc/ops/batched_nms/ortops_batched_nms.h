@@ -148,4 +148,15 @@ struct BatchedNmsRows {
   }
 };
 
+// Outputs 1 to 4 of a call with inputs `in`, from a KernelIO or a device::DeviceIO.
+template <typename T, typename A, typename IO>
+BatchedNmsRows<T, A> BatchedNmsOutputRows(const IO& io, const BatchedNmsInputs<T>& in,
+                                          const BatchedNmsAttributes& attributes) {
+  const int64_t batch = in.batch, rows = attributes.max_output;
+  const CornerBoxes<T, A> corners{BoxLayout<T>{in.boxes.data, in.count, in.shared ? 1 : in.classes, 4},
+                                  attributes.box_coding == 1};
+  return {corners, io.template Output<T>(1, {batch, rows, 4}), io.template Output<T>(2, {batch, rows}),
+          io.template Output<int64_t>(3, {batch, rows}), io.template Output<int64_t>(4, {batch, rows})};
+}
+
 }  // namespace ortops::batched_nms

@@ -31,6 +31,16 @@ ORTOPS_HD int64_t MapLevel(A area, int64_t finest_scale, int64_t levels) {
 // What the three nodes differ in: the roi layout, how a roi's level and rescaled box follow
 // from it, the lower bound on its sides, and how the pool mode is stored.
 
+// The box (x1, y1, x2, y2) given new half sides about its centre.
+template <typename A>
+ORTOPS_HD void ResizeAboutCentre(A* box, A half_w, A half_h) {
+  const A cx = (box[0] + box[2]) * A(0.5), cy = (box[1] + box[3]) * A(0.5);
+  box[0] = cx - half_w;
+  box[1] = cy - half_h;
+  box[2] = cx + half_w;
+  box[3] = cy + half_h;
+}
+
 // ortops::MultiLevelRoIAlign: mmdet's SingleRoIExtractor over mmcv's RoIAlign.
 struct OrtopsNode {
   static constexpr const OpSchema& kSchema = multi_level_roi_align::kSchema;
@@ -52,12 +62,7 @@ struct OrtopsNode {
   template <typename A>
   static ORTOPS_HD void Rescale(A factor, A* box) {
     if (factor == A(1)) return;
-    const A cx = (box[0] + box[2]) * A(0.5), cy = (box[1] + box[3]) * A(0.5);
-    const A half_w = (box[2] - box[0]) * factor * A(0.5), half_h = (box[3] - box[1]) * factor * A(0.5);
-    box[0] = cx - half_w;
-    box[1] = cy - half_h;
-    box[2] = cx + half_w;
-    box[3] = cy + half_h;
+    ResizeAboutCentre(box, (box[2] - box[0]) * factor * A(0.5), (box[3] - box[1]) * factor * A(0.5));
   }
 };
 
@@ -82,14 +87,9 @@ struct MmdeployNode {
   template <typename A>
   static ORTOPS_HD void Rescale(A factor, A* box) {
     if (!(factor > A(0))) return;
-    const A cx = (box[0] + box[2]) * A(0.5), cy = (box[1] + box[3]) * A(0.5);
     const A half_factor = factor * A(0.5);
-    const A half_w = (box[2] - box[0] + A(1)) * half_factor - A(0.5);
-    const A half_h = (box[3] - box[1] + A(1)) * half_factor - A(0.5);
-    box[0] = cx - half_w;
-    box[1] = cy - half_h;
-    box[2] = cx + half_w;
-    box[3] = cy + half_h;
+    ResizeAboutCentre(box, (box[2] - box[0] + A(1)) * half_factor - A(0.5),
+                      (box[3] - box[1] + A(1)) * half_factor - A(0.5));
   }
 };
 

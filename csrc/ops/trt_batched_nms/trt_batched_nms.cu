@@ -35,28 +35,6 @@ struct TrtBatchedNmsProblem {
   }
 };
 
-// Outputs 0 to 3 at row i = b keepTopK + r: the fill (0; class -1) or image b's r-th
-// detection, and the count once per image.
-template <typename T>
-struct WriteRows {
-  TrtBatchedRows<T> out;
-  const NmsCandidate<float>* detections;
-  const int64_t* found;
-  int32_t* num_detections;
-  int64_t keep_top_k;
-  ORTOPS_HD void operator()(int64_t i) const {
-    const int64_t b = i / keep_top_k, r = i % keep_top_k;
-    if (r < found[b]) {
-      out.Write(b, i, detections[i]);
-    } else {
-      for (int k = 0; k < 4; ++k) out.out_boxes[4 * i + k] = T(0);
-      out.out_scores[i] = T(0);
-      out.out_classes[i] = T(-1);
-    }
-    if (r == 0) num_detections[b] = static_cast<int32_t>(found[b]);
-  }
-};
-
 template <typename T, bool kDynamic>
 class BatchedNmsDeviceKernel : public device::DeviceKernelBase {
  public:
@@ -82,7 +60,8 @@ class BatchedNmsDeviceKernel : public device::DeviceKernelBase {
     const device::Detections<float> detections =
         device::MulticlassNms<float>(io, attributes_.Config(), batch, count, attributes_.num_classes, problem);
     io.ForEach(batch * keep_top_k,
-               WriteRows<T>{out, detections.rows.data(), detections.count.data(), num_detections, keep_top_k});
+               device::WriteDetectionRows<float, TrtBatchedRows<T>, int32_t>{
+                   out, detections.rows.data(), detections.count.data(), keep_top_k, num_detections});
   }
 
  private:

@@ -114,8 +114,8 @@ struct TrtBatchedTest {
   }
 };
 
-// Detection row `row` (= b keepTopK + r) of outputs 1 to 3; rows past the detections keep
-// their fill (0, and class -1).
+// Detection row `row` (= b keepTopK + r) of outputs 1 to 3 (Write), or the fill of a row past
+// the detections (Pad: 0, and class -1; the CPU kernel fills every row first instead).
 template <typename T>
 struct TrtBatchedRows {
   const T* boxes;
@@ -131,6 +131,11 @@ struct TrtBatchedRows {
     }
     out_scores[row] = static_cast<T>(d.score);
     out_classes[row] = static_cast<T>(static_cast<float>(d.cls));
+  }
+  ORTOPS_HD void Pad(int64_t row) const {
+    for (int i = 0; i < 4; ++i) out_boxes[4 * row + i] = T(0);
+    out_scores[row] = T(0);
+    out_classes[row] = T(-1);
   }
 };
 

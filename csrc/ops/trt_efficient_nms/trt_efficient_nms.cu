@@ -32,21 +32,6 @@ struct EfficientNmsProblem {
   }
 };
 
-// Row i = b max_output + r: image b's r-th detection (rows past them keep their fill, 0).
-template <typename T>
-struct WriteRows {
-  EfficientRows<T> out;
-  const NmsCandidate<float>* detections;
-  const int64_t* found;
-  int32_t* num_detections;
-  int64_t max_output;
-  ORTOPS_HD void operator()(int64_t i) const {
-    const int64_t b = i / max_output, r = i % max_output;
-    if (r < found[b]) out.Write(b, i, detections[i]);
-    if (r == 0) num_detections[b] = static_cast<int32_t>(found[b]);
-  }
-};
-
 template <typename T>
 class EfficientNmsDeviceKernel : public device::DeviceKernelBase {
  public:
@@ -76,7 +61,8 @@ class EfficientNmsDeviceKernel : public device::DeviceKernelBase {
     const device::Detections<float> detections =
         device::MulticlassNms<float>(io, attributes_.Config(), batch, in.anchors_count, in.classes, problem);
     io.ForEach(batch * max_output,
-               WriteRows<T>{out, detections.rows.data(), detections.count.data(), num_detections, max_output});
+               device::WriteDetectionRows<float, EfficientRows<T>, int32_t>{
+                   out, detections.rows.data(), detections.count.data(), max_output, num_detections});
   }
 
  private:

@@ -192,6 +192,7 @@ struct EfficientRows {
     out_scores[row] = static_cast<T>(activation ? 1.0f / (1.0f + LibmExp(-score)) : score);
     out_classes[row] = d.cls;
   }
+  ORTOPS_HD void Pad(int64_t) const {}  // the rows were filled with 0 before
 };
 
 }  // namespace ortops::trt_efficient_nms
