@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
@@ -81,10 +82,16 @@ struct StreamOrderedAllocator : OrtAllocator {
   Stream stream{};
 };
 
+struct ReleaseMemoryInfo {
+  void operator()(OrtMemoryInfo* info) const { Api().ReleaseMemoryInfo(info); }
+};
+struct ReleaseAllocator {
+  void operator()(OrtAllocator* allocator) const { Api().ReleaseAllocator(allocator); }
+};
+
 class DeviceIO {
  public:
   DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs);
-  ~DeviceIO();
   DeviceIO(const DeviceIO&) = delete;
   DeviceIO& operator=(const DeviceIO&) = delete;
 
@@ -172,8 +179,9 @@ class DeviceIO {
 
   KernelIO io_;
   Stream stream_{};
-  OrtMemoryInfo* memory_info_ = nullptr;
-  OrtAllocator* session_allocator_ = nullptr;
+  // Released when the DeviceIO goes, or when a later member's construction throws.
+  std::unique_ptr<OrtMemoryInfo, ReleaseMemoryInfo> memory_info_;
+  std::unique_ptr<OrtAllocator, ReleaseAllocator> session_allocator_;
   StreamOrderedAllocator stream_allocator_{};  // unused by the emulated device
   OrtAllocator* allocator_ = nullptr;          // Allocate's and Thrust's
   mutable ThrustAllocator thrust_allocator_{nullptr};

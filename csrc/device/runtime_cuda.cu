@@ -99,7 +99,7 @@ DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
     : io_(context, inputs),
       stream_(ComputeStream(context)),
       memory_info_(CudaMemory(context)),
-      session_allocator_(SessionAllocator(context, memory_info_)),
+      session_allocator_(SessionAllocator(context, memory_info_.get())),
       allocator_(&stream_allocator_),
       thrust_allocator_(allocator_) {
   stream_allocator_.version = kMinOrtApiVersion;
@@ -107,14 +107,9 @@ DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
   stream_allocator_.Free = FreeOnStream;
   stream_allocator_.Info = InfoOf;
   stream_allocator_.context = context;
-  stream_allocator_.session = session_allocator_;
-  stream_allocator_.memory_info = memory_info_;
+  stream_allocator_.session = session_allocator_.get();
+  stream_allocator_.memory_info = memory_info_.get();
   stream_allocator_.stream = stream_;
-}
-
-DeviceIO::~DeviceIO() {
-  Api().ReleaseAllocator(session_allocator_);
-  Api().ReleaseMemoryInfo(memory_info_);
 }
 
 Policy DeviceIO::policy() const { return thrust::cuda::par_nosync(thrust_allocator_).on(stream_); }

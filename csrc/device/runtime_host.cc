@@ -28,14 +28,9 @@ OrtAllocator* SessionAllocator(OrtKernelContext* context, const OrtMemoryInfo* m
 DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
     : io_(context, inputs),
       memory_info_(CpuMemory()),
-      session_allocator_(SessionAllocator(context, memory_info_)),
-      allocator_(session_allocator_),
+      session_allocator_(SessionAllocator(context, memory_info_.get())),
+      allocator_(session_allocator_.get()),
       thrust_allocator_(allocator_) {}
-
-DeviceIO::~DeviceIO() {
-  Api().ReleaseAllocator(session_allocator_);
-  Api().ReleaseMemoryInfo(memory_info_);
-}
 
 Policy DeviceIO::policy() const { return thrust::cpp::par(thrust_allocator_); }
 
