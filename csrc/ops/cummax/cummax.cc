@@ -11,8 +11,8 @@ template <typename T, bool kMax>
 struct CumulativeKernel : OpKernel<T, kSchema, Axis> {
   using OpKernel<T, kSchema, Axis>::OpKernel;
 
-  void Compute(const KernelIO& io) const {
-    const ScanCall<T> call = PrepareCall<T>(io, this->attributes());
+  void Compute(const KernelIO& io, const Axis& axis) const {
+    const ScanCall<T> call = PrepareCall<T>(io, axis);
     scan::CumulativeExtreme<T, kMax>(io, call.input.data, call.values, call.indices, call.layout, false);
   }
 };

@@ -11,8 +11,8 @@ template <typename T, bool kMax>
 struct CumulativeDeviceKernel : OpKernel<T, kSchema, Axis, device::DeviceKernelBase> {
   using OpKernel<T, kSchema, Axis, device::DeviceKernelBase>::OpKernel;
 
-  void Compute(const device::DeviceIO& io) const {
-    const ScanCall<T> call = PrepareCall<T>(io, this->attributes());
+  void Compute(const device::DeviceIO& io, const Axis& axis) const {
+    const ScanCall<T> call = PrepareCall<T>(io, axis);
     scan::CumulativeExtremeOnDevice<T, kMax>(io, call.input.data, call.values, call.indices, call.layout, false);
   }
 };
