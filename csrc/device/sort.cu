@@ -1,5 +1,4 @@
 #include <thrust/functional.h>
-#include <thrust/sequence.h>
 #include <thrust/sort.h>
 
 #include "core/half.h"
@@ -9,12 +8,16 @@ namespace ortops::device {
 namespace {
 
 // The sort key of a score: in its compute type (float for float16, exactly), with -0 made
-// +0 so that a radix sort of the bits orders them as comparisons do.
+// +0 so that a radix sort of the bits orders them as comparisons do; beside it, its index.
 template <typename T>
 struct ScoreKey {
   const T* scores;
   ComputeType<T>* keys;
-  ORTOPS_HD void operator()(int64_t i) const { keys[i] = static_cast<ComputeType<T>>(scores[i]) + ComputeType<T>(0); }
+  int64_t* order;
+  ORTOPS_HD void operator()(int64_t i) const {
+    keys[i] = static_cast<ComputeType<T>>(scores[i]) + ComputeType<T>(0);
+    order[i] = i;
+  }
 };
 
 // The segment of the item at each place of an order: a fixed run of segment_size, or given.
@@ -42,8 +45,7 @@ void OrderByScore(const DeviceIO& io, const T* scores, int64_t count, int64_t* o
   if (count <= 0) return;
   using Key = ComputeType<T>;
   Scratch<Key> keys = io.Allocate<Key>(static_cast<size_t>(count));
-  io.ForEach(count, ScoreKey<T>{scores, keys.data()});
-  thrust::sequence(io.policy(), order, order + count);
+  io.ForEach(count, ScoreKey<T>{scores, keys.data(), order});
   thrust::stable_sort_by_key(io.policy(), keys.data(), keys.data() + count, order, thrust::greater<Key>());
 }
 

@@ -1,6 +1,7 @@
 // NMS's device path: boxes sorted by score as the CPU kernel visits them, every pair's IoU
 // test with the CPU kernel's arithmetic (BoxIoU, kept box first), and the greedy pass of
-// device/greedy_nms.h; the same kept indices as the CPU kernel.
+// device/greedy_nms.h; the same kept indices as the CPU kernel. The host waits once, for
+// the kept count (the output's size), which comes back with the NaN checks' results.
 #include "device/device_kernel.h"
 #include "device/greedy_nms.h"
 #include "device/sort.h"
@@ -11,18 +12,31 @@
 namespace ortops::nms {
 namespace {
 
-// Box order[k] as the k-th of the sorted columns, with its area.
+// What the host reads back, in one copy: the kept count, and whether a box or a score held
+// NaN (set to 1 by any thread that finds one; the CPU kernel checks the boxes first).
+enum Summary : int64_t { kKeptCount, kBoxNaN, kScoreNaN, kSummaryValues };
+
+// Box order[k] as the k-th of the sorted columns, with its area; NaN noted in the summary.
 template <typename T>
 struct GatherSorted {
   const T* boxes;
+  const T* scores;
   const int64_t* order;
   T* sorted;  // [N, 5]: x1, y1, x2, y2, area
+  int64_t* summary;
   T offset;
   ORTOPS_HD void operator()(int64_t k) const {
-    const T* box = boxes + 4 * order[k];
+    const int64_t index = order[k];
+    const T* box = boxes + 4 * index;
     T* out = sorted + 5 * k;
-    for (int c = 0; c < 4; ++c) out[c] = box[c];
+    bool nan = false;
+    for (int c = 0; c < 4; ++c) {
+      out[c] = box[c];
+      nan |= box[c] != box[c];
+    }
     out[4] = BoxArea(box, offset);
+    if (nan) summary[kBoxNaN] = 1;
+    if (scores[index] != scores[index]) summary[kScoreNaN] = 1;
   }
 };
 
@@ -56,17 +70,27 @@ class NmsDeviceKernel : public device::DeviceKernelBase {
   void Compute(const device::DeviceIO& io) const {
     const auto [boxes, scores] = BoxesAndScoresInputs<T>(io);
     const int64_t count = boxes.dim(0);
-    const int64_t bad = io.FirstWhere(5 * count, IsNaNInBoxesOrScores<T>{boxes.data, scores.data, 4 * count});
-    Check(bad < 0, bad < 4 * count ? kBoxesNaN : kScoresNaN);
-
+    if (count == 0) {
+      io.Output<int64_t>(0, {0});
+      return;
+    }
+    // NaN scores sort somewhere and NaN boxes suppress nothing: every step stays in bounds,
+    // and the summary turns either into the CPU kernel's error.
     Scratch<int64_t> order = io.Allocate<int64_t>(static_cast<size_t>(count));
     device::OrderByScore(io, scores.data, count, order.data());
     const T offset = static_cast<T>(attributes_.offset);
     Scratch<T> sorted = io.Allocate<T>(static_cast<size_t>(5 * count));
-    io.ForEach(count, GatherSorted<T>{boxes.data, order.data(), sorted.data(), offset});
+    Scratch<int64_t> summary = io.Allocate<int64_t>(kSummaryValues);
+    io.Fill(summary.data(), 0, summary.size() * sizeof(int64_t));
+    io.ForEach(count, GatherSorted<T>{boxes.data, scores.data, order.data(), sorted.data(), summary.data(), offset});
     Scratch<int64_t> kept = io.Allocate<int64_t>(static_cast<size_t>(count));
-    const int64_t kept_count =
-        device::GreedyKeep(io, count, IoUAbove<T>{sorted.data(), offset, threshold_}, kept.data());
+    device::GreedyKeep(io, count, IoUAbove<T>{sorted.data(), offset, threshold_}, kept.data(),
+                       summary.data() + kKeptCount);
+    int64_t host[kSummaryValues];
+    io.CopyToHost(host, summary.data(), kSummaryValues);
+    Check(host[kBoxNaN] == 0, kBoxesNaN);
+    Check(host[kScoreNaN] == 0, kScoresNaN);
+    const int64_t kept_count = host[kKeptCount];
     int64_t* out = io.Output<int64_t>(0, {kept_count});
     io.ForEach(kept_count, OriginalIndex{order.data(), kept.data(), out});
   }

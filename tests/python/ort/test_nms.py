@@ -230,3 +230,46 @@ def test_signed_zero_and_infinite_scores_order(dtype: type) -> None:
     boxes = np.array([[10.0 * i, 0.0, 10.0 * i + 5, 5.0] for i in range(len(scores))], dtype)
     (got,) = run("NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"])
     np.testing.assert_array_equal(got, [5, 6, 0, 1, 3, 4, 2])
+
+
+@pytest.mark.parametrize("n", [63, 64, 65, 127, 128, 129, 191, 192, 193])
+@pytest.mark.parametrize("iou_threshold", [0.0, 0.4])
+def test_counts_around_chunks_of_64(n: int, iou_threshold: float) -> None:
+    # The device's greedy pass resolves 64 boxes (one mask word) per step: counts on either
+    # side of a word's end, with suppression within and across words.
+    boxes, scores = random_boxes(np.random.default_rng(n), n, np.float32)
+    (got,) = run("NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=iou_threshold)
+    np.testing.assert_array_equal(got, reference_nms(boxes, scores, iou_threshold, 0))
+
+
+def vectorised_nms(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float) -> np.ndarray:
+    """reference_nms's greedy loop with each kept box tested against all later ones at once, in
+    float32 arithmetic of the same steps (fast enough for tens of thousands of boxes)."""
+    order = np.lexsort((np.arange(len(scores)), -scores))
+    b = boxes[order]
+    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    removed = np.zeros(len(b), bool)
+    kept = []
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for i in range(len(b)):
+            if removed[i]:
+                continue
+            kept.append(i)
+            rest = b[i + 1 :]
+            w = np.maximum(np.float32(0), np.minimum(b[i, 2], rest[:, 2]) - np.maximum(b[i, 0], rest[:, 0]))
+            h = np.maximum(np.float32(0), np.minimum(b[i, 3], rest[:, 3]) - np.maximum(b[i, 1], rest[:, 1]))
+            inter = w * h
+            removed[i + 1 :] |= inter / (area[i] + area[i + 1 :] - inter) > np.float32(iou_threshold)
+    return order[np.array(kept, dtype=np.int64)]
+
+
+def test_tens_of_thousands_of_boxes() -> None:
+    # 24k boxes: the device's suppression mask is made in bands of rows (at most 32 MiB each),
+    # three here, with the removed set carried from band to band.
+    rng = np.random.default_rng(24)
+    boxes, scores = random_boxes(rng, 24000, np.float32)
+    boxes *= np.float32(20)
+    (got,) = run("NMS", "ortops", {"boxes": boxes, "scores": scores}, ["indices"], iou_threshold=0.5)
+    expected = vectorised_nms(boxes, scores, 0.5)
+    assert 2000 < len(expected) < 20000
+    np.testing.assert_array_equal(got, expected)
