@@ -9,3 +9,11 @@
 #else
 #define ORTOPS_HD
 #endif
+
+// Before a loop of a constant trip count whose iterations must become registers on the GPU
+// (an array indexed at run time would go to local memory); nothing for the host compiler.
+#if defined(__CUDACC__)
+#define ORTOPS_UNROLL _Pragma("unroll")
+#else
+#define ORTOPS_UNROLL
+#endif

@@ -12,9 +12,12 @@
 namespace ortops::scan {
 
 // Line `line` of the [outer, length, inner] input: outer slice line / inner, inner position
-// line % inner, every position along the axis in scan order.
+// line % inner, every position along the axis in scan order. The line is read kAhead
+// positions at a time, all loads before the first use, so that a thread has that many in
+// flight (a scan is bound by the latency of its loads, one thread per line).
 template <typename T, bool kMax>
 struct ScanLine {
+  static constexpr int64_t kAhead = 8;
   const T* input;
   T* values;
   int64_t* indices;  // may be null
@@ -23,20 +26,30 @@ struct ScanLine {
 
   ORTOPS_HD void operator()(int64_t line) const {
     const int64_t stride = layout.inner;
-    const int64_t start = line / stride * layout.length * stride + line % stride;
-    const int64_t step = reverse ? -1 : 1;
+    const int64_t step = reverse ? -stride : stride;
+    int64_t at = line / stride * layout.length * stride + line % stride + (reverse ? (layout.length - 1) * stride : 0);
     int64_t position = reverse ? layout.length - 1 : 0;
     // The first element takes over (Takes(x, x) holds), as from an identity.
-    T best = input[start + position * stride];
+    T best = input[at];
     int64_t best_index = position;
-    for (int64_t s = 0; s < layout.length; ++s, position += step) {
-      const int64_t at = start + position * stride;
-      const T candidate = input[at];
-      const bool take = rule::Takes<T, kMax>(candidate, best);
-      best = rule::Pick(take, candidate, best);
-      best_index = take ? position : best_index;
-      values[at] = best;
-      if (indices != nullptr) indices[at] = best_index;
+    for (int64_t s = 0; s < layout.length; s += kAhead) {
+      const int64_t here = layout.length - s < kAhead ? layout.length - s : kAhead;
+      T ahead[kAhead];
+      ORTOPS_UNROLL
+      for (int64_t u = 0; u < kAhead; ++u) {
+        ahead[u] = u < here ? input[at + u * step] : best;  // past the line: never used
+      }
+      ORTOPS_UNROLL
+      for (int64_t u = 0; u < kAhead; ++u) {
+        if (u >= here) break;
+        const bool take = rule::Takes<T, kMax>(ahead[u], best);
+        best = rule::Pick(take, ahead[u], best);
+        best_index = take ? position : best_index;
+        values[at] = best;
+        if (indices != nullptr) indices[at] = best_index;
+        at += step;
+        position += reverse ? -1 : 1;
+      }
     }
   }
 };
