@@ -183,6 +183,6 @@ if [[ $QUICK == 0 ]]; then
 fi
 
 # --- 4. The CUDA benchmark --------------------------------------------------------------------
-"$PY" benchmarks/bench_cuda.py --json "$OUT/bench-cuda.json" || failed=1
+"$PY" benchmarks/bench_cuda.py --profile --json "$OUT/bench-cuda.json" || failed=1
 log "all done in $(elapsed): $([[ $failed == 0 ]] && echo passed || echo FAILED)"
 exit "$failed"
