@@ -50,6 +50,20 @@ ORTOPS_HD inline T BoxIoU(const T* a, T area_a, const T* b, T area_b, T offset) 
   return BoxIoU(a[0], a[1], a[2], a[3], area_a, b[0], b[1], b[2], b[3], area_b, offset);
 }
 
+// BoxIoU(...) > threshold, the same answer for every input, without the division where the
+// boxes do not overlap (most pairs, where a GPU tests them all): an intersection of 0 gives
+// 0 / union, which is 0 (compared as such) unless the union is 0 or NaN (then NaN: false).
+template <typename T>
+ORTOPS_HD inline bool BoxIoUAbove(T a_x1, T a_y1, T a_x2, T a_y2, T area_a, T b_x1, T b_y1, T b_x2, T b_y2, T area_b,
+                                  T offset, T threshold) {
+  const T width = std::max(T(0), std::min(a_x2, b_x2) - std::max(a_x1, b_x1) + offset);
+  const T height = std::max(T(0), std::min(a_y2, b_y2) - std::max(a_y1, b_y1) + offset);
+  const T inter = width * height;
+  const T union_area = area_a + area_b - inter;
+  if (inter == T(0)) return union_area == union_area && union_area != T(0) && T(0) > threshold;
+  return inter / union_area > threshold;
+}
+
 }  // namespace ORTOPS_ISA_NS
 }  // namespace ortops
 

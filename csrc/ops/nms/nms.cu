@@ -1,5 +1,5 @@
 // NMS's device path: boxes sorted by score as the CPU kernel visits them, every pair's IoU
-// test with the CPU kernel's arithmetic (BoxIoU, kept box first), and the greedy pass of
+// test with the CPU kernel's arithmetic (BoxIoU's, kept box first), and the greedy pass of
 // device/greedy_nms.h; the same kept indices as the CPU kernel. The host waits once, for
 // the kept count (the output's size), which comes back with the NaN checks' results.
 #include "device/device_kernel.h"
@@ -16,38 +16,41 @@ namespace {
 // NaN (set to 1 by any thread that finds one; the CPU kernel checks the boxes first).
 enum Summary : int64_t { kKeptCount, kBoxNaN, kScoreNaN, kSummaryValues };
 
-// Box order[k] as the k-th of the sorted columns, with its area; NaN noted in the summary.
+// A box's corners, aligned so that one load reads them.
+template <typename T>
+struct alignas(4 * sizeof(T)) Corners {
+  T x1, y1, x2, y2;
+};
+
+// Box order[k] as the k-th of the sorted boxes, with its area; NaN noted in the summary.
 template <typename T>
 struct GatherSorted {
   const T* boxes;
   const T* scores;
   const int64_t* order;
-  T* sorted;  // [N, 5]: x1, y1, x2, y2, area
+  Corners<T>* corners;
+  T* areas;
   int64_t* summary;
   T offset;
   ORTOPS_HD void operator()(int64_t k) const {
     const int64_t index = order[k];
     const T* box = boxes + 4 * index;
-    T* out = sorted + 5 * k;
-    bool nan = false;
-    for (int c = 0; c < 4; ++c) {
-      out[c] = box[c];
-      nan |= box[c] != box[c];
-    }
-    out[4] = BoxArea(box, offset);
-    if (nan) summary[kBoxNaN] = 1;
+    corners[k] = Corners<T>{box[0], box[1], box[2], box[3]};
+    areas[k] = BoxArea(box, offset);
+    if (box[0] != box[0] || box[1] != box[1] || box[2] != box[2] || box[3] != box[3]) summary[kBoxNaN] = 1;
     if (scores[index] != scores[index]) summary[kScoreNaN] = 1;
   }
 };
 
 template <typename T>
 struct IoUAbove {
-  const T* sorted;
+  const Corners<T>* corners;
+  const T* areas;
   T offset, threshold;
   ORTOPS_HD bool operator()(int64_t kept, int64_t candidate) const {
-    const T* a = sorted + 5 * kept;
-    const T* b = sorted + 5 * candidate;
-    return BoxIoU(a, a[4], b, b[4], offset) > threshold;
+    const Corners<T> a = corners[kept], b = corners[candidate];
+    return BoxIoUAbove(a.x1, a.y1, a.x2, a.y2, areas[kept], b.x1, b.y1, b.x2, b.y2, areas[candidate], offset,
+                       threshold);
   }
 };
 
@@ -79,12 +82,14 @@ class NmsDeviceKernel : public device::DeviceKernelBase {
     Scratch<int64_t> order = io.Allocate<int64_t>(static_cast<size_t>(count));
     device::OrderByScore(io, scores.data, count, order.data());
     const T offset = static_cast<T>(attributes_.offset);
-    Scratch<T> sorted = io.Allocate<T>(static_cast<size_t>(5 * count));
+    Scratch<Corners<T>> corners = io.Allocate<Corners<T>>(static_cast<size_t>(count));
+    Scratch<T> areas = io.Allocate<T>(static_cast<size_t>(count));
     Scratch<int64_t> summary = io.Allocate<int64_t>(kSummaryValues);
     io.Fill(summary.data(), 0, summary.size() * sizeof(int64_t));
-    io.ForEach(count, GatherSorted<T>{boxes.data, scores.data, order.data(), sorted.data(), summary.data(), offset});
+    io.ForEach(count, GatherSorted<T>{boxes.data, scores.data, order.data(), corners.data(), areas.data(),
+                                      summary.data(), offset});
     Scratch<int64_t> kept = io.Allocate<int64_t>(static_cast<size_t>(count));
-    device::GreedyKeep(io, count, IoUAbove<T>{sorted.data(), offset, threshold_}, kept.data(),
+    device::GreedyKeep(io, count, IoUAbove<T>{corners.data(), areas.data(), offset, threshold_}, kept.data(),
                        summary.data() + kKeptCount);
     int64_t host[kSummaryValues];
     io.CopyToHost(host, summary.data(), kSummaryValues);

@@ -1,0 +1,94 @@
+// The arithmetic of one chunk of device/greedy_nms.h's greedy pass (64 rows, one mask word),
+// apart from the pass itself so that the C++ tests check it against a plain walk
+// (tests/cpp/greedy_chunk_test.cc): the GPU kernel and its host twin both call it.
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace ortops::device {
+
+inline constexpr int64_t kMaskBits = 64;
+
+ORTOPS_HD inline uint64_t Bit(int64_t position) { return uint64_t{1} << (position % kMaskBits); }
+ORTOPS_HD inline bool IsSet(const uint64_t* bits, int64_t position) {
+  return (bits[position / kMaskBits] & Bit(position)) != 0;
+}
+// The lowest set bit's position of a non-zero word.
+ORTOPS_HD inline int LowestBit(uint64_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __ffsll(static_cast<long long>(bits)) - 1;
+#else
+  return __builtin_ctzll(bits);
+#endif
+}
+// The highest set bit's position of a non-zero word.
+ORTOPS_HD inline int HighestBit(uint64_t bits) {
+#if defined(__CUDA_ARCH__)
+  return 63 - __clzll(static_cast<long long>(bits));
+#else
+  return 63 - __builtin_clzll(bits);
+#endif
+}
+ORTOPS_HD inline int BitCount(uint64_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __popcll(bits);
+#else
+  return __builtin_popcountll(bits);
+#endif
+}
+
+// The greedy decision within one chunk: of the `live` rows (not removed by earlier chunks),
+// in order, each is kept unless a row kept before it in the chunk suppresses it;
+// diagonal[b] is row b's mask word over the chunk's own positions (bits after b only; read
+// for live rows only). At most `room` rows are kept. Returns the kept rows' bits.
+//
+// Only live rows that suppress a live row need a step of their own: every live row before
+// the next such one is kept at once (nothing in the chunk can remove it any more), and so is
+// every row left after the last. Rows are kept in order, so the first `room` of them are the
+// ones a walk that stops at `room` keeps.
+ORTOPS_HD inline uint64_t ResolveChunk(const uint64_t* diagonal, uint64_t live, int64_t room) {
+  uint64_t suppressors = 0;
+  for (uint64_t bits = live; bits != 0; bits &= bits - 1) {
+    const int b = LowestBit(bits);
+    if ((diagonal[b] & live) != 0) suppressors |= Bit(b);
+  }
+  uint64_t kept = 0;
+  for (uint64_t active = live & suppressors; active != 0; active = live & suppressors) {
+    const int b = LowestBit(active);
+    const uint64_t through_b = Bit(b) | (Bit(b) - 1);
+    kept |= live & through_b;
+    live &= ~through_b & ~diagonal[b];
+  }
+  kept |= live;
+  // The first `room` kept rows.
+  for (int64_t extra = BitCount(kept) - room; extra > 0; --extra) kept &= ~Bit(HighestBit(kept));
+  return kept;
+}
+
+// Word w of the removed set once the kept rows `kept_bits` of a chunk have suppressed theirs:
+// `word` OR-ed with tile[b] for every kept row b. The tile is read 32 rows (256 bytes) at a
+// time where any of them is kept, every load of a half issued before the first use: on a
+// GPU the pass waits for two loads' latency at most, not one per kept row.
+struct alignas(16) MaskPair {
+  uint64_t first, second;
+};
+ORTOPS_HD inline uint64_t RemovedAfter(const uint64_t* tile, uint64_t kept_bits, uint64_t word) {
+  constexpr int kPairs = 16;  // a half of the tile
+  const auto* pairs = reinterpret_cast<const MaskPair*>(tile);
+  for (int half = 0; half < 2; ++half) {
+    const uint64_t bits = kept_bits >> (half * 2 * kPairs) & 0xffffffffu;
+    if (bits == 0) continue;
+    MaskPair loaded[kPairs];
+    ORTOPS_UNROLL
+    for (int p = 0; p < kPairs; ++p) loaded[p] = pairs[half * kPairs + p];
+    ORTOPS_UNROLL
+    for (int p = 0; p < kPairs; ++p) {
+      word |= ((bits >> (2 * p) & 1) != 0 ? loaded[p].first : 0) | ((bits >> (2 * p) & 2) != 0 ? loaded[p].second : 0);
+    }
+  }
+  return word;
+}
+
+}  // namespace ortops::device
