@@ -5,12 +5,16 @@ Anchors: torchvision's CUDA ops, torch's, ONNX Runtime's own CUDA kernels of the
 semantics (RoiAlign, NonMaxSuppression, GridSample, DeformConv), and the status quo: the same
 node with the CPU-only library in the same GPU session, so that ONNX Runtime places it on the
 CPU and copies its inputs and outputs (what users of the original libraries get). Inputs and
-outputs stay in device memory (I/O binding), device time is taken with CUDA events around
-each run, and every ortops output is first checked against each anchor that computes the same
-thing. Ratio = anchor time / ortops time (bigger is better), the median of at least 20 runs
-after warm-up; bandwidth-bound nodes also report GB/s and the deformable convolution TFLOP/s.
+outputs stay in device memory (I/O binding); every session runs on torch's stream without
+waiting for it, and device time per run is taken with CUDA events around ten back-to-back
+runs, for ortops and every anchor alike (Bench). Every ortops output is first checked against
+each anchor that computes the same thing. Ratio = anchor time / ortops time (bigger is
+better), the median of at least 20 samples after warm-up; ortops' latency (one run, call to
+results, ONNX Runtime's cost per run included) is printed beside it, and ONNX Runtime's cost
+of a run that does nothing above the table. Bandwidth-bound nodes also report GB/s and the
+deformable convolution TFLOP/s. --profile lists each ortops node's kernels and waits.
 
-    python benchmarks/bench_cuda.py [--json out.json] [--repeats N] [--only NAME]
+    python benchmarks/bench_cuda.py [--json out.json] [--repeats N] [--only NAME] [--profile]
     python benchmarks/bench_cuda.py --device cpu    # the same plumbing on the CPU (the
         emulated device, CPU anchors): checks the script, not the GPU's speed
 
@@ -76,16 +80,30 @@ class Node:
 
 
 class Bench:
-    def __init__(self, device: str, repeats: int) -> None:
+    """Sessions and timing. On a GPU, every session runs on torch's current stream (the CUDA
+    provider's user_compute_stream) and returns as soon as its work is queued, as torch's ops
+    do, so ortops and every anchor are timed alike: CUDA events around `inner` back-to-back
+    runs on that one stream, the device time per run (a run that must wait for the device, as
+    NMS does for its output's size, waits inside the timed span). `latency_ms` times one run
+    from the call to its results on the host, ONNX Runtime's own cost per run included."""
+
+    def __init__(self, device: str, repeats: int, inner: int = 10) -> None:
         self.device = device
         self.repeats = repeats
+        self.inner = inner
         self.cuda = device == "cuda"
         default = ROOT / "build" / ("cuda/libortops.so" if self.cuda else "libortops_device_on_cpu.so")
         self.library = os.environ.get("ORTOPS_CUDA_LIBRARY", str(default))
         self.cpu_library = os.environ.get("ORTOPS_CPU_LIBRARY", str(ROOT / "build" / "libortops.so"))
-        # ONNX Runtime's own CUDA kernels in float32, as the anchors and ortops compute (no TF32).
-        cuda = ("CUDAExecutionProvider", {"use_tf32": "0"})
-        self.providers: list[Any] = [cuda, "CPUExecutionProvider"] if self.cuda else ["CPUExecutionProvider"]
+        self.run_options = ort.RunOptions()
+        self.providers: list[Any] = ["CPUExecutionProvider"]
+        if self.cuda:
+            # ONNX Runtime's own CUDA kernels in float32, as the anchors and ortops compute (no
+            # TF32), on torch's stream.
+            stream = str(torch.cuda.current_stream().cuda_stream)
+            cuda = ("CUDAExecutionProvider", {"use_tf32": "0", "user_compute_stream": stream})
+            self.providers = [cuda, "CPUExecutionProvider"]
+            self.run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
 
     def session(self, node: Node, library: str | None, only_device: bool) -> Callable[[], list[torch.Tensor]]:
         """A run function of `node` in a session with `library` registered; inputs and outputs
@@ -118,12 +136,13 @@ class Bench:
         # brings them to torch for the checks).
         def run() -> list[ort.OrtValue]:
             assert inputs
-            session.run_with_iobinding(binding)
+            session.run_with_iobinding(binding, self.run_options)
             return binding.get_outputs()
 
         return run
 
     def time_ms(self, run: Callable[[], Any]) -> float:
+        """The median device time per run (see the class)."""
         for _ in range(3):
             run()
         times = []
@@ -131,20 +150,34 @@ class Bench:
             if self.cuda:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                run()
+                for _ in range(self.inner):
+                    run()
                 end.record()
                 end.synchronize()
-                times.append(start.elapsed_time(end))
+                times.append(start.elapsed_time(end) / self.inner)
             else:
                 t0 = time.perf_counter()
                 run()
                 times.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(times)
 
+    def latency_ms(self, run: Callable[[], Any]) -> float:
+        """The median time from calling one run to having its results (host clock)."""
+        times = []
+        for _ in range(self.repeats):
+            t0 = time.perf_counter()
+            run()
+            if self.cuda:
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
 
 def fetched(outputs: Any) -> Any:
     """A session run's OrtValues as torch tensors on the benchmark's device (copies, for the
-    checks only); an anchor's torch outputs as they are."""
+    checks only, once the stream has finished the run); an anchor's torch outputs as they are."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     if isinstance(outputs, list) and outputs and isinstance(outputs[0], ort.OrtValue):
         return [torch.from_numpy(v.numpy()).to("cuda" if v.device_name() == "cuda" else "cpu") for v in outputs]
     return outputs
@@ -511,8 +544,8 @@ def main() -> None:
     overhead = run_overhead_ms(bench)
     print(f"# ortops on {gpu}, onnxruntime {ort.__version__}, torch {torch.__version__}")
     print(f"# a session run of an Identity node (ONNX Runtime's cost per run): {overhead:.3f} ms\n")
-    print("| case | ortops ms | anchor | anchor ms | ratio | target | |")
-    print("|---|---|---|---|---|---|---|")
+    print("| case | ortops ms | ortops latency ms | anchor | anchor ms | ratio | target | |")
+    print("|---|---|---|---|---|---|---|---|")
     results = []
     profiles: dict[str, list[str]] = {}
     failed = False
@@ -528,6 +561,7 @@ def main() -> None:
             except AssertionError as error:  # reported in the row, and the run goes on
                 differs[anchor] = str(error).splitlines()[0][:80]
         ours_ms = bench.time_ms(run)
+        latency = bench.latency_ms(run)
         extra = ""
         if case.bytes_moved:
             extra = f"{case.bytes_moved / ours_ms / 1e6:.0f} GB/s"
@@ -541,7 +575,7 @@ def main() -> None:
             failed |= not ok or anchor in differs
             note = extra + ("" if ok else " MISSED") + (f" DIFFERS: {differs[anchor]}" if anchor in differs else "")
             print(
-                f"| {case.name} | {ours_ms:.3f} | {anchor} | {anchor_ms:.3f} | {ratio:.2f} | "
+                f"| {case.name} | {ours_ms:.3f} | {latency:.3f} | {anchor} | {anchor_ms:.3f} | {ratio:.2f} | "
                 f"{target if target else '-'} | {note.strip()} |",
                 flush=True,
             )
@@ -549,6 +583,7 @@ def main() -> None:
                 dict(
                     case=case.name,
                     ortops_ms=ours_ms,
+                    ortops_latency_ms=latency,
                     anchor=anchor,
                     anchor_ms=anchor_ms,
                     ratio=ratio,
