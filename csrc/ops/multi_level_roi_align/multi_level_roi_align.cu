@@ -86,9 +86,8 @@ class MultiLevelDeviceKernel
                         roi_pooling::CheckGrid(geometry(roi, attributes.Scale(l)), pooling);
                       });
     T* output = io.Output<T>(0, {count, channels, pooling.output_height, pooling.output_width});
-    io.ForEach(count * channels * pooling.bins(),
-               roi_pooling::PoolBin<T, LevelRois<T, Node>, roi_pooling::MeanOrMax<A>>{
-                   located, {attributes.mode}, output, channels, pooling});
+    roi_pooling::PoolEveryBin(io, located, roi_pooling::MeanOrMax<A>{attributes.mode}, output, count, channels,
+                              pooling);
   }
 };
 

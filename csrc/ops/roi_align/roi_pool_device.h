@@ -95,34 +95,60 @@ struct MaxOfCorners {
   ORTOPS_HD A Finish(const State& state, int64_t samples) const { return samples == 0 ? A(0) : state.best; }
 };
 
-// Pooled value i of the [R, C, output_height, output_width] output, from roi r = i / (C *
-// bins) as `rois` locates it. A map with H or W = 0 reads 0.
+// The pooled values of bin i % bins of roi r = i / (groups * bins), channels kChannels g to
+// kChannels g + kChannels - 1 (g = i / bins % groups), in the [R, C, output_height,
+// output_width] output, from the roi as `rois` locates it. A map with H or W = 0 reads 0.
+// One thread takes several channels: the bin's sample positions and bilinear taps are worked
+// out once for them all, and the channels' loads are independent (in flight together on a
+// GPU). Each value is still summed over its samples in the CPU kernels' order.
 template <typename T, typename Rois, typename Pooling>
 struct PoolBin {
   using A = ComputeType<T>;
+  static constexpr int64_t kChannels = 4;
   Rois rois;
   Pooling pool;
   T* output;
   int64_t channels;
   PoolingAttributes pooling;
 
+  ORTOPS_HD static int64_t Groups(int64_t channels) { return (channels + kChannels - 1) / kChannels; }
   ORTOPS_HD void operator()(int64_t i) const {
-    const int64_t pw = i % pooling.output_width, ph = i / pooling.output_width % pooling.output_height;
-    const int64_t c = i / pooling.bins() % channels, r = i / (pooling.bins() * channels);
+    const int64_t bins = pooling.bins(), groups = Groups(channels);
+    const int64_t bin = i % bins, pw = bin % pooling.output_width, ph = bin / pooling.output_width;
+    const int64_t first = i / bins % groups * kChannels, r = i / (bins * groups);
+    const int64_t here = channels - first < kChannels ? channels - first : kChannels;
     const auto roi = rois.Locate(r);
     const int64_t plane = roi.height * roi.width;
-    const T* map = roi.image + c * plane;
-    auto state = pool.Start();
+    const T* map = roi.image + first * plane;
+    typename Pooling::State state[kChannels];
+    ORTOPS_UNROLL
+    for (int64_t k = 0; k < kChannels; ++k) state[k] = pool.Start();
     for (int64_t iy = 0; iy < roi.g.grid_h; ++iy) {
       for (int64_t ix = 0; ix < roi.g.grid_w; ++ix) {
         A y, x;
         roi.g.Sample(ph, pw, iy, ix, y, x);
-        pool.Add(state, plane == 0 ? A(0) : pool.Read(RoiAlignTap(y, x, roi.height, roi.width), map));
+        const BilinearTap<A> tap = RoiAlignTap(y, x, roi.height, roi.width);
+        ORTOPS_UNROLL
+        for (int64_t k = 0; k < kChannels; ++k) {
+          if (k < here) pool.Add(state[k], plane == 0 ? A(0) : pool.Read(tap, map + k * plane));
+        }
       }
     }
-    output[i] = static_cast<T>(pool.Finish(state, roi.g.grid_h * roi.g.grid_w));
+    T* out = output + (r * channels + first) * bins + bin;
+    ORTOPS_UNROLL
+    for (int64_t k = 0; k < kChannels; ++k) {
+      if (k < here) out[k * bins] = static_cast<T>(pool.Finish(state[k], roi.g.grid_h * roi.g.grid_w));
+    }
   }
 };
+
+// Pools every bin of `count` rois into output [count, C, output_height, output_width].
+template <typename T, typename Rois, typename Pooling>
+void PoolEveryBin(const device::DeviceIO& io, const Rois& rois, const Pooling& pool, T* output, int64_t count,
+                  int64_t channels, const PoolingAttributes& pooling) {
+  using Bin = PoolBin<T, Rois, Pooling>;
+  io.ForEach(count * Bin::Groups(channels) * pooling.bins(), Bin{rois, pool, output, channels, pooling});
+}
 
 // Rois [R, 1 + box] whose first value is the index of an image of `input` [N, C, H, W]
 // (RoIAlign, RoIAlignRotated); Geometry makes a box's geometry.
@@ -173,7 +199,7 @@ void PoolIndexedRois(const device::DeviceIO& io, const ConstTensor<T>& input, co
                       CheckGrid(geometry(roi + 1), pooling);
                     });
   T* output = io.Output<T>(0, {count, channels, pooling.output_height, pooling.output_width});
-  io.ForEach(count * channels * pooling.bins(), PoolBin<T, Located, Pooling>{located, pool, output, channels, pooling});
+  PoolEveryBin(io, located, pool, output, count, channels, pooling);
 }
 
 }  // namespace ortops::roi_pooling

@@ -57,13 +57,11 @@ struct TrtRoiAlignDeviceKernel : OpKernel<T, kSchema, TrtAttributes, device::Dev
                         roi_pooling::CheckGrid(geometry(box), pooling);
                       });
     T* output = io.Output<T>(0, {count, channels, pooling.output_height, pooling.output_width});
-    const int64_t pooled = count * channels * pooling.bins();
     if (attributes.average) {
-      io.ForEach(pooled, roi_pooling::PoolBin<T, TrtRois<T>, roi_pooling::MeanOrMax<A>>{
-                             located, {roi_pooling::kAveragePool<A>}, output, channels, pooling});
+      roi_pooling::PoolEveryBin(io, located, roi_pooling::MeanOrMax<A>{roi_pooling::kAveragePool<A>}, output, count,
+                                channels, pooling);
     } else {
-      io.ForEach(pooled, roi_pooling::PoolBin<T, TrtRois<T>, roi_pooling::MaxOfCorners<A>>{
-                             located, {}, output, channels, pooling});
+      roi_pooling::PoolEveryBin(io, located, roi_pooling::MaxOfCorners<A>{}, output, count, channels, pooling);
     }
   }
 };
