@@ -18,51 +18,59 @@ namespace {
 
 // Scratch per block: the columns, and the product where it is rounded to float16 on store
 // (counted for every element type, so that float16 and float32 run the same blocks, and so
-// the same products).
-constexpr int64_t kBlockBytes = int64_t{32} << 20;
+// the same products). Large, so that a GPU's products are few and wide: two 256-channel
+// 64x64 images with a 3x3 kernel are one block.
+constexpr int64_t kBlockBytes = int64_t{128} << 20;
 constexpr int64_t kMinBlock = 64;     // positions, however many channels
 constexpr int64_t kBlockAlign = 128;  // positions of a partial image: whole multiples
 
-// Element i of the columns of images [first_item, first_item + items) and positions
-// [first_position, first_position + block_width): per image, C * kh * kw rows (channel, then
-// tap, as the weights are stored) of block_width positions. The value is torchvision's
-// mask * (w0 v0 + w1 v1 + w2 v2 + w3 v3) as the CPU kernel computes it, a neighbour outside
-// the map reading weight 0 times value 0.
+// The columns of images [first_item, first_item + items) and positions [first_position,
+// first_position + block_width): per image, C * kh * kw rows (channel, then tap, as the
+// weights are stored) of block_width positions. Thread i makes the kh * kw column elements of
+// one channel and position (i = (item C + c) block_width + position in the block), so that
+// the index arithmetic is done once for all taps and neighbouring threads read neighbouring
+// offsets and write neighbouring columns. Each value is torchvision's mask * (w0 v0 + w1 v1 +
+// w2 v2 + w3 v3) as the CPU kernel computes it, a neighbour outside the map reading weight 0
+// times value 0.
 template <typename T>
-struct ColumnElement {
+struct ColumnElements {
   using A = ComputeType<T>;
   const T* input;   // [N, C, H, W]
   const T* offset;  // [N, deform_groups, 2 * taps, positions]
   const T* mask;    // [N, deform_groups, taps, positions], or null
   A* columns;
   int64_t first_item, first_position, block_width;
-  int64_t channels, height, width, out_w, positions, kernel_w, taps, deform_groups, per_deform_group;
+  int64_t channels, height, width, out_w, positions, kernel_h, kernel_w, deform_groups, per_deform_group;
   int64_t stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
 
   ORTOPS_HD void operator()(int64_t i) const {
-    const int64_t rows = channels * taps;
-    const int64_t row = i / block_width % rows, item = i / (block_width * rows);
-    const int64_t n = first_item + item, p = first_position + i % block_width;
-    const int64_t c = row / taps, k = row % taps, d = c / per_deform_group;
-    const int64_t oy = p / out_w, ox = p % out_w, ky = k / kernel_w, kx = k % kernel_w;
-    const int64_t line = (n * deform_groups + d) * taps + k;
-    // As torchvision: the integer base position, converted, plus the offset.
-    const A y =
-        static_cast<A>(oy * stride_h - pad_h + ky * dilation_h) + static_cast<A>(offset[2 * line * positions + p]);
-    const A x = static_cast<A>(ox * stride_w - pad_w + kx * dilation_w) +
-                static_cast<A>(offset[(2 * line + 1) * positions + p]);
-    const A m = mask ? static_cast<A>(mask[line * positions + p]) : A(1);
-    const ZeroPaddedSample<A> s = ZeroPaddedBilinear(y, x, height, width);
+    const int64_t taps = kernel_h * kernel_w, column = i % block_width;
+    const int64_t c = i / block_width % channels, item = i / (block_width * channels);
+    const int64_t n = first_item + item, p = first_position + column, d = c / per_deform_group;
+    const int64_t oy = p / out_w, ox = p % out_w;
     const T* plane = input + (n * channels + c) * height * width;
-    A w[4] = {0, 0, 0, 0}, v[4] = {0, 0, 0, 0};
-    if (s.inside) {
-      for (int corner = 0; corner < 4; ++corner) {
-        if (!s.valid[corner]) continue;
-        w[corner] = s.weight[corner];
-        v[corner] = static_cast<A>(plane[(s.y0 + corner / 2) * width + s.x0 + corner % 2]);
+    A* out = columns + (item * channels + c) * taps * block_width + column;
+    int64_t line = (n * deform_groups + d) * taps;
+    for (int64_t ky = 0; ky < kernel_h; ++ky) {
+      for (int64_t kx = 0; kx < kernel_w; ++kx, ++line, out += block_width) {
+        // As torchvision: the integer base position, converted, plus the offset.
+        const A y =
+            static_cast<A>(oy * stride_h - pad_h + ky * dilation_h) + static_cast<A>(offset[2 * line * positions + p]);
+        const A x = static_cast<A>(ox * stride_w - pad_w + kx * dilation_w) +
+                    static_cast<A>(offset[(2 * line + 1) * positions + p]);
+        const A m = mask ? static_cast<A>(mask[line * positions + p]) : A(1);
+        const ZeroPaddedSample<A> s = ZeroPaddedBilinear(y, x, height, width);
+        A w[4] = {0, 0, 0, 0}, v[4] = {0, 0, 0, 0};
+        if (s.inside) {
+          for (int corner = 0; corner < 4; ++corner) {
+            if (!s.valid[corner]) continue;
+            w[corner] = s.weight[corner];
+            v[corner] = static_cast<A>(plane[(s.y0 + corner / 2) * width + s.x0 + corner % 2]);
+          }
+        }
+        *out = m * (w[0] * v[0] + w[1] * v[1] + w[2] * v[2] + w[3] * v[3]);
       }
     }
-    columns[i] = m * (w[0] * v[0] + w[1] * v[1] + w[2] * v[2] + w[3] * v[3]);
   }
 };
 
@@ -147,28 +155,28 @@ class DeformConvDeviceKernel
       const int64_t count = std::min(items, g.batch - first_item);
       for (int64_t first_position = 0; first_position < positions; first_position += block) {
         const int64_t width = std::min(block, positions - first_position);
-        io.ForEach(count * rows * width, ColumnElement<T>{.input = input.data,
-                                                          .offset = offset.data,
-                                                          .mask = mask,
-                                                          .columns = columns.data(),
-                                                          .first_item = first_item,
-                                                          .first_position = first_position,
-                                                          .block_width = width,
-                                                          .channels = g.channels,
-                                                          .height = g.height,
-                                                          .width = g.width,
-                                                          .out_w = g.out_w,
-                                                          .positions = positions,
-                                                          .kernel_w = g.kernel_w,
-                                                          .taps = taps,
-                                                          .deform_groups = conv.deform_groups,
-                                                          .per_deform_group = g.channels / conv.deform_groups,
-                                                          .stride_h = conv.stride[0],
-                                                          .stride_w = conv.stride[1],
-                                                          .pad_h = conv.padding[0],
-                                                          .pad_w = conv.padding[1],
-                                                          .dilation_h = conv.dilation[0],
-                                                          .dilation_w = conv.dilation[1]});
+        io.ForEach(count * g.channels * width, ColumnElements<T>{.input = input.data,
+                                                                 .offset = offset.data,
+                                                                 .mask = mask,
+                                                                 .columns = columns.data(),
+                                                                 .first_item = first_item,
+                                                                 .first_position = first_position,
+                                                                 .block_width = width,
+                                                                 .channels = g.channels,
+                                                                 .height = g.height,
+                                                                 .width = g.width,
+                                                                 .out_w = g.out_w,
+                                                                 .positions = positions,
+                                                                 .kernel_h = g.kernel_h,
+                                                                 .kernel_w = g.kernel_w,
+                                                                 .deform_groups = conv.deform_groups,
+                                                                 .per_deform_group = g.channels / conv.deform_groups,
+                                                                 .stride_h = conv.stride[0],
+                                                                 .stride_w = conv.stride[1],
+                                                                 .pad_h = conv.padding[0],
+                                                                 .pad_w = conv.padding[1],
+                                                                 .dilation_h = conv.dilation[0],
+                                                                 .dilation_w = conv.dilation[1]});
         // Group by group, one product per image of the block: straight into the output,
         // unless it holds float16.
         A* target = nullptr;
