@@ -1,7 +1,11 @@
-// Multi-scale deformable attention's device path: one thread per output element (batch,
-// query, head, channel), summing its samples over levels and points with the CPU kernel's
-// sampling rule (math/bilinear.h) and in its order of operations, so that both return the
-// same bits. Consecutive threads read consecutive channels of the same pixels.
+// Multi-scale deformable attention's device path: one thread per four channels of an output
+// row and head (or one channel, where the head's channels are not a multiple of four),
+// summing each channel's samples over levels and points with the CPU kernel's sampling rule
+// (math/bilinear.h) and in its order of operations, so that both return the same bits. A
+// thread locates each sample once for its channels; consecutive threads read consecutive
+// channels of the same pixels. Up to kInlineLevels levels travel with the kernel's
+// arguments, so that a run copies nothing to the device.
+#include <algorithm>
 #include <vector>
 
 #include "device/device_kernel.h"
@@ -12,43 +16,78 @@
 namespace ortops::ms_deform_attn {
 namespace {
 
-// output[i] of [B, Q, H * D].
-template <typename T>
+// The levels, in the kernel's arguments (kInline: at most kInlineLevels of them, each read
+// at an index known when compiled, so that they stay there) or in device memory.
+template <typename A, bool kInline>
+struct LevelTable {
+  static constexpr int64_t kInlineLevels = 8;
+  Level<A> inline_levels[kInline ? kInlineLevels : 1];
+  const Level<A>* device_levels = nullptr;
+
+  // body(level, l) for each of the `count` levels, in order.
+  template <typename Body>
+  ORTOPS_HD void ForEach(int64_t count, Body&& body) const {
+    if constexpr (kInline) {
+      ORTOPS_UNROLL
+      for (int64_t l = 0; l < kInlineLevels; ++l) {
+        if (l < count) body(inline_levels[l], l);
+      }
+    } else {
+      for (int64_t l = 0; l < count; ++l) body(device_levels[l], l);
+    }
+  }
+};
+
+// output[kChannels i, + kChannels) of [B, Q, H * D]: channels d to d + kChannels - 1 of head h
+// (D a multiple of kChannels).
+template <typename T, int64_t kChannels, bool kInline>
 struct SampleSum {
   using A = ComputeType<T>;
   const T* value;
-  const Level<A>* levels;
+  LevelTable<A, kInline> levels;
   const T* locations;
   const T* weights;
   T* output;
   int64_t queries, keys, heads, dim, level_count, points;
 
   ORTOPS_HD void operator()(int64_t i) const {
-    const int64_t d = i % dim, h = i / dim % heads, row = i / (dim * heads);
+    const int64_t groups = dim / kChannels;
+    const int64_t d = i % groups * kChannels, h = i / groups % heads, row = i / (groups * heads);
     const int64_t channels = heads * dim, samples = level_count * points;
     // The head's channel d at the batch item's first pixel; pixels are `channels` apart.
     const T* head_values = value + (row / queries) * keys * channels + h * dim + d;
     const T* location = locations + (row * heads + h) * samples * 2;
     const T* weight = weights + (row * heads + h) * samples;
-    A sum = 0;
-    for (int64_t l = 0; l < level_count; ++l) {
-      const Level<A> level = levels[l];
+    A sum[kChannels];
+    ORTOPS_UNROLL
+    for (int64_t k = 0; k < kChannels; ++k) sum[k] = 0;
+    levels.ForEach(level_count, [&](const Level<A>& level, int64_t) {
       const T* level_values = head_values + level.start * channels;
       for (int64_t p = 0; p < points; ++p, location += 2, ++weight) {
         const ZeroPaddedSample<A> s = SampleAt(level, location);
         if (!s.inside) continue;
         const auto attention = static_cast<A>(*weight);
-        A w[4], c[4];
-        for (int k = 0; k < 4; ++k) {
+        A w[4];
+        int64_t at[4];
+        ORTOPS_UNROLL
+        for (int corner = 0; corner < 4; ++corner) {
           // A neighbour outside the map: weight 0 times a value 0, as the CPU kernel's.
-          w[k] = s.valid[k] ? s.weight[k] * attention : A(0);
-          c[k] = s.valid[k] ? static_cast<A>(level_values[((s.y0 + k / 2) * level.width + s.x0 + k % 2) * channels])
-                            : A(0);
+          w[corner] = s.valid[corner] ? s.weight[corner] * attention : A(0);
+          at[corner] = ((s.y0 + corner / 2) * level.width + s.x0 + corner % 2) * channels;
         }
-        sum += w[0] * c[0] + w[1] * c[1] + w[2] * c[2] + w[3] * c[3];
+        ORTOPS_UNROLL
+        for (int64_t k = 0; k < kChannels; ++k) {
+          A c[4];
+          ORTOPS_UNROLL
+          for (int corner = 0; corner < 4; ++corner) {
+            c[corner] = s.valid[corner] ? static_cast<A>(level_values[at[corner] + k]) : A(0);
+          }
+          sum[k] += w[0] * c[0] + w[1] * c[1] + w[2] * c[2] + w[3] * c[3];
+        }
       }
-    }
-    output[i] = static_cast<T>(sum);
+    });
+    ORTOPS_UNROLL
+    for (int64_t k = 0; k < kChannels; ++k) output[row * channels + h * dim + d + k] = static_cast<T>(sum[k]);
   }
 };
 
@@ -76,10 +115,28 @@ struct MsDeformAttnDeviceKernel : OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes
       io.Fill(output, 0, static_cast<size_t>(rows * in.channels) * sizeof(T));  // zeros of every T are all-zero bits
       return;
     }
-    const Scratch<Level<A>> levels = io.Allocate<Level<A>>(table.size());
-    io.CopyToDevice(levels.data(), table.data(), table.size());
-    io.ForEach(rows * in.channels, SampleSum<T>{in.value.data, levels.data(), in.locations.data, in.weights.data,
-                                                output, in.queries, in.keys, in.heads, in.dim, in.levels, in.points});
+    if (in.levels <= LevelTable<A, true>::kInlineLevels) {
+      LevelTable<A, true> levels{};
+      std::copy(table.begin(), table.end(), levels.inline_levels);
+      Run(io, in, levels, output);
+    } else {
+      const Scratch<Level<A>> device_levels = io.Allocate<Level<A>>(table.size());
+      io.CopyToDevice(device_levels.data(), table.data(), table.size());
+      Run(io, in, LevelTable<A, false>{{}, device_levels.data()}, output);
+    }
+  }
+
+  template <bool kInline>
+  static void Run(const device::DeviceIO& io, const Inputs<T>& in, const LevelTable<A, kInline>& levels, T* output) {
+    const int64_t outputs = in.batch * in.queries * in.channels;
+    if (in.dim % 4 == 0) {
+      io.ForEach(outputs / 4,
+                 SampleSum<T, 4, kInline>{in.value.data, levels, in.locations.data, in.weights.data, output, in.queries,
+                                          in.keys, in.heads, in.dim, in.levels, in.points});
+    } else {
+      io.ForEach(outputs, SampleSum<T, 1, kInline>{in.value.data, levels, in.locations.data, in.weights.data, output,
+                                                   in.queries, in.keys, in.heads, in.dim, in.levels, in.points});
+    }
   }
 };
 

@@ -97,6 +97,14 @@ def test_every_channel_count(dim: int) -> None:
     np.testing.assert_allclose(attention(*DOMAINS[0], case), expected(case), **TOLERANCE[np.float32])
 
 
+@pytest.mark.parametrize("count", [7, 8, 9, 12])
+def test_level_counts(count: int) -> None:
+    """The device path takes up to 8 levels in its kernel's arguments, more from device memory."""
+    levels = tuple((2 + level % 3, 3 + level % 2) for level in range(count))
+    case = make_case(np.random.default_rng(count), np.float32, levels=levels, dim=8, heads=2, points=2)
+    np.testing.assert_allclose(attention(*DOMAINS[0], case), expected(case), **TOLERANCE[np.float32])
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_thread_counts_agree(threads: int) -> None:
     case = make_case(np.random.default_rng(1), np.float32, batch=3, queries=300, heads=2, dim=8, points=2)
