@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -561,6 +562,20 @@ def direct_attention_kernel(
     return run
 
 
+def counted(run: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
+    """One run's outputs (fetched) and what it asked of the device: the library appends its
+    counts to the file ORTOPS_DEVICE_TRACE names while the variable is set (device/trace.cu)."""
+    with tempfile.TemporaryDirectory() as folder:
+        trace = Path(folder) / "trace.jsonl"
+        os.environ["ORTOPS_DEVICE_TRACE"] = str(trace)
+        try:
+            outputs = fetched(run())
+        finally:
+            del os.environ["ORTOPS_DEVICE_TRACE"]
+        lines = trace.read_text().splitlines() if trace.exists() else []
+    return outputs, json.loads(lines[-1]) if lines else {}
+
+
 def run_overhead_ms(bench: Bench) -> float:
     """The time of a session run that does almost nothing (an Identity of 4 floats through the
     same I/O binding): ONNX Runtime's own cost per run, in every ortops figure and in none of
@@ -620,12 +635,13 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     results = []
     profiles: dict[str, list[str]] = {}
+    all_counts: dict[str, dict[str, int]] = {}
     failed = False
     for case in cases(bench):
         if args.only not in case.name:
             continue
         run = bench.session(case.node, bench.library, only_device=True)
-        ours = fetched(run())
+        ours, counts = counted(run)
         differs: dict[str, str] = {}
         for anchor, check in case.same.items():
             try:
@@ -663,10 +679,17 @@ def main() -> None:
                     met=ok,
                     differs=differs.get(anchor),
                     throughput=extra,
+                    device_counts=counts,
                 )
             )
+        all_counts[case.name] = counts
         if args.profile and bench.cuda:
             profiles[case.name] = profile(run)
+    print("\nWhat one run of each ortops node asked of the device (device/device_io.h's counts):")
+    for name, counts in all_counts.items():
+        print(
+            f"  {name}: " + ", ".join(f"{key} {value}" for key, value in counts.items() if key not in ("domain", "op"))
+        )
     for name, lines in profiles.items():
         print(f"\n{name}: per run (calls x device time, kernel or CUDA call)")
         print("\n".join(lines))

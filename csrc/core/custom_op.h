@@ -114,6 +114,7 @@ class CustomOp : public OrtCustomOp {
         } else {
           self->Compute(io);
         }
+        ReportRun(self->def(), io);
         return nullptr;
       } catch (...) {
         return StatusFromCurrentException(self->def());

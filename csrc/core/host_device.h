@@ -17,10 +17,3 @@
 #else
 #define ORTOPS_UNROLL
 #endif
-// The same, for a loop to unroll n times.
-#if defined(__CUDACC__)
-#define ORTOPS_PRAGMA(text) _Pragma(#text)
-#define ORTOPS_UNROLL_BY(n) ORTOPS_PRAGMA(unroll n)
-#else
-#define ORTOPS_UNROLL_BY(n)
-#endif

@@ -280,4 +280,9 @@ class KernelIO {
   mutable OrtAllocator* allocator_ = nullptr;
 };
 
+// After a CPU kernel's run: nothing to report (device kernels report what they asked of the
+// device: device/device_io.h).
+struct OpDef;
+inline void ReportRun(const OpDef&, const KernelIO&) {}
+
 }  // namespace ortops

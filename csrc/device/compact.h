@@ -19,7 +19,9 @@ template <typename Passes>
 int64_t Compact(const DeviceIO& io, int64_t count, const Passes& passes, int64_t* items) {
   if (count <= 0) return 0;
   const thrust::counting_iterator<int64_t> first(0);
-  return thrust::copy_if(io.policy(), first, first + count, items, passes) - items;
+  const int64_t passing = thrust::copy_if(io.policy(), first, first + count, items, passes) - items;
+  io.NoteWait();
+  return passing;
 }
 
 }  // namespace ortops::device

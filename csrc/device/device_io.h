@@ -37,6 +37,10 @@
 #include <thrust/system/cpp/execution_policy.h>
 #endif
 
+namespace ortops {
+struct OpDef;
+}
+
 namespace ortops::device {
 
 // The execution provider a device kernel registers for: CUDA's when compiled by nvcc; the
@@ -52,16 +56,30 @@ inline constexpr const char* kExecutionProvider = nullptr;
 class ThrustAllocator {
  public:
   using value_type = char;
-  explicit ThrustAllocator(OrtAllocator* allocator) : allocator_(allocator) {}
+  ThrustAllocator(OrtAllocator* allocator, int64_t* allocations) : allocator_(allocator), allocations_(allocations) {}
   char* allocate(std::ptrdiff_t bytes) {
     void* data = allocator_->Alloc(allocator_, static_cast<size_t>(bytes));
     if (data == nullptr) throw std::bad_alloc();
+    ++*allocations_;
     return static_cast<char*>(data);
   }
   void deallocate(char* data, size_t) noexcept { allocator_->Free(allocator_, data); }
 
  private:
   OrtAllocator* allocator_;
+  int64_t* allocations_;
+};
+
+// What one run of a device kernel asked of the device, counted the same way in both builds
+// (the emulated device's twins of GPU-only launches count as those launches), so that the
+// tests can hold each node to a budget on any machine (csrc/device/README.md, "Budgets").
+struct DeviceCounts {
+  int64_t kernels = 0;     // ForEach, and launches written by hand (the greedy pass, cuBLAS)
+  int64_t algorithms = 0;  // Thrust's sorts, scans, selections, reductions, searches: a few kernels each
+  int64_t fills = 0;       // memsets on the stream
+  int64_t waits = 0;       // the host waited for the stream: a copy to the host, an algorithm's result
+  int64_t copies_to_device = 0;
+  int64_t allocations = 0;  // scratch blocks from the session's allocator, Thrust's temporaries included
 };
 
 #if defined(__CUDACC__)
@@ -117,8 +135,11 @@ class DeviceIO {
   size_t OutputCount() const { return io_.OutputCount(); }
 
   // Thrust's algorithms run with this policy: on the kernel's stream, temporaries from the
-  // session's allocator.
-  Policy policy() const;
+  // session's allocator. Each call counts one algorithm.
+  Policy policy() const {
+    ++counts_.algorithms;
+    return MakePolicy();
+  }
 
   // `count` uninitialised elements of device memory from the session's allocator. Freed when
   // the Scratch goes out of scope; work queued on the stream that still uses it stays safe,
@@ -126,6 +147,7 @@ class DeviceIO {
   // again only to work queued after it on this stream, or once the streams have met.
   template <typename T>
   Scratch<T> Allocate(size_t count) const {
+    if (count != 0) ++counts_.allocations;
     return Scratch<T>(count == 0 ? nullptr : allocator_, count);
   }
 
@@ -133,7 +155,8 @@ class DeviceIO {
   template <typename Body>
   void ForEach(int64_t count, const Body& body) const {
     if (count <= 0) return;
-    thrust::for_each_n(policy(), thrust::counting_iterator<int64_t>(0), count, body);
+    ++counts_.kernels;
+    thrust::for_each_n(MakePolicy(), thrust::counting_iterator<int64_t>(0), count, body);
   }
 
   // The smallest i in [0, count) with predicate(i), or -1: the device's half of a check
@@ -143,23 +166,36 @@ class DeviceIO {
     if (count <= 0) return -1;
     const thrust::counting_iterator<int64_t> first(0);
     const int64_t found = thrust::find_if(policy(), first, first + count, predicate) - first;
+    NoteWait();
     return found < count ? found : -1;
   }
+
+  // For the counts: a kernel launched by hand (GPU only, or its host twin), and a Thrust
+  // algorithm whose result came back to the host.
+  void NoteLaunch() const { ++counts_.kernels; }
+  void NoteWait() const { ++counts_.waits; }
+  const DeviceCounts& counts() const { return counts_; }
 
   // Copies `count` elements from device memory to the host. Waits for the stream: for what
   // the host must know before it goes on (the size of a data-dependent output).
   template <typename T>
   void CopyToHost(T* host, const T* device, size_t count) const {
+    ++counts_.waits;
     CopyBytesToHost(host, device, count * sizeof(T));
   }
   // Copies `count` elements from the host to device memory, queued on the stream; `host` may
   // be reused as soon as this returns.
   template <typename T>
   void CopyToDevice(T* device, const T* host, size_t count) const {
+    ++counts_.copies_to_device;
     CopyBytesToDevice(device, host, count * sizeof(T));
   }
   // Fills `count` bytes of device memory with `byte`, queued on the stream.
-  void Fill(void* device, int byte, size_t bytes) const;
+  void Fill(void* device, int byte, size_t bytes) const {
+    if (bytes == 0) return;
+    ++counts_.fills;
+    FillBytes(device, byte, bytes);
+  }
 
   Stream stream() const { return stream_; }
   // ONNX Runtime's context of the call, for the provider's resources (device/gemm.cu: its
@@ -173,9 +209,11 @@ class DeviceIO {
 #endif
 
  private:
+  Policy MakePolicy() const;
   void RequireHostMemory(size_t index) const;
   void CopyBytesToHost(void* host, const void* device, size_t bytes) const;
   void CopyBytesToDevice(void* device, const void* host, size_t bytes) const;
+  void FillBytes(void* device, int byte, size_t bytes) const;
 
   KernelIO io_;
   Stream stream_{};
@@ -184,8 +222,14 @@ class DeviceIO {
   std::unique_ptr<OrtAllocator, ReleaseAllocator> session_allocator_;
   StreamOrderedAllocator stream_allocator_{};  // unused by the emulated device
   OrtAllocator* allocator_ = nullptr;          // Allocate's and Thrust's
-  mutable ThrustAllocator thrust_allocator_{nullptr};
+  mutable DeviceCounts counts_;
+  mutable ThrustAllocator thrust_allocator_{nullptr, &counts_.allocations};
 };
+
+// Appends what this run asked of the device, as a line of JSON naming the node's op, to the
+// file that ORTOPS_DEVICE_TRACE names (tests/python/ort/test_device_budgets.py reads it);
+// nothing without that variable. Called after every successful Compute (core/custom_op.h).
+void ReportRun(const OpDef& def, const DeviceIO& io);
 
 // Predicates of the data checks: value i is NaN; value i is NaN or infinite.
 template <typename T>

@@ -137,7 +137,10 @@ template <typename T>
 void Gemm(const DeviceIO& io, const MatrixProduct<T>& product) {
   if (product.m <= 0 || product.n <= 0 || product.batch <= 0) return;
 #if defined(__CUDACC__)
-  if (RunOnCublas(io, product)) return;
+  if (RunOnCublas(io, product)) {
+    io.NoteLaunch();
+    return;
+  }
 #endif
   io.ForEach(product.batch * product.m * product.n, ProductElement<T>{product});
 }

@@ -84,7 +84,6 @@ struct MaskWord {
     if (IsSet(band.RemovedOf(segment), row)) return;
     uint64_t bits = 0;
     const int64_t first = w * kMaskBits;
-    ORTOPS_UNROLL_BY(4)
     for (int64_t u = 0; u < kMaskBits; ++u) {
       const int64_t j = first + u;
       if (j > row && j < size && suppresses(segment, row, j)) bits |= Bit(u);
@@ -202,6 +201,7 @@ void GreedyKeepSegments(const DeviceIO& io, int64_t segments, int64_t count, con
       const bool shared_removed = words <= kSharedRemovedWords;
       const auto threads = static_cast<unsigned>(std::clamp<int64_t>((words + 31) / 32 * 32, kMaskBits, kKeepThreads));
       const size_t shared_bytes = shared_removed ? static_cast<size_t>(words) * sizeof(uint64_t) : 0;
+      io.NoteLaunch();
       KeepRowsInBlock<<<static_cast<unsigned>(band_segments), threads, shared_bytes, io.stream()>>>(keep,
                                                                                                     shared_removed);
       io.CheckLaunch("the greedy pass of NMS");

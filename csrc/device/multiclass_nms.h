@@ -252,6 +252,7 @@ Detections<A> MulticlassNms(const DeviceIO& io, const MulticlassNmsConfig& confi
   io.ForEach(segments, ClippedSize{start.data(), set_size.data(), config.pre_topk});
   const int64_t largest =
       thrust::reduce(io.policy(), set_size.data(), set_size.data() + segments, int64_t{0}, Larger{});
+  io.NoteWait();
   if (largest == 0) return out;
 
   const int64_t capacity = KeptCapacity(largest, max_output);

@@ -101,7 +101,7 @@ DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
       memory_info_(CudaMemory(context)),
       session_allocator_(SessionAllocator(context, memory_info_.get())),
       allocator_(&stream_allocator_),
-      thrust_allocator_(allocator_) {
+      thrust_allocator_(allocator_, &counts_.allocations) {
   stream_allocator_.version = kMinOrtApiVersion;
   stream_allocator_.Alloc = AllocateOnStream;
   stream_allocator_.Free = FreeOnStream;
@@ -112,7 +112,7 @@ DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
   stream_allocator_.stream = stream_;
 }
 
-Policy DeviceIO::policy() const { return thrust::cuda::par_nosync(thrust_allocator_).on(stream_); }
+Policy DeviceIO::MakePolicy() const { return thrust::cuda::par_nosync(thrust_allocator_).on(stream_); }
 
 void DeviceIO::RequireHostMemory(size_t index) const {
   const OrtValue* value = nullptr;
@@ -139,7 +139,7 @@ void DeviceIO::CopyBytesToDevice(void* device, const void* host, size_t bytes) c
 
 void DeviceIO::CheckLaunch(const char* what) const { CheckCuda(cudaGetLastError(), what); }
 
-void DeviceIO::Fill(void* device, int byte, size_t bytes) const {
+void DeviceIO::FillBytes(void* device, int byte, size_t bytes) const {
   if (bytes == 0) return;
   CheckCuda(cudaMemsetAsync(device, byte, bytes, stream_), "cudaMemsetAsync");
 }

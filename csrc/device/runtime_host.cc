@@ -30,9 +30,9 @@ DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
       memory_info_(CpuMemory()),
       session_allocator_(SessionAllocator(context, memory_info_.get())),
       allocator_(session_allocator_.get()),
-      thrust_allocator_(allocator_) {}
+      thrust_allocator_(allocator_, &counts_.allocations) {}
 
-Policy DeviceIO::policy() const { return thrust::cpp::par(thrust_allocator_); }
+Policy DeviceIO::MakePolicy() const { return thrust::cpp::par(thrust_allocator_); }
 
 // Every input is in host memory here.
 void DeviceIO::RequireHostMemory(size_t) const {}
@@ -45,7 +45,7 @@ void DeviceIO::CopyBytesToDevice(void* device, const void* host, size_t bytes) c
   if (bytes != 0) std::memcpy(device, host, bytes);
 }
 
-void DeviceIO::Fill(void* device, int byte, size_t bytes) const {
+void DeviceIO::FillBytes(void* device, int byte, size_t bytes) const {
   if (bytes != 0) std::memset(device, byte, bytes);
 }
 

@@ -266,6 +266,7 @@ class SoftNmsDeviceKernel : public device::DeviceKernelBase {
                                         decay_};
     if (count > 0) {
 #if defined(__CUDACC__)
+      io.NoteLaunch();
       RunInBlock<T><<<1, kLanes, 0, io.stream()>>>(selection);
       io.CheckLaunch("soft-NMS");
 #else

@@ -1,0 +1,157 @@
+"""What one run of each node's device path asks of the device, against the node's budget.
+
+The device path counts, per run, the kernels it launches (ForEach, and the launches the GPU
+build writes by hand, whose host twins count alike), Thrust's algorithms (a sort, scan,
+selection, reduction or search: a few kernels each on a GPU), memsets, the times the host
+waits for the stream (a copy to the host, an algorithm's result) and scratch allocations,
+all from the session's allocator (device/device_io.h). With ORTOPS_DEVICE_TRACE set, every
+successful run appends them to that file (device/trace.cu); the CUDA build counts the same
+way, so the GPU run (benchmarks/bench_cuda.py --profile) can be set beside them.
+
+Only the emulated device (build/libortops_device_on_cpu.so) is checked here: its counts are
+the GPU build's. The cases are the fuzz test's valid ones (test_fuzz.make_case with no
+mutation), several per node, run in a subprocess that has the variable from its start.
+
+The budgets are what the device paths do now, so that a change that adds a wait or a pass
+fails here. Issue 30's aim is no wait at all except the NMS family's one copy of its output
+size; the nodes that still wait for a data check are marked so below.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import ortops
+
+HERE = Path(__file__).resolve()
+CASES_PER_NODE = 12
+SEED = 30
+
+
+@dataclass(frozen=True)
+class Budget:
+    waits: int  # for the stream, on the host
+    launches: int  # kernels + algorithms + memsets
+    allocations: int  # from the session's allocator (nothing else allocates device memory)
+    copies_to_device: int  # from host memory
+
+
+# Per node, the most its fuzz cases ask for (in the fixed cases of SEED). Waits: NMS waits
+# once, for its output's size and its NaN checks together; the rest of the NMS family waits for
+# sizes it allocates by (its candidates, its largest group, its kept count: three) and for data
+# checks; the RoIAlign family, RotatedFeatureAlign, GatherTopk and MatrixInverse wait once for
+# a data check whose error the host raises (a roi's image index or value, an index out of
+# range, a singular matrix). Copies to the device: the multi-level RoIAlign's level table, and
+# the attention's where it has more than eight levels.
+BUDGETS: dict[str, Budget] = {
+    "TRT.BatchedNMSDynamic_TRT": Budget(3, 33, 38, 0),
+    "TRT.BatchedNMS_TRT": Budget(3, 33, 38, 0),
+    "TRT.EfficientNMS_TRT": Budget(3, 34, 35, 0),
+    "TRT.ROIAlign_TRT": Budget(1, 2, 0, 0),
+    "mmcv.MMCVCornerPool": Budget(0, 1, 0, 0),
+    "mmcv.MMCVDeformConv2d": Budget(0, 2, 1, 0),
+    "mmcv.MMCVModulatedDeformConv2d": Budget(0, 3, 1, 0),
+    "mmcv.MMCVRoIAlignRotated": Budget(1, 2, 0, 0),
+    "mmcv.MMCVRoiAlign": Budget(1, 2, 0, 0),
+    "mmcv.MMCVRotatedFeatureAlign": Budget(1, 2, 0, 0),
+    "mmcv.NonMaxSuppression": Budget(1, 9, 10, 0),
+    "mmcv.SoftNonMaxSuppression": Budget(2, 7, 7, 0),
+    "mmcv.cummax": Budget(0, 1, 0, 0),
+    "mmcv.cummin": Budget(0, 1, 0, 0),
+    "mmcv.grid_sampler": Budget(0, 1, 0, 0),
+    "mmdeploy.GatherTopk": Budget(1, 2, 0, 0),
+    "mmdeploy.GridPriorsTRT": Budget(0, 1, 0, 0),
+    "mmdeploy.MMCVDeformConv2d": Budget(0, 2, 1, 0),
+    "mmdeploy.MMCVModulatedDeformConv2d": Budget(0, 3, 1, 0),
+    "mmdeploy.MMCVMultiLevelRoiAlign": Budget(1, 2, 1, 1),
+    "mmdeploy.MMCVMultiLevelRotatedRoiAlign": Budget(1, 2, 1, 1),
+    "mmdeploy.MMCVMultiScaleDeformableAttention": Budget(0, 1, 1, 1),
+    "mmdeploy.MMCVRoIAlignRotated": Budget(1, 2, 0, 0),
+    "mmdeploy.NMSMatch": Budget(3, 18, 18, 0),
+    "mmdeploy.NMSRotated": Budget(3, 14, 15, 0),
+    "mmdeploy.ScaledDotProductAttentionTRT": Budget(0, 3, 0, 0),
+    "mmdeploy.TRTBatchedNMS": Budget(0, 1, 1, 0),
+    "mmdeploy.TRTBatchedRotatedNMS": Budget(0, 2, 3, 0),
+    "mmdeploy.TRTBicubicInterpolate": Budget(0, 1, 0, 0),
+    "mmdeploy.TRTInstanceNormalization": Budget(0, 5, 2, 0),
+    "mmdeploy.grid_sampler": Budget(0, 1, 0, 0),
+    "ortops.BatchedNMS": Budget(3, 30, 34, 0),
+    "ortops.CornerPool": Budget(0, 1, 0, 0),
+    "ortops.CumMax": Budget(0, 1, 0, 0),
+    "ortops.CumMin": Budget(0, 1, 0, 0),
+    "ortops.DeformConv2d": Budget(0, 4, 3, 0),
+    "ortops.GridSample": Budget(0, 1, 0, 0),
+    "ortops.GroupNorm": Budget(0, 5, 2, 0),
+    "ortops.MatrixInverse": Budget(1, 2, 3, 0),
+    "ortops.MultiLevelRoIAlign": Budget(1, 2, 1, 1),
+    "ortops.MultiScaleDeformableAttention": Budget(0, 1, 1, 1),
+    "ortops.NMS": Budget(1, 9, 10, 0),
+    "ortops.NMSMatch": Budget(3, 18, 18, 0),
+    "ortops.NMSRotated": Budget(3, 14, 14, 0),
+    "ortops.RoIAlign": Budget(1, 2, 0, 0),
+    "ortops.RoIAlignRotated": Budget(1, 2, 0, 0),
+    "ortops.RotatedFeatureAlign": Budget(1, 2, 0, 0),
+    "ortops.SoftNMS": Budget(2, 7, 7, 0),
+}
+
+
+def _emulated_device() -> bool:
+    return Path(ortops.get_library_path()).name.startswith("libortops_device_on_cpu")
+
+
+def _device_nodes() -> set[tuple[str, str]]:
+    return {(op.domain, op.name) for op in ortops.ops() if "CUDAExecutionProvider" in op.execution_providers}
+
+
+def _run_cases(trace: Path) -> None:
+    """In the subprocess: every node's valid fuzz cases, once each (errors are fine: a run that
+    fails reports nothing)."""
+    import test_fuzz
+
+    table = test_fuzz._op_table()
+    for index in range(CASES_PER_NODE * len(table)):
+        test_fuzz.case_outputs(test_fuzz.make_case(SEED, index, table, mutate=False))
+
+
+def traced_runs(tmp_path: Path) -> list[dict[str, object]]:
+    trace = tmp_path / "trace.jsonl"
+    env = dict(os.environ, ORTOPS_DEVICE_TRACE=str(trace))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), str(HERE.parents[1]), env.get("PYTHONPATH")]))
+    subprocess.run([sys.executable, str(HERE), str(trace)], env=env, check=True, timeout=600)
+    return [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+
+
+@pytest.mark.skipif(not _emulated_device(), reason="counts the emulated device's runs")
+def test_every_device_node_keeps_its_budget(tmp_path: Path) -> None:
+    runs = traced_runs(tmp_path)
+    worst: dict[str, dict[str, int]] = {}
+    for run in runs:
+        key = f"{run['domain']}.{run['op']}"
+        launches = int(run["kernels"]) + int(run["algorithms"]) + int(run["fills"])
+        counts = {
+            "waits": int(run["waits"]),
+            "launches": launches,
+            "allocations": int(run["allocations"]),
+            "copies_to_device": int(run["copies_to_device"]),
+        }
+        worst[key] = {name: max(value, worst.get(key, {}).get(name, 0)) for name, value in counts.items()}
+    print(json.dumps(worst, indent=1, sort_keys=True))
+    missing = {f"{d}.{n}" for d, n in _device_nodes()} - set(worst)
+    assert not missing, f"no successful run of {sorted(missing)}: the budget test reaches no case of theirs"
+    over = {
+        key: (counts, BUDGETS.get(key))
+        for key, counts in worst.items()
+        if key not in BUDGETS or any(counts[name] > getattr(BUDGETS[key], name) for name in counts)
+    }
+    assert not over, "\n".join(f"{key}: {counts} over {budget}" for key, (counts, budget) in sorted(over.items()))
+
+
+if __name__ == "__main__":
+    _run_cases(Path(sys.argv[1]))
