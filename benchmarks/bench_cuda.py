@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ELEM = {
     np.dtype(np.float32): TensorProto.FLOAT,
     np.dtype(np.float16): TensorProto.FLOAT16,
+    np.dtype(np.int32): TensorProto.INT32,
     np.dtype(np.int64): TensorProto.INT64,
 }
 
@@ -278,6 +279,60 @@ def cases(bench: Bench) -> list[Case]:
             bytes_moved=1000 * 256 * 49 * 4 * 5,
         )
     )
+    # TensorRT's ROIAlign_TRT on the same rois (half_pixel, average: torchvision's aligned).
+    trt_node = Node(
+        "ROIAlign_TRT",
+        "TRT",
+        {"X": features, "rois": rois[:, 1:].contiguous(), "batch_indices": rois[:, 0].int().contiguous()},
+        ["Y"],
+        dict(
+            output_height=7,
+            output_width=7,
+            spatial_scale=0.25,
+            sampling_ratio=2,
+            mode=1,
+            coordinate_transformation_mode=1,
+        ),
+    )
+    out.append(
+        Case(
+            "ROIAlign_TRT 1000 rois, 2x256x100x152 -> 7x7",
+            trt_node,
+            {
+                "torchvision": lambda: torchvision.ops.roi_align(features, rois, 7, 0.25, 2, aligned=True),
+                "status quo": status_quo(trt_node),
+            },
+            {"torchvision": close()},
+            {"torchvision": 1.3, "status quo": 1.0},
+        )
+    )
+    # float16: the same rois on a float16 map, against torchvision in float16.
+    features16, rois16 = features.half(), rois.half()
+    node16 = Node(
+        "RoIAlign",
+        "ortops",
+        {"input": features16, "rois": rois16},
+        ["Y"],
+        dict(output_height=7, output_width=7, spatial_scale=0.25, sampling_ratio=2, aligned=1),
+    )
+    out.append(
+        Case(
+            "RoIAlign float16, 1000 rois, 2x256x100x152 -> 7x7",
+            node16,
+            {
+                "torchvision float16": lambda: torchvision.ops.roi_align(features16, rois16, 7, 0.25, 2, aligned=True),
+                "status quo": status_quo(node16),
+            },
+            # ortops sums float16 in float32 and rounds once: checked against float32 on the
+            # same float16 values, within float16's rounding.
+            {
+                "torchvision float16": lambda ours, _: close(2e-3)(
+                    ours, torchvision.ops.roi_align(features16.float(), rois16.float(), 7, 0.25, 2, aligned=True)
+                )
+            },
+            {"torchvision float16": 1.3, "status quo": 1.0},
+        )
+    )
 
     # NMS: random boxes (few overlaps: most are kept) at three sizes, and region proposals
     # (clusters of many overlapping boxes: most are removed), against torchvision and ONNX
@@ -390,6 +445,24 @@ def cases(bench: Bench) -> list[Case]:
             bytes_moved=8 * 256 * 128 * 128 * 4 * 2 + grid.numel() * 4,
         )
     )
+    image16, grid16 = image.half(), grid.half()
+    node16 = Node("GridSample", "ortops", {"input": image16, "grid": grid16}, ["Y"])
+    out.append(
+        Case(
+            "GridSample float16, 8x256x64x64, 128x128 points",
+            node16,
+            {
+                "torch float16": lambda: torch.nn.functional.grid_sample(image16, grid16, align_corners=False),
+                "status quo": status_quo(node16),
+            },
+            {
+                "torch float16": lambda ours, _: close(2e-3)(
+                    ours, torch.nn.functional.grid_sample(image16.float(), grid16.float(), align_corners=False)
+                )
+            },
+            {"torch float16": 1.2, "status quo": 1.0},
+        )
+    )
 
     # CumMax along H and CornerPool (top) of a 256-channel map.
     pool_in = rand(4, 256, 128, 128, low=-1, high=1)
@@ -413,6 +486,17 @@ def cases(bench: Bench) -> list[Case]:
             {"torch cummax": close(0)},
             {"torch cummax": 1.5, "status quo": 1.0},
             bytes_moved=pool_in.numel() * 8,
+        )
+    )
+    pool16 = pool_in.half()
+    node16 = Node("CornerPool", "ortops", {"input": pool16}, ["Y"], dict(mode=1))
+    out.append(
+        Case(
+            "CornerPool float16, 4x256x128x128 (bottom)",
+            node16,
+            {"torch cummax float16": lambda: torch.cummax(pool16, 2)[0], "status quo": status_quo(node16)},
+            {"torch cummax float16": close(0)},
+            {"torch cummax float16": 1.5, "status quo": 1.0},
         )
     )
 
