@@ -817,6 +817,27 @@ def padded_nms_topk_graph(max_output: int, iou: float, score: float) -> onnx.Mod
     return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def torchvision_efficient_nms(
+    boxes: torch.Tensor, scores: torch.Tensor, score: float, iou: float, max_output: int
+) -> list[torch.Tensor]:
+    """EfficientNMS_TRT's outputs from torchvision, per image of boxes [B, N, 4] and scores
+    [B, N, C]: the (box, class) pairs scoring at least `score`, batched_nms by class, the best
+    `max_output`, padded with zeros: num_detections [B, 1] int32, boxes, scores, classes."""
+    images, device = boxes.shape[0], boxes.device
+    num = torch.zeros(images, 1, dtype=torch.int32, device=device)
+    out_boxes = torch.zeros(images, max_output, 4, device=device)
+    out_scores = torch.zeros(images, max_output, device=device)
+    out_classes = torch.zeros(images, max_output, dtype=torch.int32, device=device)
+    for b in range(images):
+        n, c = torch.nonzero(scores[b] >= score, as_tuple=True)
+        s = scores[b, n, c]
+        keep = torchvision.ops.batched_nms(boxes[b, n], s, c, iou)[:max_output]
+        k = len(keep)
+        num[b, 0] = k
+        out_boxes[b, :k], out_scores[b, :k], out_classes[b, :k] = boxes[b, n[keep]], s[keep], c[keep].int()
+    return [num, out_boxes, out_scores, out_classes]
+
+
 def efficient_nms_cases() -> list[Case]:
     """TRT::EfficientNMS_TRT as YOLOv8-TensorRT writes it (corner boxes, score >= 0.25, IoU 0.45,
     100 detections per image, per class) on a YOLO head, against torchvision (per image: filter,
@@ -840,19 +861,7 @@ def efficient_nms_cases() -> list[Case]:
         tb, ts = torch.from_numpy(boxes), torch.from_numpy(scores)
 
         def torchvision_nms(tb: torch.Tensor = tb, ts: torch.Tensor = ts) -> list[torch.Tensor]:
-            images = tb.shape[0]
-            num = torch.zeros(images, 1, dtype=torch.int32)
-            out_boxes = torch.zeros(images, max_output, 4)
-            out_scores = torch.zeros(images, max_output)
-            out_classes = torch.zeros(images, max_output, dtype=torch.int32)
-            for b in range(images):
-                n, c = torch.nonzero(ts[b] >= score, as_tuple=True)
-                s = ts[b, n, c]
-                keep = torchvision.ops.batched_nms(tb[b, n], s, c, iou)[:max_output]
-                k = len(keep)
-                num[b, 0] = k
-                out_boxes[b, :k], out_scores[b, :k], out_classes[b, :k] = tb[b, n[keep]], s[keep], c[keep].int()
-            return [num, out_boxes, out_scores, out_classes]
+            return torchvision_efficient_nms(tb, ts, score, iou, max_output)
 
         def agree(ours: Any, anchor: Any) -> None:
             """The same detections in the same order (ties in score are too rare to matter)."""

@@ -40,7 +40,7 @@ import onnx
 import onnxruntime as ort
 import torch
 import torchvision
-from bench import padded_nms_topk_graph, yolo_detections
+from bench import padded_nms_topk_graph, torchvision_efficient_nms, yolo_detections
 from compositions import ms_deform_attn_composition
 from onnx import TensorProto, helper
 
@@ -244,25 +244,15 @@ def cases(bench: Bench) -> list[Case]:
     rois = torch.cat(
         [torch.randint(0, 2, (1000, 1), generator=gen).float().to(dev), xy, xy + rand(1000, 2, low=8, high=200)], 1
     )
-    node = Node(
-        "RoIAlign",
-        "ortops",
-        {"input": features, "rois": rois},
-        ["Y"],
-        dict(output_height=7, output_width=7, spatial_scale=0.25, sampling_ratio=2, aligned=1),
-    )
+    pooling = dict(output_height=7, output_width=7, spatial_scale=0.25, sampling_ratio=2)
+    boxes_only, images = rois[:, 1:].contiguous(), rois[:, 0].contiguous()
+    node = Node("RoIAlign", "ortops", {"input": features, "rois": rois}, ["Y"], dict(pooling, aligned=1))
     ort_node = Node(
         "RoiAlign",
         "",
-        {"X": features, "rois": rois[:, 1:].contiguous(), "batch_indices": rois[:, 0].long().contiguous()},
+        {"X": features, "rois": boxes_only, "batch_indices": images.long()},
         ["Y"],
-        dict(
-            output_height=7,
-            output_width=7,
-            spatial_scale=0.25,
-            sampling_ratio=2,
-            coordinate_transformation_mode="half_pixel",
-        ),
+        dict(pooling, coordinate_transformation_mode="half_pixel"),
         opset=16,
     )
     out.append(
@@ -283,16 +273,9 @@ def cases(bench: Bench) -> list[Case]:
     trt_node = Node(
         "ROIAlign_TRT",
         "TRT",
-        {"X": features, "rois": rois[:, 1:].contiguous(), "batch_indices": rois[:, 0].int().contiguous()},
+        {"X": features, "rois": boxes_only, "batch_indices": images.int()},
         ["Y"],
-        dict(
-            output_height=7,
-            output_width=7,
-            spatial_scale=0.25,
-            sampling_ratio=2,
-            mode=1,
-            coordinate_transformation_mode=1,
-        ),
+        dict(pooling, mode=1, coordinate_transformation_mode=1),
     )
     out.append(
         Case(
@@ -308,13 +291,7 @@ def cases(bench: Bench) -> list[Case]:
     )
     # float16: the same rois on a float16 map, against torchvision in float16.
     features16, rois16 = features.half(), rois.half()
-    node16 = Node(
-        "RoIAlign",
-        "ortops",
-        {"input": features16, "rois": rois16},
-        ["Y"],
-        dict(output_height=7, output_width=7, spatial_scale=0.25, sampling_ratio=2, aligned=1),
-    )
+    node16 = Node("RoIAlign", "ortops", {"input": features16, "rois": rois16}, ["Y"], dict(pooling, aligned=1))
     out.append(
         Case(
             "RoIAlign float16, 1000 rois, 2x256x100x152 -> 7x7",
@@ -392,19 +369,7 @@ def cases(bench: Bench) -> list[Case]:
     )
 
     def torchvision_batched() -> list[torch.Tensor]:
-        images = yolo_boxes.shape[0]
-        num = torch.zeros(images, 1, dtype=torch.int32, device=dev)
-        out_boxes = torch.zeros(images, max_output, 4, device=dev)
-        out_scores = torch.zeros(images, max_output, device=dev)
-        out_classes = torch.zeros(images, max_output, dtype=torch.int32, device=dev)
-        for b in range(images):
-            n, c = torch.nonzero(yolo_scores[b] >= score, as_tuple=True)
-            s = yolo_scores[b, n, c]
-            keep = torchvision.ops.batched_nms(yolo_boxes[b, n], s, c, iou)[:max_output]
-            k = len(keep)
-            num[b, 0] = k
-            out_boxes[b, :k], out_scores[b, :k], out_classes[b, :k] = yolo_boxes[b, n[keep]], s[keep], c[keep].int()
-        return [num, out_boxes, out_scores, out_classes]
+        return torchvision_efficient_nms(yolo_boxes, yolo_scores, score, iou, max_output)
 
     def same_detections(ours: Any, theirs: Any) -> None:
         for mine, other in zip(ours, theirs, strict=True):
