@@ -19,7 +19,8 @@
 #         2. tests/python/cuda: the CUDA build's facts, a whole model whose custom nodes all run
 #            on the GPU with no copy between them, several sessions and threads on one GPU;
 #         3. compute-sanitizer memcheck and racecheck over tests/python/cuda and the compat files;
-#         4. the CUDA benchmark (benchmarks/bench_cuda.py);
+#         4. the CUDA benchmarks (benchmarks/bench_cuda.py, then whole models:
+#            benchmarks/bench_cuda_models.py);
 #       and writes its logs, the JUnit files and the benchmark's JSON to $OUT (or build/gpu-results).
 #       --quick skips 3 (racecheck alone can take longer than a session's device time).
 #
@@ -184,5 +185,6 @@ fi
 
 # --- 4. The CUDA benchmark --------------------------------------------------------------------
 "$PY" benchmarks/bench_cuda.py --profile --json "$OUT/bench-cuda.json" || failed=1
+"$PY" benchmarks/bench_cuda_models.py --json "$OUT/bench-cuda-models.json" || failed=1
 log "all done in $(elapsed): $([[ $failed == 0 ]] && echo passed || echo FAILED)"
 exit "$failed"
