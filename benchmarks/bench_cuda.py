@@ -675,6 +675,9 @@ def main() -> None:
         # torch's anchors in float32, as ortops computes (no TF32 in convolutions or products).
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        # One stream of its own for torch and every session (not the legacy default stream,
+        # whose handle 0 would reach ONNX Runtime as "no stream").
+        torch.cuda.set_stream(torch.cuda.Stream())
     bench = Bench(args.device, max(args.repeats, 20))
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "CPU (plumbing check only)"
     overhead = run_overhead_ms(bench)

@@ -163,6 +163,9 @@ def main() -> None:
             ort.preload_dlls()
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+        # One stream of its own for torch and every session (not the legacy default stream,
+        # whose handle 0 would reach ONNX Runtime as "no stream").
+        torch.cuda.set_stream(torch.cuda.Stream())
     bench = Bench(args.device, max(args.repeats, 20))
     dev = args.device
     torch.manual_seed(0)
