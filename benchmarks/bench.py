@@ -817,6 +817,20 @@ def padded_nms_topk_graph(max_output: int, iou: float, score: float) -> onnx.Mod
     return helper.make_model(graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def yolov8_efficient_nms(score: float, iou: float, max_output: int) -> dict[str, Any]:
+    """TRT::EfficientNMS_TRT's attributes as YOLOv8-TensorRT writes them (corner boxes, scores
+    already activated, no background class)."""
+    return dict(
+        score_threshold=score,
+        iou_threshold=iou,
+        max_output_boxes=max_output,
+        background_class=-1,
+        box_coding=0,
+        score_activation=0,
+        plugin_version="1",
+    )
+
+
 def torchvision_efficient_nms(
     boxes: torch.Tensor, scores: torch.Tensor, score: float, iou: float, max_output: int
 ) -> list[torch.Tensor]:
@@ -848,16 +862,9 @@ def efficient_nms_cases() -> list[Case]:
     for batch in (1, 8):
         boxes, scores = yolo_detections(batch)
         feeds = {"boxes": boxes, "scores": scores}
-        attributes = dict(
-            score_threshold=score,
-            iou_threshold=iou,
-            max_output_boxes=max_output,
-            background_class=-1,
-            box_coding=0,
-            score_activation=0,
-            plugin_version="1",
+        model = one_node_model(
+            "EfficientNMS_TRT", "TRT", feeds, outputs, **yolov8_efficient_nms(score, iou, max_output)
         )
-        model = one_node_model("EfficientNMS_TRT", "TRT", feeds, outputs, **attributes)
         tb, ts = torch.from_numpy(boxes), torch.from_numpy(scores)
 
         def torchvision_nms(tb: torch.Tensor = tb, ts: torch.Tensor = ts) -> list[torch.Tensor]:

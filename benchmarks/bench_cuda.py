@@ -40,7 +40,7 @@ import onnx
 import onnxruntime as ort
 import torch
 import torchvision
-from bench import padded_nms_topk_graph, torchvision_efficient_nms, yolo_detections
+from bench import padded_nms_topk_graph, torchvision_efficient_nms, yolo_detections, yolov8_efficient_nms
 from compositions import ms_deform_attn_composition
 from onnx import TensorProto, helper
 
@@ -357,15 +357,7 @@ def cases(bench: Bench) -> list[Case]:
         "TRT",
         {"boxes": yolo_boxes, "scores": yolo_scores},
         ["num_detections", "detection_boxes", "detection_scores", "detection_classes"],
-        dict(
-            score_threshold=score,
-            iou_threshold=iou,
-            max_output_boxes=max_output,
-            background_class=-1,
-            box_coding=0,
-            score_activation=0,
-            plugin_version="1",
-        ),
+        yolov8_efficient_nms(score, iou, max_output),
     )
 
     def torchvision_batched() -> list[torch.Tensor]:
@@ -442,28 +434,22 @@ def cases(bench: Bench) -> list[Case]:
             bytes_moved=pool_in.numel() * (4 + 4 + 8),
         )
     )
-    node = Node("CornerPool", "ortops", {"input": pool_in}, ["Y"], dict(mode=1))
-    out.append(
-        Case(
-            "CornerPool 4x256x128x128 (bottom)",
-            node,
-            {"torch cummax": lambda: torch.cummax(pool_in, 2)[0], "status quo": status_quo(node)},
-            {"torch cummax": close(0)},
-            {"torch cummax": 1.5, "status quo": 1.0},
-            bytes_moved=pool_in.numel() * 8,
+    # CornerPool (bottom) in float32 and float16, against torch's cummax in the same type.
+    for pool, kind in ((pool_in, ""), (pool_in.half(), " float16")):
+        node = Node("CornerPool", "ortops", {"input": pool}, ["Y"], dict(mode=1))
+        out.append(
+            Case(
+                f"CornerPool{kind} 4x256x128x128 (bottom)",
+                node,
+                {
+                    f"torch cummax{kind}": lambda pool=pool: torch.cummax(pool, 2)[0],
+                    "status quo": status_quo(node),
+                },
+                {f"torch cummax{kind}": close(0)},
+                {f"torch cummax{kind}": 1.5, "status quo": 1.0},
+                bytes_moved=pool.numel() * pool.element_size() * 2,
+            )
         )
-    )
-    pool16 = pool_in.half()
-    node16 = Node("CornerPool", "ortops", {"input": pool16}, ["Y"], dict(mode=1))
-    out.append(
-        Case(
-            "CornerPool float16, 4x256x128x128 (bottom)",
-            node16,
-            {"torch cummax float16": lambda: torch.cummax(pool16, 2)[0], "status quo": status_quo(node16)},
-            {"torch cummax float16": close(0)},
-            {"torch cummax float16": 1.5, "status quo": 1.0},
-        )
-    )
 
     # DCNv2 of a ResNet stage: 2x256x64x64, 3x3, 256 -> 256.
     x = rand(2, 256, 64, 64, low=-1, high=1)
