@@ -1,4 +1,4 @@
-"""ortops demo: a small detection head that uses all four ops, from PyTorch to ONNX Runtime.
+"""ortops demo: a small detection head with four ortops ops, from PyTorch to ONNX Runtime.
 
 The model normalises backbone features with GroupNorm, pools proposals with RoIAlign,
 maps the refined boxes through the inverse of each image's 3x3 camera matrix

@@ -125,8 +125,9 @@ def test_gpu_wheel_is_ortops_gpu_with_the_cuda_build_requiring_onnxruntime_gpu(t
         manifest = json.loads(archive.read("ortops/ortops_ops.json"))
     assert "ortops/libortops.so" in names and "ortops/__init__.py" in names
     assert re.search(r"^Name: ortops-gpu$", metadata, re.M)
-    # Until a GPU has passed scripts/test_gpu.sh, pip shows that it has not.
-    assert re.search(r"^Summary: .*not yet verified on a GPU$", metadata, re.M)
+    # pip shows which build it is, and no claim about GPU verification that would go stale.
+    assert re.search(r"^Summary: .*; CUDA build \(CUDAExecutionProvider kernels\)$", metadata, re.M)
+    assert "verified" not in metadata.split("\n\n")[0]
     requirements = re.findall(r"^Requires-Dist: (.+)$", metadata, re.M)
     assert "onnxruntime-gpu>=1.17" in requirements
     # No requirement or extra that would install the CPU onnxruntime over onnxruntime-gpu.
