@@ -14,12 +14,18 @@ environment of its own (.venv-original, pinned in deps/python-original.txt, made
 use). Prints a Markdown table and writes JSON.
 
 Run: .venv/bin/python benchmarks/bench.py [--json results.json] [--repeats N] [--only NAME]
+     .venv/bin/python benchmarks/bench.py --record    # a full run, as docs/data/bench-cpu.json
+
+--record replaces the committed record that docs/performance.md, its charts and the README's
+speed headline are generated from (then run scripts/gen_perf_docs.py and commit both); describe
+the machine in its "machine" block where the script cannot (the CPU's generation, a shared VM).
 """
 
 from __future__ import annotations
 
 import argparse
 import atexit
+import datetime
 import json
 import os
 import platform
@@ -126,6 +132,8 @@ def torch_runner(fn: Callable[[], Any]) -> Callable[[int], Callable[[], Any]]:
 # ---- the originals ----------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
+# The committed benchmark records that scripts/gen_perf_docs.py makes the performance page from.
+RECORDS = ROOT / "docs" / "data"
 ORIGINALS_ENVIRONMENT = ROOT / ".venv-original"
 ORIGINALS_REQUIREMENTS = ROOT / "deps" / "python-original.txt"
 
@@ -1745,9 +1753,31 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def provenance() -> dict[str, Any]:
+    """What a record needs besides the machine to be traced back: the day (UTC), the ortops
+    version and commit measured (None outside a git checkout) and Python's version."""
+    try:
+        commit: str | None = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    return {
+        "ortops": ortops.__version__,
+        "ortops_commit": commit,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", default="benchmark-results.json", help="where to write the JSON results")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help=f"write the JSON to {RECORDS.relative_to(ROOT)}/bench-cpu.json, the record the docs are generated from",
+    )
     parser.add_argument("--repeats", type=int, default=10, help="timed runs per measurement, over all rounds")
     parser.add_argument(
         "--rounds",
@@ -1764,6 +1794,11 @@ def main() -> None:
         help=f"leave out the original's anchors (and so never make {ORIGINALS_ENVIRONMENT.name}, which needs PyPI)",
     )
     args = parser.parse_args()
+    if args.record:
+        # A partial run would drop the other cases' rows from the docs.
+        if args.only:
+            parser.error("--record takes a full run: leave out --only")
+        args.json = str(RECORDS / "bench-cpu.json")
     cores = os.cpu_count() or 1
     thread_counts = sorted({1, cores})
     results: list[dict[str, Any]] = []
@@ -1838,14 +1873,18 @@ def main() -> None:
             target_text = "" if target is None else f">= {target:g} {'ok' if met else 'MISSED'}"
             print(f"| {name} | {factor:.2f} | {target_text} |")
     with open(args.json, "w") as f:
-        summary = {
+        machine = {
             "cpu": cpu_model(),
             "cores": cores,
             "isa": isa,
             "onnxruntime": ort.__version__,
             "torch": torch.__version__,
+            "torchvision": torchvision.__version__,
+            **provenance(),
         }
-        json.dump({**summary, "results": results, "scaling": scaling, "scaling_targets": scaling_targets}, f, indent=2)
+        record = {"machine": machine, "results": results, "scaling": scaling, "scaling_targets": scaling_targets}
+        json.dump(record, f, indent=2)
+        f.write("\n")
     print(f"\nJSON written to {args.json}; targets {'all met' if all_met else 'NOT all met'}")
 
 

@@ -15,6 +15,9 @@ of a run that does nothing above the table. Bandwidth-bound nodes also report GB
 deformable convolution TFLOP/s. --profile lists each ortops node's kernels and waits.
 
     python benchmarks/bench_cuda.py [--json out.json] [--repeats N] [--only NAME] [--profile]
+    python benchmarks/bench_cuda.py --record    # a full run, as docs/data/bench-cuda.json, the
+        record that docs/performance.md and the README's speed headline are generated from
+        (then run scripts/gen_perf_docs.py and commit both)
     python benchmarks/bench_cuda.py --device cpu    # the same plumbing on the CPU (the
         emulated device, CPU anchors): checks the script, not the GPU's speed
 
@@ -28,6 +31,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,7 +44,14 @@ import onnx
 import onnxruntime as ort
 import torch
 import torchvision
-from bench import padded_nms_topk_graph, torchvision_efficient_nms, yolo_detections, yolov8_efficient_nms
+from bench import (
+    RECORDS,
+    padded_nms_topk_graph,
+    provenance,
+    torchvision_efficient_nms,
+    yolo_detections,
+    yolov8_efficient_nms,
+)
 from compositions import ms_deform_attn_composition
 from onnx import TensorProto, helper
 
@@ -644,14 +655,39 @@ def profile(run: Callable[[], Any], runs: int = 5) -> list[str]:
     return lines
 
 
+def driver_version() -> str | None:
+    """The NVIDIA driver's version as nvidia-smi reports it; None without one."""
+    try:
+        reply = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return reply.stdout.splitlines()[0].strip() if reply.stdout.strip() else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help=f"write the JSON to {RECORDS.relative_to(ROOT)}/bench-cuda.json, the record the docs are generated from",
+    )
     parser.add_argument("--only", default="")
     parser.add_argument("--profile", action="store_true", help="print each ortops node's kernels and waits")
     args = parser.parse_args()
+    if args.record:
+        # A partial run would drop the other cases' rows from the docs, and the emulated device's
+        # times are no GPU's.
+        if args.only or args.device != "cuda":
+            parser.error("--record takes a full run on the GPU: leave out --only and --device cpu")
+        args.json = RECORDS / "bench-cuda.json"
     if args.device == "cuda":
         if hasattr(ort, "preload_dlls"):
             ort.preload_dlls()
@@ -735,15 +771,23 @@ def main() -> None:
         args.json.write_text(
             json.dumps(
                 {
-                    "device": gpu,
-                    "onnxruntime": ort.__version__,
-                    "torch": torch.__version__,
+                    "machine": {
+                        "gpu": gpu,
+                        "driver": driver_version() if bench.cuda else None,
+                        "onnxruntime": ort.__version__,
+                        "torch": torch.__version__,
+                        "cuda_architecture": (
+                            "sm_{}{}".format(*torch.cuda.get_device_capability()) if bench.cuda else None
+                        ),
+                        **provenance(),
+                    },
                     "run_overhead_ms": overhead,
                     "results": results,
                     "profiles": profiles,
                 },
                 indent=2,
             )
+            + "\n"
         )
     print("\nevery target met" if not failed else "\nsome targets missed (see MISSED, DIFFERS)")
 
