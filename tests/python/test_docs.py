@@ -1,5 +1,5 @@
 """The operator pages (docs/ops/) are generated from the op table: they must be up to date and
-cover every op. The site as a whole is built in strict mode by scripts/test.sh (format-and-lint)."""
+cover every op. The site as a whole is built in strict mode by scripts/test.sh (its docs-site suite)."""
 
 from __future__ import annotations
 
