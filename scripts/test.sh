@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of ortops on a fresh or prepared machine: set-up (scripts/setup.sh), then,
-# as suites side by side (scripts/run_suites.py), format and lint checks, the C++ tests in a
-# real ONNX Runtime (the session tests again under qemu-x86_64 as CPUs without AVX and without
-# AVX-512, and all again cross-built for ARM64 under qemu, where the cross toolchain is
-# installed), the Windows DLL cross-built with MinGW-w64 and tested under Wine in ONNX Runtime's
+# as suites side by side (scripts/run_suites.py), format and lint checks, the documentation
+# site built in strict mode, the C++ tests in a real ONNX Runtime (the session tests again
+# under qemu-x86_64 as CPUs without AVX and without AVX-512, and all again cross-built for
+# ARM64 under qemu, where the cross toolchain is installed), the Windows DLL cross-built with
+# MinGW-w64 and tested under Wine in ONNX Runtime's
 # own Windows builds (where MinGW-w64 and Wine are installed; scripts/test_windows.sh), the
 # Python tests in the main environment, the tests of the per-level loops again
 # at each lower instruction-set level this CPU has (ORTOPS_ISA), the ONNX-Runtime-level Python
@@ -59,6 +60,10 @@ windows_missing=$(scripts/test_windows.sh --check || true)
 suites() {
   cat <<EOS
 format-and-lint: .venv/bin/clang-format --dry-run --Werror \$(git ls-files 'csrc/*.cc' 'csrc/*.cu' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h' 'include/*.h' 'examples/cpp/*.cc') && .venv/bin/ruff format --check python tests examples scripts benchmarks setup.py && .venv/bin/ruff check python tests examples scripts benchmarks setup.py
+# The documentation site (mkdocs.yml) in strict mode: a broken link, a page left out of the nav
+# or a missing anchor fails it. It needs no network, no compiled library and no torch. Not
+# --quiet: that drops the warnings before strict mode counts them, and the build passes.
+docs-site: NO_MKDOCS_2_WARNING=1 $PY -m mkdocs build --strict
 ctest: cd build && ctest --output-on-failure --output-junit "$REPORTS/ctest.xml" -j2
 EOS
   # The library must pick the level each CPU model has and run without an instruction above

@@ -1,6 +1,6 @@
 // Writes the op manifest: the library's version, its domains, and every row of the op table
 // with its schema and the element types of the kernels it registers, as JSON. The build runs it; the Python package
-// ships its output (ortops.ops()), and docs/ops.md is generated from it.
+// ships its output (ortops.ops()), and docs/ops/ is generated from it.
 #include <cstdio>
 #include <iostream>
 #include <iterator>

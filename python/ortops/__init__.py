@@ -217,7 +217,7 @@ def domains() -> tuple[str, ...]:
 
 
 def library_providers() -> tuple[str, ...]:
-    """The execution providers the library that :func:`get_library_path` names has kernels
+    """The execution providers the library that ``get_library_path()`` names has kernels
     for: ``("CPUExecutionProvider",)``, and ``"CUDAExecutionProvider"`` in the CUDA build (the
     ortops-gpu wheel), whose CUDA kernels run the ops whose ``OpInfo.execution_providers``
     name CUDA."""
@@ -225,7 +225,7 @@ def library_providers() -> tuple[str, ...]:
 
 
 def library_version() -> str:
-    """The version of the library that :func:`get_library_path` names (its manifest says it):
+    """The version of the library that ``get_library_path()`` names (its manifest says it):
     ``__version__`` for the library shipped in the package, possibly another one for a library
     that ``ORTOPS_LIBRARY`` points at."""
     return str(_manifest()["version"])

@@ -51,7 +51,7 @@ class ModelProblem:
 
     ``node`` is the node's name, or ``#index`` (its position in its graph) when it has none;
     nodes in subgraphs and model-local functions are prefixed with the path to them
-    (``outer_node/then_branch/#0``). ``kind`` is one of :data:`PROBLEM_KINDS`.
+    (``outer_node/then_branch/#0``). ``kind`` is one of the kinds that ``check_model`` lists.
     """
 
     node: str
@@ -382,7 +382,7 @@ def iter_nodes(model: onnx.ModelProto) -> Iterator[tuple[str, onnx.NodeProto, in
 
 
 def check_model(model: ModelLike) -> list[ModelProblem]:
-    """Checks every node of ``model`` outside ONNX Runtime's own domains against :func:`ortops.ops`.
+    """Checks every node of ``model`` outside ONNX Runtime's own domains against ``ortops.ops()``.
 
     ``model`` is a path, serialized bytes or an ``onnx.ModelProto`` (this function needs the
     ``onnx`` package). Subgraphs (If, Loop, Scan bodies) and model-local functions are

@@ -1,4 +1,5 @@
-"""docs/ops.md is generated from the op table; it must be up to date and cover every op."""
+"""The operator pages (docs/ops/) are generated from the op table: they must be up to date and
+cover every op. The site as a whole is built in strict mode by scripts/test.sh (its docs-site suite)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import ortops.torch
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_ops_page_is_up_to_date() -> None:
+def test_ops_pages_are_up_to_date() -> None:
+    """docs/ops/, the Operators part of mkdocs.yml's nav and docs/migrating.md's list."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_docs.py"), "--check"], capture_output=True, text=True
     )
@@ -21,9 +23,22 @@ def test_ops_page_is_up_to_date() -> None:
 
 
 def test_every_op_is_documented() -> None:
-    page = (ROOT / "docs" / "ops.md").read_text()
+    index = (ROOT / "docs" / "ops" / "index.md").read_text()
+    families = "".join(page.read_text() for page in (ROOT / "docs" / "ops").glob("*.md") if page.name != "index.md")
     for op in ortops.ops():
-        assert f"`{op.domain}::{op.name}`" in page
+        assert f"| `{op.domain}` | `{op.name}` |" in index, f"docs/ops/index.md has no row for {op.qualified_name}"
+        assert f"`{op.domain}::{op.name}`" in families, f"no family page of docs/ops/ documents {op.qualified_name}"
+
+
+def test_op_pages_say_which_build_has_cuda_kernels() -> None:
+    """The CPU wheel has no CUDA kernels: wherever the pages name CUDAExecutionProvider they say
+    that only the ortops-gpu build has it."""
+    for page in (ROOT / "docs" / "ops").glob("*.md"):
+        text = page.read_text()
+        bare = text.count("`CUDAExecutionProvider`") - text.count("`CUDAExecutionProvider` (ortops-gpu build only)")
+        # The index's introduction names it once, in the sentence that says so.
+        allowed = 1 if page.name == "index.md" else 0
+        assert bare == allowed, f"{page} names CUDAExecutionProvider without saying it is the ortops-gpu build's"
 
 
 def test_every_ortops_op_has_a_torch_op_and_back() -> None:

@@ -33,6 +33,7 @@ from packaging.requirements import Requirement
 
 import ortops
 
+import quickstart
 from ortest import MANYLINUX_SYSTEM_LIBRARIES, mmcv_nms_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -300,6 +301,28 @@ def test_wheel_runs_an_mmcv_file_in_an_empty_venv(wheel: Path, tmp_path: Path) -
         assert missing.returncode != 0
         last = missing.stderr.strip().splitlines()[-1]
         assert last.startswith("ModuleNotFoundError: ") and f'pip install "ortops[{extra}]"' in last, last
+
+
+def test_quickstart_runs_with_only_the_wheel_and_its_extras(wheel: Path, tmp_path: Path) -> None:
+    """The quick-start blocks of the README and docs/getting-started.md (tests/python/quickstart.py)
+    that need no torch, in an environment where pip installed the wheel with the onnxruntime
+    extra (and the onnx extra where a block names it) and nothing else is visible: the
+    package's own command and Python, not this checkout's."""
+    documents = [
+        (document, [block for block in quickstart.blocks(document) if "torch" not in block.extras])
+        for document in quickstart.DOCUMENTS
+    ]
+    if not any(blocks for _, blocks in documents):
+        pytest.skip("no quick-start blocks without torch")
+    needs_onnx = any("onnx" in block.extras for _, blocks in documents for block in blocks)
+    python, env = _venv_seeing_only(["onnxruntime", "numpy", *(["onnx"] if needs_onnx else [])], tmp_path)
+    _pip_install(python, env, f"{wheel}[onnxruntime{',onnx' if needs_onnx else ''}]")
+    env["PATH"] = f"{Path(python).parent}{os.pathsep}{env.get('PATH', '')}"
+    for document, blocks in documents:
+        work = tmp_path / f"work-{document.stem}"
+        work.mkdir()
+        for block in blocks:
+            quickstart.run(block, work, python, env)
 
 
 def test_import_without_onnxruntime_says_so_in_one_line(wheel: Path, tmp_path: Path) -> None:

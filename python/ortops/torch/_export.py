@@ -27,7 +27,7 @@ def export(
     """``torch.onnx.export`` with the ortops rules filled in, for either exporter.
 
     ``torchvision=True`` also exports torchvision's ``nms``, ``roi_align`` and
-    ``deform_conv2d`` to ortops nodes (see :mod:`ortops.torch.torchvision`).
+    ``deform_conv2d`` to ortops nodes (see ``ortops.torch.torchvision_ops``).
 
     With ``dynamo=True`` (the default) the ortops translation table is merged into
     ``custom_translation_table``; with ``dynamo=False`` the ``ortops`` domain is added to

@@ -40,5 +40,5 @@ def cummax(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 @CUMMIN.public
 def cummin(input: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch.cummin`` that exports to ``ortops::CumMin`` (see :func:`cummax`)."""
+    """``torch.cummin`` that exports to ``ortops::CumMin`` (see ``ortops.torch.cummax``)."""
     return CUMMIN(input, int(dim))

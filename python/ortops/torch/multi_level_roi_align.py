@@ -169,7 +169,7 @@ def multi_level_roi_align(
     Each roi goes to one level by its scale s = sqrt(w h): level = floor(log2(s / finest_scale
     + 1e-6)), clamped to the levels there are (a roi of negative area: level 0). Then, when
     ``roi_scale_factor`` is not 1, it is scaled about its centre, and pooled from its level as
-    :func:`ortops.torch.roi_align` with ``spatial_scale = 1 / featmap_strides[level]``.
+    ``ortops.torch.roi_align`` with ``spatial_scale = 1 / featmap_strides[level]``.
 
     Returns:
         ``Tensor[R, C, output_height, output_width]``.

@@ -197,7 +197,7 @@ def torchvision_ops() -> Iterator[None]:
     Export inside it with ``custom_opsets={"ortops": 1}`` (or use
     ``ortops.torch.export(..., dynamo=False, torchvision=True)``). On exit the symbolics
     registered before (torchvision's own, to ``NonMaxSuppression`` / ``RoiAlign``) are put back.
-    For ``dynamo=True`` pass :func:`translation_table` instead; this context does not affect it.
+    For ``dynamo=True`` pass ``ortops.torch.torchvision.translation_table()`` instead; this context does not affect it.
     """
     _import_torchvision()
     with _lock:

@@ -129,7 +129,7 @@ OWN_GEMM_TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 2e-3}
 
 
 def test_docs_name_the_levels_with_the_own_gemm() -> None:
-    """The deformable convolutions' docs (docs/ops.md) say at which levels ortops' own GEMM
+    """The deformable convolutions' docs (docs/ops/deform-conv.md) say at which levels ortops' own GEMM
     runs: the levels this file compares within its tolerance, not a list written elsewhere."""
     names = {"sse2": "SSE2", "avx2": "AVX2", "avx512": "AVX-512"}
     claim = f"ortops' own in float32 and float16 on CPUs with {' or '.join(names[level] for level in OWN_GEMM_LEVELS)},"
