@@ -30,6 +30,7 @@ from ortops._schemas import register_onnx_schemas
 from ortops._version import __version__
 
 if TYPE_CHECKING:
+    import onnx
     import onnxruntime
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "library_providers",
     "library_version",
     "ops",
+    "optimize",
     "register_onnx_schemas",
     "session_options",
 ]
@@ -108,6 +110,22 @@ def session_options(options: onnxruntime.SessionOptions | None = None) -> onnxru
     options.register_custom_ops_library(get_library_path())
     _REGISTERED.add(options)
     return options
+
+
+def optimize(model: str | os.PathLike[str] | onnx.ModelProto, rules: list[str] | None = None) -> onnx.ModelProto:
+    """Returns ``model`` (a path, read with its external data, or a ModelProto, left as it is)
+    with the blocks of standard ONNX ops that a rule proves equivalent rewritten into ortops'
+    faster nodes: group normalization (``[N, C, ...]`` in, same shape out) into
+    ``ortops::GroupNorm``, RoiAlign (``[N, C, H, W]`` maps, ``[R, 4]`` rois, ``[R]`` batch
+    indices) into ``ortops::RoIAlign``. ``rules`` names the rules to apply (default: all;
+    ``ortops optimize --list-rules`` lists them). Blocks a rule cannot prove equal are left as
+    they were: ``ortops optimize`` reports them with the reason. Needs onnxscript
+    (``pip install "ortops[optimize]"``).
+    """
+    from ortops._optimize import import_rewriter, optimize_with_report
+
+    import_rewriter()
+    return optimize_with_report(model, rules)[0]
 
 
 def __dir__() -> list[str]:

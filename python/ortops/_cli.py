@@ -4,7 +4,8 @@
 :func:`ortops.check_model` finds (exit 0: runs with ortops, 1: does not, 2: bad usage or not
 a model). ``ortops run MODEL.onnx`` runs it on given or random inputs and prints timings,
 outputs and, with ``--profile``, ONNX Runtime's time per op type and node. ``ortops ops``
-prints the op table.
+prints the op table. ``ortops optimize IN.onnx OUT.onnx`` rewrites standard ONNX blocks into
+ortops nodes (see :mod:`ortops._optimize`).
 """
 
 from __future__ import annotations
@@ -357,6 +358,63 @@ def _profile_summary(path: str, warmup: int) -> list[str]:
     return lines
 
 
+def _given_inputs(args: argparse.Namespace) -> dict[str, tuple[np.ndarray, str]]:
+    """The inputs --input and --inputs give: name -> (value, where it came from)."""
+    given = {name: (_read_array(file), file) for name, file in _parse_pairs(args.input, "--input", "FILE.npy").items()}
+    if args.inputs:
+        for name, value in _read_npz(args.inputs).items():
+            if name in given:
+                _fail(f"input '{name}' is given both by --input and in {args.inputs}")
+            given[name] = (value, f"{args.inputs}[{name}]")
+    return given
+
+
+def _dims(args: argparse.Namespace) -> dict[str, int]:
+    """The symbolic dimensions --dim sets."""
+    dims: dict[str, int] = {}
+    for name, text in _parse_pairs(args.dim, "--dim", "VALUE").items():
+        try:
+            dims[name] = int(text)
+        except ValueError:
+            _fail(f"--dim {name}={text}: the value must be an integer")
+        if dims[name] < 0:
+            _fail(f"--dim {name}={text}: the value must not be negative")
+    return dims
+
+
+def _feeds(
+    path: str,
+    model_inputs: Sequence[onnxruntime.NodeArg],
+    given: dict[str, tuple[np.ndarray, str]],
+    dims: dict[str, int],
+    seed: int,
+) -> list[tuple[onnxruntime.NodeArg, np.ndarray, str]]:
+    """Each model input with its value (given, else random) and where the value came from."""
+    import numpy as np
+
+    names = [a.name for a in model_inputs]
+    for name in given:
+        if name not in names:
+            _fail(f"{path} has no input named '{name}' (its inputs: {', '.join(names) or 'none'})")
+    random_dims = {d for arg in model_inputs if arg.name not in given for d in arg.shape or [] if isinstance(d, str)}
+    unknown = sorted(set(dims) - random_dims)
+    if unknown:
+        _fail(
+            f"--dim {unknown[0]}: no random input has a dimension named '{unknown[0]}' ({_symbolic_dims(model_inputs)})"
+        )
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for arg in model_inputs:
+        if arg.name in given:
+            value, source = given[arg.name]
+            _check_given(arg, value, source)
+        else:
+            value = _random_input(arg, _input_shape(arg, dims), rng)
+            source = "random"
+        feeds.append((arg, value, source))
+    return feeds
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
     import onnxruntime
@@ -391,20 +449,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print("\n".join([*lines, "ortops: running it anyway (--strict refuses such a model)"]), file=sys.stderr)
     if args.runs < 1 or args.warmup < 0:
         _fail("--runs must be at least 1 and --warmup at least 0")
-    given = {name: (_read_array(file), file) for name, file in _parse_pairs(args.input, "--input", "FILE.npy").items()}
-    if args.inputs:
-        for name, value in _read_npz(args.inputs).items():
-            if name in given:
-                _fail(f"input '{name}' is given both by --input and in {args.inputs}")
-            given[name] = (value, f"{args.inputs}[{name}]")
-    dims: dict[str, int] = {}
-    for name, text in _parse_pairs(args.dim, "--dim", "VALUE").items():
-        try:
-            dims[name] = int(text)
-        except ValueError:
-            _fail(f"--dim {name}={text}: the value must be an integer")
-        if dims[name] < 0:
-            _fail(f"--dim {name}={text}: the value must not be negative")
+    given = _given_inputs(args)
+    dims = _dims(args)
     providers = _providers(args.providers)
 
     options = ortops.session_options()
@@ -420,30 +466,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         except Exception as e:
             raise CannotRun(f"{path}: ONNX Runtime could not load it: {_first_line(e)}") from e
 
-        model_inputs = session.get_inputs()
-        names = [a.name for a in model_inputs]
-        for name in given:
-            if name not in names:
-                _fail(f"{path} has no input named '{name}' (its inputs: {', '.join(names) or 'none'})")
-        random_dims = {
-            d for arg in model_inputs if arg.name not in given for d in arg.shape or [] if isinstance(d, str)
-        }
-        unknown = sorted(set(dims) - random_dims)
-        if unknown:
-            _fail(
-                f"--dim {unknown[0]}: no random input has a dimension named '{unknown[0]}' "
-                f"({_symbolic_dims(model_inputs)})"
-            )
-        rng = np.random.default_rng(args.seed)
+        inputs = _feeds(path, session.get_inputs(), given, dims, args.seed)
         feeds: dict[str, np.ndarray] = {}
         print("inputs:")
-        for arg in model_inputs:
-            if arg.name in given:
-                value, source = given[arg.name]
-                _check_given(arg, value, source)
-            else:
-                value = _random_input(arg, _input_shape(arg, dims), rng)
-                source = "random"
+        for arg, value, source in inputs:
             feeds[arg.name] = value
             print(f"  {arg.name}: {value.dtype.name} {list(value.shape)} ({source})")
 
@@ -480,6 +506,120 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+# --- optimize -----------------------------------------------------------------------------
+
+# How far a rewritten model's float outputs may be from the original's: float rounding, as
+# ortops' kernels round differently (GroupNorm computes in float64, say), never a changed result.
+_FLOAT_TOLERANCE = {"float16": 1e-2, "float32": 1e-4, "float64": 1e-9}
+
+
+def _compare_outputs(names: Sequence[str], before: Sequence[Any], after: Sequence[Any]) -> list[str]:
+    """One line per output of the rewritten model that differs from the original's."""
+    import numpy as np
+
+    problems = []
+    for name, a, b in zip(names, before, after):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            problems.append(
+                f"{name}: {b.dtype.name} {list(b.shape)}, the original gives {a.dtype.name} {list(a.shape)}"
+            )
+            continue
+        tolerance = _FLOAT_TOLERANCE.get(a.dtype.name)
+        if tolerance is None:
+            if not np.array_equal(a, b):
+                problems.append(f"{name}: {int(np.sum(a != b))} of {a.size} values differ")
+        elif not np.allclose(a, b, rtol=tolerance, atol=tolerance, equal_nan=True):
+            worst = float(np.nanmax(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+            problems.append(f"{name}: values differ by up to {worst:.3g} (tolerance {tolerance:g})")
+    return problems
+
+
+def _verify(path: str, result: onnx.ModelProto, args: argparse.Namespace) -> None:
+    """Runs the original and the rewritten model on the same inputs; CannotRun if they differ."""
+    import onnxruntime
+
+    import ortops
+    from ortops._optimize import save
+
+    given = _given_inputs(args)
+    dims = _dims(args)
+
+    def session(source: str, what: str) -> onnxruntime.InferenceSession:
+        options = ortops.session_options()
+        options.log_severity_level = 3
+        try:
+            return onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        except Exception as e:
+            raise CannotRun(f"--verify: ONNX Runtime could not load the {what}: {_first_line(e)}") from e
+
+    with tempfile.TemporaryDirectory(prefix="ortops-optimize-") as tmp:
+        rewritten = os.path.join(tmp, "optimized.onnx")
+        save(result, rewritten, external=False)
+        original_session = session(path, "original")
+        rewritten_session = session(rewritten, "rewritten model")
+        inputs = _feeds(path, original_session.get_inputs(), given, dims, args.seed)
+        feeds = {arg.name: value for arg, value, _ in inputs}
+        try:
+            before = original_session.run(None, feeds)
+        except Exception as e:
+            raise CannotRun(f"--verify: the original failed to run: {_first_line(e)}") from e
+        try:
+            after = rewritten_session.run(None, feeds)
+        except Exception as e:
+            raise CannotRun(f"--verify: the rewritten model failed to run: {_first_line(e)}") from e
+    names = [o.name for o in original_session.get_outputs()]
+    problems = _compare_outputs(names, before, after)
+    if problems:
+        lines = [f"--verify: the rewritten model's outputs differ from the original's (not written to {args.output}):"]
+        raise CannotRun("\n".join(lines + [f"  {p}" for p in problems]))
+    sources = ", ".join(sorted({source for _, _, source in inputs})) or "no inputs"
+    count = f"{len(names)} output{'s' * (len(names) != 1)}"
+    print(f"verified: {count} equal to the original's within float rounding (inputs: {sources})", file=sys.stderr)
+
+
+def _cmd_optimize(args: argparse.Namespace) -> int:
+    try:
+        from ortops import _optimize
+
+        _optimize.import_rewriter()
+    except ModuleNotFoundError as e:
+        _fail(str(e))
+    known = _optimize.rules()
+    if args.list_rules:
+        for rule in known.values():
+            print(f"{rule.name}: {rule.summary}")
+        return OK
+    if args.model is None or args.output is None:
+        _fail("optimize needs IN.onnx and OUT.onnx (or --list-rules)")
+    chosen = None
+    if args.rules is not None:
+        chosen = [name.strip() for name in args.rules.split(",") if name.strip()]
+        for name in chosen:
+            if name not in known:
+                _fail(f"--rules: no rule named '{name}' (rules: {', '.join(known)})")
+    _check_file(args.model)
+    if os.path.abspath(args.model) == os.path.abspath(args.output):
+        _fail("OUT.onnx must not be IN.onnx: the original is needed to compare with (and to keep)")
+    import onnx
+
+    try:
+        external = _optimize.uses_external_data(args.model)
+        model = onnx.load(args.model)
+    except Exception as e:
+        _fail(f"{args.model}: not an ONNX model onnx can read: {_first_line(e)}")
+    result, report = _optimize.optimize_with_report(model, chosen)
+    if args.json:
+        print(json.dumps({"model": args.model, "output": args.output, **report.to_dict()}, indent=2))
+    else:
+        print(f"{args.model} -> {args.output}")
+        print("\n".join(report.lines()))
+    if args.verify:
+        _verify(args.model, result, args)
+    _optimize.save(result, args.output, external=external)
+    return OK
 
 
 # --- ops ----------------------------------------------------------------------------------
@@ -581,6 +721,33 @@ def build_parser() -> argparse.ArgumentParser:
         "the problems and run it anyway)",
     )
     run.set_defaults(func=_cmd_run)
+
+    optimize = sub.add_parser(
+        "optimize",
+        help="rewrite standard ONNX blocks into ortops' faster nodes, with the same results",
+        description="Rewrites the blocks of IN.onnx that a rule proves equivalent (group normalization, "
+        "RoiAlign) into ortops nodes, writes OUT.onnx and prints each rewrite and each block left alone "
+        'with the reason (needs onnxscript: pip install "ortops[optimize]"). Exit status: 0 written, '
+        "1 --verify found a difference or could not run a model (nothing written), 2 usage error.",
+    )
+    optimize.add_argument("model", metavar="IN.onnx", nargs="?")
+    optimize.add_argument("output", metavar="OUT.onnx", nargs="?")
+    optimize.add_argument("--rules", metavar="LIST", help="the rules to apply, comma-separated (default: all)")
+    optimize.add_argument("--list-rules", action="store_true", help="list the rules and exit")
+    optimize.add_argument("--json", action="store_true", help="print the report as JSON")
+    optimize.add_argument(
+        "--verify",
+        action="store_true",
+        help="run the original and the result in ONNX Runtime and write nothing if their outputs differ "
+        "beyond float rounding",
+    )
+    optimize.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="a --verify input")
+    optimize.add_argument("--inputs", metavar="FILE.npz", help="--verify inputs from an .npz file, by input name")
+    optimize.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the random --verify inputs")
+    optimize.add_argument(
+        "--dim", action="append", default=[], metavar="NAME=VALUE", help="a symbolic dimension's size"
+    )
+    optimize.set_defaults(func=_cmd_optimize)
 
     ops = sub.add_parser("ops", help="list the ops ortops registers")
     ops.add_argument("--json", action="store_true", help="print JSON")

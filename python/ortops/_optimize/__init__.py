@@ -1,0 +1,379 @@
+"""``ortops optimize``: rewrite standard ONNX blocks into ortops' faster nodes, with the same results.
+
+Built on onnxscript's pattern rewriter (``onnxscript.rewriter.pattern``) and onnx_ir, which the
+``ortops[optimize]`` extra installs; nothing here is imported by ``import ortops``. A rule is a
+named list of passes, each an onnxscript :class:`RewriteRule` whose ``check`` proves every
+condition the rewrite needs (constant attribute values, shapes, opset semantics). A check that
+finds the pattern but cannot prove a condition records a *near-miss* with its reason, so the
+report says why a block was left alone. Rules live in one module each (``_group_norm``,
+``_roi_align``) and are listed in :data:`RULE_MODULES`; a new rule is a new module there.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+    import onnx_ir as ir
+    from onnxscript.rewriter import pattern
+
+OPTIMIZE_EXTRA = 'pip install "ortops[optimize]"'
+
+#: The modules that define rules, each with ``RULE`` (a :class:`Rule`), in the order the rules run.
+RULE_MODULES: tuple[str, ...] = ("ortops._optimize._group_norm", "ortops._optimize._roi_align")
+
+#: The custom domain and opset version of the nodes the rules make.
+ORTOPS_DOMAIN = "ortops"
+
+
+def import_rewriter() -> None:
+    """Imports onnxscript (and onnx_ir); ModuleNotFoundError that says which extra installs them."""
+    for name in ("onnx", "onnx_ir", "onnxscript"):
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            raise ModuleNotFoundError(
+                f"ortops optimize needs the {name} package, which is not installed: {OPTIMIZE_EXTRA}", name=name
+            ) from None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One optimization: ``passes()`` returns the onnxscript rewrite rules to apply, one after
+    the other (a fuller pattern before a partial one), each over the whole model, subgraphs
+    included. ``handles`` lists, for the report and docs, which cases the rule rewrites."""
+
+    name: str
+    summary: str
+    handles: tuple[str, ...]
+    passes: Callable[[], Sequence[pattern.RewriteRule]]
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One rewrite: which rule, in which graph, the nodes it replaced and the node it made."""
+
+    rule: str
+    graph: str
+    replaced: tuple[str, ...]
+    made: str
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    """A block that a rule recognised but left as it was, and why."""
+
+    rule: str
+    graph: str
+    node: str
+    reason: str
+
+
+@dataclass
+class OptimizeReport:
+    """What :func:`optimize_with_report` did: its rewrites and near-misses, in graph order."""
+
+    rules: tuple[str, ...]
+    rewrites: list[Rewrite] = field(default_factory=list)
+    near_misses: list[NearMiss] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict."""
+        return {
+            "rules": list(self.rules),
+            "rewrites": [
+                {"rule": r.rule, "graph": r.graph, "replaced": list(r.replaced), "made": r.made} for r in self.rewrites
+            ],
+            "near_misses": [
+                {"rule": m.rule, "graph": m.graph, "node": m.node, "reason": m.reason} for m in self.near_misses
+            ],
+        }
+
+    def lines(self) -> list[str]:
+        """The report as the lines ``ortops optimize`` prints."""
+        out = [f"rules: {', '.join(self.rules)}", f"rewrites ({len(self.rewrites)}):"]
+        for r in self.rewrites:
+            where = "" if r.graph == MAIN_GRAPH else f" in {r.graph}"
+            out.append(f"  [{r.rule}]{where} {', '.join(r.replaced)} -> {r.made}")
+        out.append(f"near-misses, left as they were ({len(self.near_misses)}):")
+        for m in self.near_misses:
+            where = "" if m.graph == MAIN_GRAPH else f" in {m.graph}"
+            out.append(f"  [{m.rule}]{where} {m.node}: {m.reason}")
+        return out
+
+
+MAIN_GRAPH = "main graph"
+
+
+def _node_label(node: ir.Node) -> str:
+    domain = f"{node.domain}::" if node.domain not in ("", "ai.onnx") else ""
+    return f"{node.name or '(unnamed)'} ({domain}{node.op_type})"
+
+
+# --- what the checks and replacements of a running rule record ------------------------------
+
+
+@dataclass
+class _Recorder:
+    rule: str = ""
+    graph_names: dict[int, str] = field(default_factory=dict)
+    # (rule, graph, replaced nodes, made node), kept as objects until the names are final.
+    rewrites: list[tuple[str, Any, list[ir.Node], ir.Node]] = field(default_factory=list)
+    # id(subject node) -> (rule, graph, subject node, reason); the first reason is kept.
+    near_misses: dict[tuple[str, int], tuple[str, Any, ir.Node, str]] = field(default_factory=dict)
+    # The match whose check passed last: its replacement runs next (onnxscript calls the
+    # replacement function right after a successful check, with the bindings only).
+    pending: tuple[Any, list[ir.Node], dict[str, Any]] | None = None
+
+
+_RECORDER: contextvars.ContextVar[_Recorder] = contextvars.ContextVar("ortops_optimize_recorder")
+
+
+def refuse(context: Any, subject: ir.Node, reason: str) -> Any:
+    """Records a near-miss of the running rule at ``subject`` (the block's main node) and
+    returns the failed match result a ``check`` function returns."""
+    from onnxscript.rewriter import pattern
+
+    recorder = _RECORDER.get()
+    key = (recorder.rule, id(subject))
+    if key not in recorder.near_misses:
+        recorder.near_misses[key] = (recorder.rule, context.graph_or_function, subject, reason)
+    return pattern.MatchResult().fail(reason)
+
+
+def accept(context: Any, **proven: Any) -> bool:
+    """Called by a ``check`` function that has proven every condition, with what it found
+    (attribute values, constants) for the replacement that follows: that replacement is
+    recorded as a rewrite of the matched nodes."""
+    _RECORDER.get().pending = (context.graph_or_function, list(context.nodes), proven)
+    return True
+
+
+def proven() -> dict[str, Any]:
+    """What the check that passed last gave :func:`accept`, for its replacement function."""
+    pending = _RECORDER.get().pending
+    assert pending is not None, "a replacement ran without a check calling accept()"
+    return pending[2]
+
+
+def made(value: ir.Value) -> ir.Value:
+    """Called by a replacement function on the output of the ortops node it made: names the
+    node after the block it replaces, records the rewrite and returns ``value``."""
+    recorder = _RECORDER.get()
+    assert recorder.pending is not None, "a replacement ran without a check calling accept()"
+    graph, replaced, _ = recorder.pending
+    recorder.pending = None
+    node = value.producer()
+    assert node is not None
+    order = {id(n): i for i, n in enumerate(graph)}
+    replaced = sorted(replaced, key=lambda n: order.get(id(n), -1))
+    anchor = replaced[-1].name or replaced[-1].op_type
+    node.name = f"{anchor}/ortops_{node.op_type}"
+    recorder.rewrites.append((recorder.rule, graph, replaced, node))
+    return value
+
+
+# --- facts the checks prove -------------------------------------------------------------------
+
+
+def constant(value: ir.Value | None) -> np.ndarray | None:
+    """The value's contents when the model fixes them (a Constant node's output, or an
+    initializer that is not also a graph input, which a caller could override); else None."""
+    if value is None or value.is_graph_input():
+        return None
+    producer = value.producer()
+    if producer is not None and not (producer.op_type == "Constant" and producer.domain in ("", "ai.onnx")):
+        return None
+    tensor = value.const_value
+    if tensor is None:
+        return None
+    return tensor.numpy()
+
+
+def static_shape(value: ir.Value) -> list[int | None] | None:
+    """The value's shape with None for each dimension not known as a number; None if its rank
+    is not known."""
+    if value.shape is None:
+        return None
+    return [d if isinstance(d, int) else None for d in value.shape]
+
+
+def opset_version(context: Any, domain: str = "") -> int | None:
+    """The version of ``domain`` that the model imports (nodes of ``domain`` follow it)."""
+    imports = context.model.opset_imports
+    version = imports.get(domain)
+    if version is None and domain == "":
+        version = imports.get("ai.onnx")
+    return version
+
+
+def attribute(node: ir.Node, name: str, default: Any) -> Any:
+    """The value of the node's attribute ``name``, ``default`` when it is absent."""
+    attr = node.attributes.get(name)
+    if attr is None:
+        return default
+    return attr.value
+
+
+# --- running ------------------------------------------------------------------------------------
+
+ModelInput = Union[str, "os.PathLike[str]", "onnx.ModelProto"]
+
+
+def rules() -> dict[str, Rule]:
+    """Every rule, by name, in the order they run."""
+    found: dict[str, Rule] = {}
+    for module_name in RULE_MODULES:
+        rule = importlib.import_module(module_name).RULE
+        found[rule.name] = rule
+    return found
+
+
+def _graph_names(model: ir.Model) -> dict[int, str]:
+    """id(graph) -> where it is: "main graph" or "node/attribute" paths to subgraphs."""
+    names: dict[int, str] = {id(model.graph): MAIN_GRAPH}
+
+    def visit(graph: ir.Graph, prefix: str) -> None:
+        for node in graph:
+            for attr in node.attributes.values():
+                subgraphs = []
+                if attr.type.name == "GRAPH":
+                    subgraphs = [attr.value]
+                elif attr.type.name == "GRAPHS":
+                    subgraphs = list(attr.value)
+                for sub in subgraphs:
+                    path = f"{prefix}{node.name or node.op_type}/{attr.name}"
+                    names[id(sub)] = path
+                    visit(sub, path + "/")
+
+    visit(model.graph, "")
+    for function in model.functions.values():
+        names[id(function)] = f"function {function.domain}::{function.name}"
+    return names
+
+
+def _all_graphs(model: ir.Model) -> Iterator[Any]:
+    yield model.graph
+    yield from model.graph.subgraphs()
+    yield from model.functions.values()
+
+
+def _to_ir(model: ModelInput) -> ir.Model:
+    import onnx
+    import onnx_ir as ir
+
+    proto = onnx.load(os.fspath(model)) if isinstance(model, (str, os.PathLike)) else model
+    return ir.from_proto(proto)
+
+
+def optimize_with_report(
+    model: ModelInput, rule_names: Sequence[str] | None = None
+) -> tuple[onnx.ModelProto, OptimizeReport]:
+    """Rewrites ``model`` (a path, loaded with its external data, or a ModelProto, left
+    unchanged) with the rules ``rule_names`` (default: all). Returns the new model and what was
+    rewritten and left alone. KeyError names an unknown rule."""
+    import_rewriter()
+    import onnx_ir as ir
+    import onnx_ir.passes.common as ir_passes
+    import onnxscript.optimizer
+    from onnxscript.rewriter import pattern
+
+    from ortops._schemas import register_onnx_schemas
+
+    known = rules()
+    chosen = list(known) if rule_names is None else list(rule_names)
+    for name in chosen:
+        if name not in known:
+            raise KeyError(f"no rule named '{name}' (rules: {', '.join(known)})")
+    # Shapes prove some conditions; ONNX's inference knows ortops' nodes (an already optimized
+    # model) once their schemas are registered.
+    register_onnx_schemas()
+    ir_model = _to_ir(model)
+    try:
+        ir_passes.ShapeInferencePass(strict_mode=False, data_prop=True)(ir_model)
+    except Exception:  # noqa: BLE001  (without shapes, the checks that need them refuse)
+        pass
+    # onnxscript marks Constant outputs with their values in the main graph only; the checks
+    # need them inside If/Loop bodies too.
+    for graph in _all_graphs(ir_model):
+        onnxscript.optimizer.basic_constant_propagation(graph)
+
+    recorder = _Recorder(graph_names=_graph_names(ir_model))
+    token = _RECORDER.set(recorder)
+    try:
+        for name in chosen:
+            recorder.rule = name
+            for rewrite_rule in known[name].passes():
+                pattern.RewriteRuleSet([rewrite_rule], commute=True).apply_to_model(ir_model)
+    finally:
+        _RECORDER.reset(token)
+    onnxscript.optimizer.remove_unused_nodes(ir_model)
+    if any(r[3].domain == ORTOPS_DOMAIN for r in recorder.rewrites):
+        ir_model.opset_imports.setdefault(ORTOPS_DOMAIN, 1)
+
+    report = OptimizeReport(rules=tuple(chosen))
+    replaced_ids = {(rule, id(n)) for rule, _, nodes, _ in recorder.rewrites for n in nodes}
+    for rule, graph, nodes, node in recorder.rewrites:
+        where = recorder.graph_names.get(id(graph), "subgraph")
+        report.rewrites.append(Rewrite(rule, where, tuple(_node_label(n) for n in nodes), _node_label(node)))
+    for (rule, subject_id), (_, graph, subject, reason) in recorder.near_misses.items():
+        if (rule, subject_id) in replaced_ids:
+            continue  # a later pass of the rule rewrote it after all
+        where = recorder.graph_names.get(id(graph), "subgraph")
+        report.near_misses.append(NearMiss(rule, where, _node_label(subject), reason))
+    return ir.to_proto(ir_model), report
+
+
+def optimize(model: ModelInput, rule_names: Sequence[str] | None = None) -> onnx.ModelProto:
+    """The model with every block that a rule proves equivalent rewritten into ortops nodes
+    (see :func:`optimize_with_report` for the report of what was done)."""
+    return optimize_with_report(model, rule_names)[0]
+
+
+# --- saving -------------------------------------------------------------------------------------
+
+# Protobuf cannot serialize a message of 2 GiB or more: such a model keeps its weights outside.
+_PROTOBUF_LIMIT = 2**31 - 2**20
+
+
+def uses_external_data(path: str) -> bool:
+    """Whether the model file at ``path`` keeps tensors in external files."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data as tensor_is_external
+
+    def graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+        yield graph
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    yield from graphs(attr.g)
+                for sub in attr.graphs:
+                    yield from graphs(sub)
+
+    proto = onnx.load(path, load_external_data=False)
+    return any(tensor_is_external(t) for g in graphs(proto.graph) for t in g.initializer)
+
+
+def save(model: onnx.ModelProto, path: str, *, external: bool) -> None:
+    """Writes ``model`` to ``path``; its tensors go to ``<path>.data`` beside it when
+    ``external`` or when the model is too large for one protobuf file."""
+    import onnx
+
+    large = sum(len(t.raw_data) for t in model.graph.initializer) > _PROTOBUF_LIMIT
+    if external or large:
+        location = os.path.basename(path) + ".data"
+        data_path = os.path.join(os.path.dirname(os.path.abspath(path)), location)
+        if os.path.exists(data_path):
+            os.remove(data_path)  # onnx appends to an existing file
+        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=location)
+    else:
+        onnx.save_model(model, path)

@@ -1,0 +1,117 @@
+"""ONNX RoiAlign into ``ortops::RoIAlign``.
+
+ONNX's RoiAlign takes ``rois`` [R, 4] as (x1, y1, x2, y2) and ``batch_indices`` [R] apart;
+ortops' node takes [R, 5] rows (batch_index, x1, y1, x2, y2), so the rewrite puts a Cast and a
+Concat in front (cheap beside the pooling). The sampling is the same (Detectron's): ONNX
+``coordinate_transformation_mode`` half_pixel is ortops' ``aligned`` 1 and output_half_pixel is
+``aligned`` 0, and ``avg`` mode gives ONNX Runtime's values to the bit (measured). ONNX
+Runtime's ``max`` mode takes, per sample, the largest of the four bilinear-weighted corner
+values rather than the largest interpolated sample, which ortops' ``max`` takes: left alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ortops._optimize import ORTOPS_DOMAIN, Rule, accept, attribute, made, opset_version, proven, refuse, static_shape
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    from onnxscript.rewriter import pattern
+
+# ONNX Runtime's RoiAlign kernels take float and double; ortops::RoIAlign takes both.
+_FLOAT_TYPES = ("FLOAT", "DOUBLE")
+
+# A batch index passes through the element type on its way into ortops' rois: float32 holds
+# every integer below 2^24 exactly.
+_EXACT_INDEX_LIMIT = {"FLOAT": 2**24, "DOUBLE": 2**53}
+
+
+def _pattern(op: Any, x: ir.Value, rois: ir.Value, batch_indices: ir.Value) -> Any:
+    return op.RoiAlign(x, rois, batch_indices, _outputs=["y"])
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _check(context: Any, x: ir.Value, rois: ir.Value, batch_indices: ir.Value, y: ir.Value) -> Any:
+    node = y.producer()
+    version = opset_version(context)
+    if version is None or version < 10:
+        return refuse(context, node, f"the model imports ONNX opset {version}, without RoiAlign")
+    mode = _text(attribute(node, "mode", "avg")).lower()
+    if mode != "avg":
+        return refuse(
+            context,
+            node,
+            f"mode '{mode}': ONNX Runtime's max mode takes the largest bilinear-weighted corner value of each "
+            "sample, ortops::RoIAlign the largest interpolated sample",
+        )
+    # Opset 10 has no attribute and samples as output_half_pixel; from 16 on the default is half_pixel.
+    default_transform = "half_pixel" if version >= 16 else "output_half_pixel"
+    transform = _text(attribute(node, "coordinate_transformation_mode", default_transform))
+    if transform not in ("half_pixel", "output_half_pixel"):
+        return refuse(context, node, f"coordinate_transformation_mode '{transform}' is not an ONNX value")
+    sampling_ratio = int(attribute(node, "sampling_ratio", 0))
+    output_height = int(attribute(node, "output_height", 1))
+    output_width = int(attribute(node, "output_width", 1))
+    if sampling_ratio < 0 or output_height < 1 or output_width < 1:
+        return refuse(context, node, "sampling_ratio is negative or an output size below 1 (ONNX Runtime refuses it)")
+    if x.dtype is None or x.dtype.name not in _FLOAT_TYPES or rois.dtype != x.dtype:
+        return refuse(context, node, f"element type {x.dtype} (ONNX Runtime's RoiAlign takes float and double)")
+    if batch_indices.dtype is None or batch_indices.dtype.name != "INT64":
+        return refuse(context, node, "batch_indices are not int64")
+    shape = static_shape(x)
+    if shape is not None and shape[0] is not None and shape[0] > _EXACT_INDEX_LIMIT[x.dtype.name]:
+        return refuse(context, node, f"a batch of {shape[0]} images: its indices are not exact in {x.dtype}")
+    return accept(
+        context,
+        aligned=int(transform == "half_pixel"),
+        sampling_ratio=sampling_ratio,
+        output_height=output_height,
+        output_width=output_width,
+        spatial_scale=float(attribute(node, "spatial_scale", 1.0)),
+    )
+
+
+def _rewrite(op: Any, x: ir.Value, rois: ir.Value, batch_indices: ir.Value, **_: Any) -> ir.Value:
+    import numpy as np
+    import onnx_ir as ir
+
+    facts = proven()
+    # Reshape, not Unsqueeze, and a tensor-valued Constant: both read the same in every opset from 10 on.
+    column_shape = op.Constant(value=ir.tensor(np.array([-1, 1], dtype=np.int64)))
+    index_column = op.Reshape(op.Cast(batch_indices, to=x.dtype.value), column_shape)
+    rows = op.Concat(index_column, rois, axis=1)
+    return made(
+        op.RoIAlign(
+            x,
+            rows,
+            output_height=facts["output_height"],
+            output_width=facts["output_width"],
+            spatial_scale=facts["spatial_scale"],
+            sampling_ratio=facts["sampling_ratio"],
+            mode="avg",
+            aligned=facts["aligned"],
+            _domain=ORTOPS_DOMAIN,
+        )
+    )
+
+
+def _passes() -> list[pattern.RewriteRule]:
+    from onnxscript.rewriter import pattern
+
+    return [pattern.RewriteRule(_pattern, _rewrite, _check, name="roi-align")]
+
+
+RULE = Rule(
+    name="roi-align",
+    summary="ONNX RoiAlign (opset 10 and 16) in avg mode into ortops::RoIAlign",
+    handles=(
+        "RoiAlign of opset 10 (output_half_pixel sampling) and 16 on (half_pixel by default, or output_half_pixel), "
+        "mode avg, float or double, any sampling_ratio (0: adaptive), output size and spatial_scale",
+        "left alone: mode max (ONNX Runtime computes it otherwise than ortops)",
+    ),
+    passes=_passes,
+)

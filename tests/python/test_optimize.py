@@ -1,0 +1,438 @@
+"""``ortops optimize``: files the real exporters write, and hand-built graphs, rewritten into
+ortops nodes with the same outputs in ONNX Runtime; near-misses left alone and reported."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ortops
+from ortops import _cli
+from ortops._optimize import optimize_with_report
+
+from ortest import python_without
+
+pytest.importorskip("onnxscript")
+torch = pytest.importorskip("torch")
+torchvision = pytest.importorskip("torchvision")
+
+IR_VERSION = 8
+TOLERANCE = {np.dtype(np.float32): 1e-4, np.dtype(np.float64): 1e-9}
+
+
+def export(module: torch.nn.Module, args: tuple, opset: int, **options: object) -> onnx.ModelProto:
+    buffer = io.BytesIO()
+    torch.onnx.export(module, args, buffer, dynamo=False, opset_version=opset, **options)
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = ort.InferenceSession(
+        model.SerializeToString(), ortops.session_options(), providers=["CPUExecutionProvider"]
+    )
+    return session.run(None, feeds)
+
+
+def assert_same_outputs(original: onnx.ModelProto, rewritten: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> None:
+    for before, after in zip(run(original, feeds), run(rewritten, feeds)):
+        assert before.shape == after.shape and before.dtype == after.dtype
+        tolerance = TOLERANCE.get(before.dtype)
+        if tolerance is None:
+            np.testing.assert_array_equal(after, before)
+        else:
+            np.testing.assert_allclose(after, before, rtol=tolerance, atol=tolerance)
+
+
+def op_counts(model: onnx.ModelProto) -> Counter[str]:
+    """Node counts by domain::op_type over the model's graph and every subgraph in it."""
+    counts: Counter[str] = Counter()
+
+    def visit(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            counts[f"{node.domain or 'ai.onnx'}::{node.op_type}"] += 1
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    visit(attr.g)
+
+    visit(model.graph)
+    return counts
+
+
+# --- group normalization --------------------------------------------------------------------
+
+
+class GroupNormModule(torch.nn.Module):
+    def __init__(self, groups: int, channels: int, affine: bool) -> None:
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(groups, channels, eps=1e-3, affine=affine)
+        if affine:
+            torch.nn.init.normal_(self.norm.weight)
+            torch.nn.init.normal_(self.norm.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.norm(x))
+
+
+@pytest.mark.parametrize(
+    ("opset", "shape", "groups", "affine"),
+    [
+        (11, (2, 8, 5, 5), 4, True),
+        (17, (3, 6, 7), 3, True),
+        (17, (2, 8, 4, 4), 2, False),
+        (21, (1, 4, 3, 3, 3), 1, True),
+    ],
+)
+def test_torch_group_norm_becomes_one_ortops_node(
+    opset: int, shape: tuple[int, ...], groups: int, affine: bool
+) -> None:
+    torch.manual_seed(0)
+    module = GroupNormModule(groups, shape[1], affine).eval()
+    x = torch.randn(shape) * 3 + 1
+    model = export(module, (x,), opset, input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+    rewritten, report = optimize_with_report(model)
+    counts = op_counts(rewritten)
+    assert counts["ortops::GroupNorm"] == 1
+    assert not {"ai.onnx::InstanceNormalization", "ai.onnx::Reshape", "ai.onnx::Mul", "ai.onnx::Add"} & set(counts)
+    assert [r.rule for r in report.rewrites] == ["group-norm"] and not report.near_misses
+    for batch in (1, 3):
+        feeds = {"x": np.random.default_rng(batch).normal(2, 3, (batch, *shape[1:])).astype(np.float32)}
+        assert_same_outputs(model, rewritten, feeds)
+
+
+def decomposed_group_norm(
+    shape1: list[int] = (0, 2, -1),
+    in_scale: float = 1.0,
+    gamma_shape: tuple[int, ...] = (4, 1, 1),
+    weight_size: int = 0,
+) -> onnx.ModelProto:
+    """Reshape/InstanceNormalization/Reshape/Mul/Add on x [N, 4, 3, 3], as torch writes it;
+    with ``weight_size``, x is first multiplied by a weight of that many floats (a file with
+    a tensor large enough to keep outside)."""
+    rng = np.random.default_rng(0)
+    initializers = [
+        numpy_helper.from_array(np.array(shape1, np.int64), "shape1"),
+        numpy_helper.from_array(np.full(2, in_scale, np.float32), "in_scale"),
+        numpy_helper.from_array(np.zeros(2, np.float32), "in_bias"),
+        numpy_helper.from_array(rng.normal(size=gamma_shape).astype(np.float32), "gamma"),
+        numpy_helper.from_array(rng.normal(size=(4, 1, 1)).astype(np.float32), "beta"),
+    ]
+    nodes = [
+        helper.make_node("Mul", ["input", "weight"], ["x"], name="weigh"),
+        helper.make_node("Reshape", ["x", "shape1"], ["grouped"], name="reshape_in"),
+        helper.make_node("InstanceNormalization", ["grouped", "in_scale", "in_bias"], ["normed"], name="norm"),
+        helper.make_node("Shape", ["x"], ["x_shape"], name="shape"),
+        helper.make_node("Reshape", ["normed", "x_shape"], ["restored"], name="reshape_out"),
+        helper.make_node("Mul", ["restored", "gamma"], ["scaled"], name="mul"),
+        helper.make_node("Add", ["scaled", "beta"], ["y"], name="add"),
+    ]
+    initializers.append(numpy_helper.from_array(rng.normal(size=(weight_size, 1, 1, 1)).astype(np.float32), "weight"))
+    if not weight_size:
+        nodes = nodes[1:]
+        initializers = initializers[:-1]
+    graph = helper.make_graph(
+        nodes,
+        "group_norm",
+        [helper.make_tensor_value_info("input" if weight_size else "x", TensorProto.FLOAT, ["N", 4, 3, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializers,
+    )
+    return helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        (decomposed_group_norm(in_scale=2.0), "scale is not all ones"),
+        (decomposed_group_norm(shape1=[0, 3, -1]), "do not divide C = 4"),
+        (decomposed_group_norm(shape1=[-1, 2, 18]), "is not [N, G, -1]"),
+        (decomposed_group_norm(gamma_shape=(4, 3, 1)), "not by a per-channel constant"),
+    ],
+    ids=["instance-norm-scale-not-ones", "groups-do-not-divide", "wrong-reshape", "gamma-not-per-channel"],
+)
+def test_group_norm_near_misses_are_left_alone_and_reported(model: onnx.ModelProto, reason: str) -> None:
+    rewritten, report = optimize_with_report(model)
+    if "per-channel" in reason:
+        # The normalization alone is still proven: it is fused, the Mul and Add stay.
+        assert op_counts(rewritten)["ortops::GroupNorm"] == 1 and op_counts(rewritten)["ai.onnx::Mul"] == 1
+        assert_same_outputs(
+            model, rewritten, {"x": np.random.default_rng(0).normal(size=(2, 4, 3, 3)).astype(np.float32)}
+        )
+        return
+    assert op_counts(rewritten) == op_counts(model)
+    assert not report.rewrites
+    assert len(report.near_misses) == 1
+    miss = report.near_misses[0]
+    assert miss.rule == "group-norm" and miss.node == "norm (InstanceNormalization)" and reason in miss.reason
+
+
+def group_normalization(opset: int, constant_scale: bool = True) -> onnx.ModelProto:
+    """ONNX GroupNormalization, 2 groups, on x [N, 4, 5]; scale/bias [2] (opset 18) or [4] (21)."""
+    rng = np.random.default_rng(1)
+    size = 2 if opset < 21 else 4
+    initializers = [numpy_helper.from_array(rng.normal(size=size).astype(np.float32), "bias")]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 5])]
+    if constant_scale:
+        initializers.append(numpy_helper.from_array(rng.normal(size=size).astype(np.float32), "scale"))
+    else:
+        inputs.append(helper.make_tensor_value_info("scale", TensorProto.FLOAT, [size]))
+    node = helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], name="gn", num_groups=2, epsilon=1e-4)
+    graph = helper.make_graph(
+        [node], "gn", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers
+    )
+    return helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize(("opset", "constant_scale"), [(18, True), (21, True), (21, False)])
+def test_onnx_group_normalization_becomes_ortops_group_norm(opset: int, constant_scale: bool) -> None:
+    model = group_normalization(opset, constant_scale)
+    rewritten, report = optimize_with_report(model)
+    assert op_counts(rewritten) == Counter({"ortops::GroupNorm": 1, "ai.onnx::Constant": 2 * (opset < 21)})
+    feeds = {"x": np.random.default_rng(2).normal(1, 2, (3, 4, 5)).astype(np.float32)}
+    if not constant_scale:
+        feeds["scale"] = np.array([0.5, -1, 2, 3], np.float32)
+    assert_same_outputs(model, rewritten, feeds)
+
+
+def test_group_normalization_18_with_a_scale_the_model_does_not_fix_is_a_near_miss() -> None:
+    model = group_normalization(18, constant_scale=False)
+    rewritten, report = optimize_with_report(model)
+    assert op_counts(rewritten) == {"ai.onnx::GroupNormalization": 1}
+    assert [(m.node, "one per group" in m.reason) for m in report.near_misses] == [("gn (GroupNormalization)", True)]
+
+
+# --- RoiAlign -------------------------------------------------------------------------------
+
+
+class RoiAlignModule(torch.nn.Module):
+    def __init__(self, aligned: bool, sampling_ratio: int) -> None:
+        super().__init__()
+        self.aligned, self.sampling_ratio = aligned, sampling_ratio
+
+    def forward(self, x: torch.Tensor, rois: torch.Tensor) -> torch.Tensor:
+        return torchvision.ops.roi_align(x, rois, (3, 4), 0.5, self.sampling_ratio, self.aligned)
+
+
+def random_rois(rng: np.random.Generator, count: int, batch: int, size: float) -> np.ndarray:
+    corners = rng.uniform(-2, size + 2, (count, 2, 2)).astype(np.float32)
+    boxes = np.concatenate([corners.min(1), corners.max(1)], axis=1)
+    return np.concatenate([rng.integers(0, batch, (count, 1)).astype(np.float32), boxes], axis=1)
+
+
+@pytest.mark.parametrize(("opset", "aligned", "sampling_ratio"), [(11, False, 2), (16, True, 0), (16, False, -1)])
+def test_torchvision_roi_align_becomes_ortops_roi_align(opset: int, aligned: bool, sampling_ratio: int) -> None:
+    rng = np.random.default_rng(opset)
+    x = rng.normal(size=(2, 3, 12, 10)).astype(np.float32)
+    rois = random_rois(rng, 6, 2, 20)
+    model = export(
+        RoiAlignModule(aligned, sampling_ratio),
+        (torch.from_numpy(x), torch.from_numpy(rois)),
+        opset,
+        input_names=["x", "rois"],
+        dynamic_axes={"x": {0: "n"}, "rois": {0: "r"}},
+    )
+    rewritten, report = optimize_with_report(model)
+    counts = op_counts(rewritten)
+    assert counts["ortops::RoIAlign"] == 1 and "ai.onnx::RoiAlign" not in counts
+    assert [r.made for r in report.rewrites] == ["/RoiAlign/ortops_RoIAlign (ortops::RoIAlign)"]
+    for count in (6, 0, 1):  # zero rois too
+        assert_same_outputs(model, rewritten, {"x": x, "rois": rois[:count]})
+
+
+def test_multi_scale_roi_align_fuses_every_level() -> None:
+    pooler = torchvision.ops.MultiScaleRoIAlign(["p2", "p3"], output_size=2, sampling_ratio=2).eval()
+
+    class Pool(torch.nn.Module):
+        def forward(self, p2: torch.Tensor, p3: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+            return pooler({"p2": p2, "p3": p3}, [boxes], [(64, 64)])
+
+    rng = np.random.default_rng(3)
+    p2, p3 = rng.normal(size=(1, 4, 16, 16)).astype(np.float32), rng.normal(size=(1, 4, 8, 8)).astype(np.float32)
+    corners = rng.uniform(0, 64, (7, 2, 2)).astype(np.float32)
+    boxes = np.concatenate([corners.min(1), corners.max(1)], axis=1)
+    boxes[:3, 2:] = boxes[:3, :2] + 40  # large boxes, for the coarser level
+    args = tuple(torch.from_numpy(a) for a in (p2, p3, boxes))
+    model = export(Pool(), args, 16, input_names=["p2", "p3", "boxes"])
+    rewritten, report = optimize_with_report(model)
+    levels = op_counts(model)["ai.onnx::RoiAlign"]
+    assert levels == 2 and op_counts(rewritten)["ortops::RoIAlign"] == levels
+    assert "ai.onnx::RoiAlign" not in op_counts(rewritten)
+    assert_same_outputs(model, rewritten, {"p2": p2, "p3": p3, "boxes": boxes})
+
+
+def roi_align_model(opset: int = 16, in_if: bool = False, **attributes: object) -> onnx.ModelProto:
+    """RoiAlign on x [N, 2, 8, 8], rois [R, 4], batch_indices [R]; inside an If when in_if."""
+    node = helper.make_node("RoiAlign", ["x", "rois", "batch_indices"], ["y"], name="roi_align", **attributes)
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 8, 8]),
+        helper.make_tensor_value_info("rois", TensorProto.FLOAT, ["R", 4]),
+        helper.make_tensor_value_info("batch_indices", TensorProto.INT64, ["R"]),
+    ]
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    if in_if:
+        then_branch = helper.make_graph([node], "then", [], [output])
+        other = helper.make_node("Identity", ["x"], ["y"], name="identity")
+        else_branch = helper.make_graph([other], "else", [], [output])
+        inputs.append(helper.make_tensor_value_info("pool", TensorProto.BOOL, []))
+        node = helper.make_node("If", ["pool"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch)
+    graph = helper.make_graph([node], "roi_align", inputs, [output])
+    return helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def roi_align_feeds(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    rois = random_rois(rng, 5, 2, 8)
+    return {
+        "x": rng.normal(size=(2, 2, 8, 8)).astype(np.float32),
+        "rois": rois[:, 1:] * 2,
+        "batch_indices": rois[:, 0].astype(np.int64),
+    }
+
+
+@pytest.mark.parametrize(
+    ("opset", "attributes"),
+    [
+        (10, {}),
+        (16, {}),
+        (16, {"coordinate_transformation_mode": "output_half_pixel", "spatial_scale": 0.5, "sampling_ratio": 3}),
+        (16, {"coordinate_transformation_mode": "half_pixel", "output_height": 2, "output_width": 5}),
+    ],
+)
+def test_onnx_roi_align_in_avg_mode_is_rewritten_with_the_same_values(opset: int, attributes: dict) -> None:
+    model = roi_align_model(opset, **{"spatial_scale": 0.5, **attributes})
+    rewritten, report = optimize_with_report(model)
+    assert op_counts(rewritten)["ortops::RoIAlign"] == 1 and len(report.rewrites) == 1
+    assert_same_outputs(model, rewritten, roi_align_feeds())
+
+
+def test_roi_align_inside_an_if_body_is_rewritten() -> None:
+    model = roi_align_model(in_if=True)
+    rewritten, report = optimize_with_report(model)
+    assert op_counts(rewritten)["ortops::RoIAlign"] == 1 and "ai.onnx::RoiAlign" not in op_counts(rewritten)
+    assert [r.graph for r in report.rewrites] == ["if/then_branch"]
+    for pool in (True, False):
+        assert_same_outputs(model, rewritten, {**roi_align_feeds(), "pool": np.array(pool)})
+
+
+def test_roi_align_max_mode_is_a_near_miss() -> None:
+    model = roi_align_model(mode="max")
+    rewritten, report = optimize_with_report(model)
+    assert op_counts(rewritten) == op_counts(model)
+    assert [(m.rule, m.node) for m in report.near_misses] == [("roi-align", "roi_align (RoiAlign)")]
+    assert "max" in report.near_misses[0].reason
+
+
+# --- the command ----------------------------------------------------------------------------
+
+
+def save_group_norm(tmp_path: Path, external: bool = False) -> Path:
+    path = tmp_path / "gn.onnx"
+    model = decomposed_group_norm(weight_size=1024 if external else 0)
+    onnx.save_model(model, str(path), save_as_external_data=external, location="gn.data")
+    return path
+
+
+def test_cli_optimizes_verifies_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source, target = save_group_norm(tmp_path), tmp_path / "out.onnx"
+    assert _cli.main(["optimize", str(source), str(target), "--verify", "--dim", "N=2"]) == _cli.OK
+    out, err = capsys.readouterr()
+    assert "[group-norm] reshape_in (Reshape), norm (InstanceNormalization)" in out
+    assert "-> add/ortops_GroupNorm (ortops::GroupNorm)" in out and "verified: 1 output equal" in err
+    assert op_counts(onnx.load(str(target))) == {"ortops::GroupNorm": 1, "ai.onnx::Constant": 2}
+
+
+def test_cli_json_report_and_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = save_group_norm(tmp_path)
+    path = tmp_path / "max.onnx"
+    onnx.save(roi_align_model(mode="max"), str(path))
+    assert _cli.main(["optimize", str(path), str(tmp_path / "o.onnx"), "--json", "--rules", "roi-align"]) == _cli.OK
+    report = json.loads(capsys.readouterr().out)
+    assert report["rules"] == ["roi-align"] and report["rewrites"] == []
+    assert report["near_misses"][0]["node"] == "roi_align (RoiAlign)"
+    assert _cli.main(["optimize", str(source), str(tmp_path / "o.onnx"), "--rules", "roi-align"]) == _cli.OK
+    assert "rewrites (0)" in capsys.readouterr().out
+    assert _cli.main(["optimize", "--list-rules"]) == _cli.OK
+    assert capsys.readouterr().out.splitlines()[0].startswith("group-norm: ")
+    assert _cli.main(["optimize", str(source), str(tmp_path / "o.onnx"), "--rules", "nms"]) == _cli.USAGE
+    assert "no rule named 'nms'" in capsys.readouterr().err
+    assert _cli.main(["optimize", str(source)]) == _cli.USAGE
+    assert _cli.main(["optimize", str(tmp_path / "missing.onnx"), str(tmp_path / "o.onnx")]) == _cli.USAGE
+
+
+def test_cli_verify_refuses_to_write_a_result_that_differs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ortops import _optimize
+
+    real = _optimize.optimize_with_report
+
+    def wrong_epsilon(model: object, rules: object = None) -> tuple[onnx.ModelProto, object]:
+        result, report = real(model, rules)
+        for node in result.graph.node:
+            if node.op_type == "GroupNorm":
+                epsilon = next(a for a in node.attribute if a.name == "epsilon")
+                epsilon.f = 10.0
+        return result, report
+
+    monkeypatch.setattr(_optimize, "optimize_with_report", wrong_epsilon)
+    target = tmp_path / "out.onnx"
+    assert _cli.main(["optimize", str(save_group_norm(tmp_path)), str(target), "--verify"]) == _cli.CANNOT_RUN
+    assert "outputs differ from the original's (not written" in capsys.readouterr().err
+    assert not target.exists()
+
+
+def test_cli_keeps_external_data_external(tmp_path: Path) -> None:
+    source, target = save_group_norm(tmp_path, external=True), tmp_path / "out.onnx"
+    assert _cli.main(["optimize", str(source), str(target), "--verify"]) == _cli.OK
+    assert (tmp_path / "out.onnx.data").stat().st_size == 4 * 1024
+    rewritten = onnx.load(str(target))
+    assert op_counts(rewritten)["ortops::GroupNorm"] == 1
+    feeds = {"input": np.random.default_rng(0).normal(size=(1024, 4, 3, 3)).astype(np.float32)}
+    assert_same_outputs(onnx.load(str(source)), rewritten, feeds)
+
+
+def test_without_onnxscript_the_command_says_what_to_install(tmp_path: Path) -> None:
+    code = "import sys; from ortops._cli import main; sys.exit(main(sys.argv[1:]))"
+    result = python_without(["onnxscript"], code, "optimize", str(save_group_norm(tmp_path)), str(tmp_path / "o.onnx"))
+    assert result.returncode == _cli.USAGE
+    assert result.stderr.strip().splitlines() == [
+        'ortops: ortops optimize needs the onnxscript package, which is not installed: pip install "ortops[optimize]"'
+    ]
+
+
+def test_rewritten_file_runs_on_the_emulated_device(tmp_path: Path) -> None:
+    """The device-on-CPU build runs ortops' device kernels (as on CUDA) for the nodes made."""
+    device_library = Path(ortops.get_library_path()).with_name("libortops_device_on_cpu.so")
+    if not device_library.exists():
+        pytest.skip("no emulated device library beside the library")
+    feeds = {**roi_align_feeds(), "pool": np.array(True)}
+    model = roi_align_model(in_if=True)
+    expected = run(model, feeds)[0]
+    rewritten = tmp_path / "roi.onnx"
+    onnx.save(ortops.optimize(model), str(rewritten))
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    code = (
+        "import sys, numpy as np, onnxruntime as ort, ortops;"
+        "s = ort.InferenceSession(sys.argv[1], ortops.session_options(), providers=['CPUExecutionProvider']);"
+        "np.save(sys.argv[3], s.run(None, dict(np.load(sys.argv[2])))[0])"
+    )
+    env = {**os.environ, "ORTOPS_LIBRARY": str(device_library)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(ortops.__file__).parents[1]), env.get("PYTHONPATH")]))
+    out = tmp_path / "y.npy"
+    subprocess.run(
+        [sys.executable, "-c", code, str(rewritten), str(tmp_path / "feeds.npz"), str(out)],
+        check=True,
+        env=env,
+        timeout=60,
+    )
+    np.testing.assert_allclose(np.load(out), expected, rtol=1e-5, atol=1e-5)
