@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 import ortops
 
-from ortest import make_model, model_of, run
+from ortest import make_model, model_of, python_without, run
 
 NMS_INPUTS = [("boxes", np.float32, 2), ("scores", np.float32, 1)]
 
@@ -375,3 +375,52 @@ def test_every_op_reports_a_wrong_typed_attribute(op: ortops.OpInfo) -> None:
     message = problems[0].message
     assert op.qualified_name in message
     assert f"attribute '{first.name}' must be of type {first.type}, got {WRONG_TYPE_NAME[first.type]}" in message
+
+
+def test_like_nodes_share_one_session(monkeypatch) -> None:
+    """A detector holds dozens of like nodes: each (op, attributes, input types) is given to
+    ONNX Runtime once, and the verdict still names every node."""
+    created = []
+    real = ort.InferenceSession
+
+    def counting(*args: object, **kwargs: object) -> ort.InferenceSession:
+        created.append(args[0])
+        return real(*args, **kwargs)
+
+    nodes = [
+        helper.make_node(
+            "NMS", ["boxes", "scores"], [f"i{n}"], domain="ortops", name=f"nms_{n}", iou_threshold=float("nan")
+        )
+        for n in range(50)
+    ] + [helper.make_node("NMS", ["boxes", "scores"], [f"j{n}"], domain="ortops", name=f"ok_{n}") for n in range(50)]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [None, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None]),
+        ],
+        [helper.make_value_info(name, onnx.TypeProto()) for node in nodes for name in node.output],
+    )
+    monkeypatch.setattr(ort, "InferenceSession", counting)
+    problems = ortops.check_model(model_of(graph, "ortops"))
+    assert len(created) == 2
+    assert [p.node for p in problems] == [f"nms_{n}" for n in range(50)]
+    assert problems[7].message.endswith("ortops.NMS node 'nms_7': attribute 'iou_threshold' is NaN")
+
+
+def test_without_onnx_runtime_attributes_are_not_checked_and_a_warning_says_so(tmp_path) -> None:
+    path = tmp_path / "nan.onnx"
+    onnx.save(nms_model(iou_threshold=float("nan"), iou_treshold=0.5), str(path))
+    code = (
+        "import sys, warnings, ortops\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    problems = ortops.check_model(sys.argv[1])\n"
+        "print([p.kind for p in problems]); print([str(w.message) for w in caught])\n"
+    )
+    result = python_without(("onnxruntime",), code, str(path))
+    assert result.returncode == 0, result.stderr
+    kinds_line, warnings_line = result.stdout.splitlines()
+    assert kinds_line == "['unknown-attribute']"  # what needs no library; the NaN goes unseen
+    assert "attribute values were not checked" in warnings_line
