@@ -7,7 +7,8 @@
 //   void Compute(const KernelIO&) const;        // validates inputs, computes (IO: see KernelBase)
 // and may throw ortops::Error from either. CustomOp<K> reports K's schema to the runtime,
 // sets every version-gated field for the oldest supported runtime, and turns every
-// exception into an OrtStatus whose message starts with "domain.OpName: ".
+// exception into an OrtStatus whose message starts with "domain.OpName: " (at kernel creation,
+// "domain.OpName node 'name': ").
 #pragma once
 
 #include <onnxruntime_c_api.h>
@@ -59,8 +60,9 @@ struct OpDef {
   bool compat = false;
 };
 
-// Builds the message "domain.Name: what" from the exception in flight.
-OrtStatus* StatusFromCurrentException(const OpDef& def);
+// Builds the message "domain.Name: what" from the exception in flight; given the kernel info
+// of a kernel being created, "domain.Name node 'node name': what" (attribute errors).
+OrtStatus* StatusFromCurrentException(const OpDef& def, const OrtKernelInfo* info = nullptr);
 
 // Says in the session's log, at INFO and once per process, which instruction-set level the
 // hot loops run at (core/isa.h).
@@ -101,7 +103,7 @@ class CustomOp : public OrtCustomOp {
         *kernel = new Kernel(attributes, self.def_);
         return nullptr;
       } catch (...) {
-        return StatusFromCurrentException(self.def_);
+        return StatusFromCurrentException(self.def_, info);
       }
     };
     KernelComputeV2 = [](void* kernel, OrtKernelContext* context) -> OrtStatus* {

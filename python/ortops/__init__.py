@@ -59,7 +59,8 @@ _NO_ONNXRUNTIME = (
     "ortops: no ONNX Runtime is installed; install one: "
     'pip install "ortops[onnxruntime]" (CPU) or "ortops[onnxruntime-gpu]" (CUDA)'
 )
-if importlib.util.find_spec("onnxruntime") is None:
+_ONNXRUNTIME_NOTICE_PRINTED = importlib.util.find_spec("onnxruntime") is None
+if _ONNXRUNTIME_NOTICE_PRINTED:
     print(_NO_ONNXRUNTIME, file=sys.stderr)
 
 
@@ -170,7 +171,9 @@ class OpInfo:
     domain: str
     name: str
     since_version: int
-    # Where the node runs: CPUExecutionProvider, and CUDAExecutionProvider where it has a device path.
+    # The providers the op has a kernel for in some build: CPUExecutionProvider in every build,
+    # CUDAExecutionProvider (where the op has a device path) in the ortops-gpu build only.
+    # registered_providers says which of them the installed library has.
     execution_providers: tuple[str, ...]
     compat: bool
     kernel: str  # rows with the same kernel are one op under several names
@@ -180,6 +183,10 @@ class OpInfo:
     inputs: tuple[InputInfo, ...]
     outputs: tuple[InputInfo, ...]
     attributes: tuple[AttributeInfo, ...]
+    # The execution_providers that the library get_library_path() names registers kernels of
+    # this op for: CPUExecutionProvider alone in the CPU build (the ortops wheel), which has no
+    # CUDA kernels.
+    registered_providers: tuple[str, ...] = ("CPUExecutionProvider",)
 
     @property
     def qualified_name(self) -> str:
@@ -208,6 +215,7 @@ def _manifest() -> dict[str, Any]:
 @functools.cache
 def ops() -> tuple[OpInfo, ...]:
     """Every op the library registers, in op-table order (read from the shipped manifest)."""
+    installed = library_providers()
     return tuple(
         OpInfo(
             domain=op["domain"],
@@ -224,6 +232,7 @@ def ops() -> tuple[OpInfo, ...]:
                 AttributeInfo(a["name"], a["type"], a["default"], a["doc"], a.get("also_ints_of_one", False))
                 for a in op["attributes"]
             ),
+            registered_providers=tuple(p for p in op["execution_providers"] if p in installed),
         )
         for op in _manifest()["ops"]
     )
@@ -238,7 +247,7 @@ def library_providers() -> tuple[str, ...]:
     """The execution providers the library that ``get_library_path()`` names has kernels
     for: ``("CPUExecutionProvider",)``, and ``"CUDAExecutionProvider"`` in the CUDA build (the
     ortops-gpu wheel), whose CUDA kernels run the ops whose ``OpInfo.execution_providers``
-    name CUDA."""
+    name CUDA (``OpInfo.registered_providers``: an op's providers in this library)."""
     return tuple(_manifest().get("library_providers", ("CPUExecutionProvider",)))
 
 

@@ -21,10 +21,14 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ortops._check import ATTRIBUTES_NOT_CHECKED
+
 if TYPE_CHECKING:
     import numpy as np
     import onnx
     import onnxruntime
+
+    from ortops import OpInfo
 
 
 # Exit statuses.
@@ -104,19 +108,34 @@ def _load(path: str) -> onnx.ModelProto:
 # --- inspect ------------------------------------------------------------------------------
 
 
-def _providers_by_op() -> dict[tuple[str, str], list[str]]:
+def _ops_by_name() -> dict[tuple[str, str], OpInfo]:
     from ortops import ops
 
-    return {(op.domain, op.name): list(op.execution_providers) for op in ops()}
+    return {(op.domain, op.name): op for op in ops()}
+
+
+# The build that has a provider's kernels where the installed library lacks them.
+_ONLY_IN_BUILD = {"CUDAExecutionProvider": "the ortops-gpu build"}
+
+
+def _providers_text(op: OpInfo) -> str:
+    """The providers this install registers the op for, then those only another build has:
+    "CPUExecutionProvider (CUDAExecutionProvider: in the ortops-gpu build only)"."""
+    text = ", ".join(op.registered_providers)
+    elsewhere = [p for p in op.execution_providers if p not in op.registered_providers]
+    if elsewhere:
+        text += " (" + "; ".join(f"{p}: in {_ONLY_IN_BUILD.get(p, 'another build')} only" for p in elsewhere) + ")"
+    return text
 
 
 def inspect_report(path: str) -> dict[str, Any]:
     """What ``ortops inspect`` prints, as a JSON-ready dict (UsageError if not a model)."""
-    from ortops._check import STANDARD_DOMAINS, check_model, iter_nodes
+    from ortops._check import STANDARD_DOMAINS, check_model_fully, iter_nodes
 
     model = _load(path)
-    problems = check_model(model)
-    implemented = _providers_by_op()
+    checked = check_model_fully(model)
+    problems = checked.problems
+    known = _ops_by_name()
     groups: Counter[tuple[str, str, int | None, bool]] = Counter()
     total = 0
     for _, node, version, is_function in iter_nodes(model):
@@ -125,7 +144,7 @@ def inspect_report(path: str) -> dict[str, Any]:
             groups[node.domain, node.op_type, version, is_function] += 1
     custom = []
     for (domain, op_type, version, is_function), count in groups.items():
-        providers = implemented.get((domain, op_type), [])
+        op = known.get((domain, op_type))
         custom.append(
             {
                 "domain": domain,
@@ -133,11 +152,16 @@ def inspect_report(path: str) -> dict[str, Any]:
                 "opset": version,
                 "count": count,
                 "model_function": is_function,
-                "implemented": bool(providers),
-                "execution_providers": providers,
+                "implemented": op is not None,
+                # The providers the op has in some build, and those the installed library
+                # registers it for (no CUDA in the CPU build).
+                "execution_providers": list(op.execution_providers) if op else [],
+                "registered_providers": list(op.registered_providers) if op else [],
+                "providers_text": _providers_text(op) if op else "",
             }
         )
-    runnable = not problems and all(c["implemented"] or c["model_function"] for c in custom)
+    errors = [p for p in problems if p.severity == "error"]
+    runnable = not errors and all(c["implemented"] or c["model_function"] for c in custom)
     return {
         "model": path,
         "ir_version": model.ir_version,
@@ -145,15 +169,23 @@ def inspect_report(path: str) -> dict[str, Any]:
         "nodes": total,
         "custom_ops": custom,
         "problems": [
-            {"node": p.node, "domain": p.domain, "op_type": p.op_type, "kind": p.kind, "message": p.message}
+            {
+                "node": p.node,
+                "domain": p.domain,
+                "op_type": p.op_type,
+                "kind": p.kind,
+                "severity": p.severity,
+                "message": p.message,
+            }
             for p in problems
         ],
+        "attributes_checked": checked.attributes_checked,
         "runnable": runnable,
     }
 
 
 def _problem_lines(problems: Sequence[dict[str, Any]]) -> list[str]:
-    return [f"  [{p['kind']}] {p['message']}" for p in problems]
+    return [f"  [{p['kind']}]{' (warning)' * (p['severity'] == 'warning')} {p['message']}" for p in problems]
 
 
 def _print_inspect(report: dict[str, Any]) -> None:
@@ -167,7 +199,7 @@ def _print_inspect(report: dict[str, Any]) -> None:
             if c["model_function"]:
                 status = "model-local function"
             elif c["implemented"]:
-                status = "ortops: " + ", ".join(c["execution_providers"])
+                status = "ortops: " + c["providers_text"]
             else:
                 status = "NOT IMPLEMENTED by ortops"
             opset = "-" if c["opset"] is None else str(c["opset"])
@@ -179,7 +211,11 @@ def _print_inspect(report: dict[str, Any]) -> None:
     if report["problems"]:
         print(f"problems ({len(report['problems'])}):")
         print("\n".join(_problem_lines(report["problems"])))
-    if report["runnable"]:
+    if not report["attributes_checked"]:
+        print(f"note: {ATTRIBUTES_NOT_CHECKED}")
+    if report["runnable"] and report["problems"]:
+        print("result: every custom node runs with ortops, but not every one as the model says (see the warnings)")
+    elif report["runnable"]:
         print("result: every custom node runs with ortops")
     else:
         print("result: the model cannot run with ortops as it is")
@@ -293,20 +329,25 @@ def _random_input(arg: onnxruntime.NodeArg, shape: list[int], rng: np.random.Gen
     return rng.integers(0, 4, shape).astype(dtype)
 
 
-def _check_given(arg: onnxruntime.NodeArg, value: np.ndarray, source: str) -> None:
+def _check_given(arg: onnxruntime.NodeArg, value: np.ndarray, source: str) -> str | None:
+    """Refuses a given input of another element type than the model's; returns a note where its
+    shape differs from the one the model declares. That input is still fed: ONNX Runtime judges
+    shapes (it runs a model whose input declares no shape, which it reports as rank 0, on any)."""
     expected = _ORT_TYPES.get(arg.type)
     if expected is not None and expected != "object" and value.dtype.name != expected:
         _fail(f"input '{arg.name}' ({source}) is {value.dtype.name}, but the model wants {expected}")
     if arg.shape is None:
-        return
-    if len(arg.shape) != value.ndim:
-        _fail(f"input '{arg.name}' ({source}) has shape {list(value.shape)}, but the model wants rank {len(arg.shape)}")
-    for axis, (want, got) in enumerate(zip(arg.shape, value.shape)):
-        if isinstance(want, int) and want >= 0 and want != got:
-            _fail(
-                f"input '{arg.name}' ({source}) has shape {list(value.shape)}, "
-                f"but the model wants {want} along axis {axis} (shape {arg.shape})"
-            )
+        return None
+    declared = f"shape {arg.shape}" if arg.shape else "rank 0 (or no shape)"
+    mismatch = len(arg.shape) != value.ndim or any(
+        isinstance(want, int) and want >= 0 and want != got for want, got in zip(arg.shape, value.shape)
+    )
+    if not mismatch:
+        return None
+    return (
+        f"ortops: note: input '{arg.name}' ({source}) has shape {list(value.shape)}, but the model declares "
+        f"{declared}; passing it to ONNX Runtime as it is"
+    )
 
 
 def _summary(values: np.ndarray) -> str:
@@ -407,7 +448,9 @@ def _feeds(
     for arg in model_inputs:
         if arg.name in given:
             value, source = given[arg.name]
-            _check_given(arg, value, source)
+            note = _check_given(arg, value, source)
+            if note:
+                print(note, file=sys.stderr)
         else:
             value = _random_input(arg, _input_shape(arg, dims), rng)
             source = "random"
@@ -417,12 +460,20 @@ def _feeds(
 
 def _cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
-    import onnxruntime
 
     import ortops
 
     path = args.model
     _check_file(path)
+    try:
+        import onnxruntime
+    except ModuleNotFoundError as e:
+        if e.name != "onnxruntime":
+            raise
+        # One line says it: the package's own notice, where importing ortops printed it.
+        if not ortops._ONNXRUNTIME_NOTICE_PRINTED:
+            print(ortops._NO_ONNXRUNTIME, file=sys.stderr)
+        return CANNOT_RUN
     try:
         import onnx  # noqa: F401  (the check reads the model with it)
     except ModuleNotFoundError as e:
@@ -439,7 +490,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # What check_model finds is reported; ONNX Runtime decides whether the model runs (it
         # runs a misspelled attribute's default, say), unless --strict refuses first.
         report = inspect_report(path)
-        if not report["runnable"]:
+        if report["problems"] or not report["runnable"]:
             count = len(report["problems"])
             lines = [f"ortops: {path}: ortops.check_model finds {count} problem{'s' * (count != 1)}:"]
             lines += _problem_lines(report["problems"])
@@ -638,6 +689,7 @@ def _cmd_ops(args: argparse.Namespace) -> int:
                         "name": op.name,
                         "since_version": op.since_version,
                         "execution_providers": list(op.execution_providers),
+                        "registered_providers": list(op.registered_providers),
                         "compat": op.compat,
                     }
                     for op in table
@@ -649,7 +701,7 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     width = max(len(op.qualified_name) for op in table)
     for op in table:
         compat = "  (compatibility name)" if op.compat else ""
-        print(f"{op.qualified_name:<{width}}  since {op.since_version}  {', '.join(op.execution_providers)}{compat}")
+        print(f"{op.qualified_name:<{width}}  since {op.since_version}  {_providers_text(op)}{compat}")
     return OK
 
 

@@ -87,6 +87,23 @@ def python_without(hidden: Sequence[str], code: str, *args: str, **run: Any) -> 
 
 
 IR_VERSION = 8
+
+# Valid values for required attributes, so that only the attribute under test is wrong.
+VALID_REQUIRED_ATTRIBUTES = {
+    "num_groups": 1,
+    "scale_factor": [2.0, 2.0],
+    "num_classes": 1,
+    "keep_topk": 1,
+    "featmap_strides": [4.0],
+    # TRT::BatchedNMS_TRT's
+    "shareLocation": 1,
+    "backgroundLabelId": -1,
+    "numClasses": 1,
+    "topK": 1,
+    "keepTopK": 1,
+    "scoreThreshold": 0.5,
+    "iouThreshold": 0.5,
+}
 DEFAULT_OPSET = 17
 
 _ELEM = {

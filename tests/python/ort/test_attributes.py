@@ -14,26 +14,10 @@ from onnx import helper
 
 import ortops
 
-from ortest import IR_VERSION, make_model
+from ortest import IR_VERSION, VALID_REQUIRED_ATTRIBUTES, make_model
 
 # A value of each ONNX attribute type, to store where another type is expected.
 _VALUES = {"int": 1, "float": 0.5, "string": "avg", "ints": [1, 1], "floats": [0.5, 0.5]}
-# Valid values for required attributes, so that only the attribute under test is wrong.
-_REQUIRED = {
-    "num_groups": 1,
-    "scale_factor": [2.0, 2.0],
-    "num_classes": 1,
-    "keep_topk": 1,
-    "featmap_strides": [4.0],
-    # TRT::BatchedNMS_TRT's
-    "shareLocation": 1,
-    "backgroundLabelId": -1,
-    "numClasses": 1,
-    "topK": 1,
-    "keepTopK": 1,
-    "scoreThreshold": 0.5,
-    "iouThreshold": 0.5,
-}
 _NUMPY = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32}
 
 
@@ -62,7 +46,9 @@ def _create_session(op: ortops.OpInfo, attributes: dict[str, object]) -> None:
     ids=lambda v: v.qualified_name if isinstance(v, ortops.OpInfo) else getattr(v, "name", v),
 )
 def test_attribute_of_the_wrong_type_is_an_error(op: ortops.OpInfo, attribute: ortops.AttributeInfo, stored: str):
-    attributes = {name: value for name, value in _REQUIRED.items() if any(a.name == name for a in op.attributes)}
+    attributes = {
+        name: value for name, value in VALID_REQUIRED_ATTRIBUTES.items() if any(a.name == name for a in op.attributes)
+    }
     attributes[attribute.name] = _VALUES[stored]
     with pytest.raises(Exception) as error:
         _create_session(op, attributes)
@@ -74,7 +60,9 @@ def test_attribute_of_the_wrong_type_is_an_error(op: ortops.OpInfo, attribute: o
 
 @pytest.mark.parametrize("op", ortops.ops(), ids=lambda op: op.qualified_name)
 def test_attributes_of_the_right_type_create_the_kernel(op: ortops.OpInfo):
-    attributes = {name: value for name, value in _REQUIRED.items() if any(a.name == name for a in op.attributes)}
+    attributes = {
+        name: value for name, value in VALID_REQUIRED_ATTRIBUTES.items() if any(a.name == name for a in op.attributes)
+    }
     _create_session(op, attributes)
 
 
@@ -89,3 +77,17 @@ def test_a_float_threshold_written_as_int_no_longer_runs_at_the_default():
     options.log_severity_level = 4
     with pytest.raises(Exception, match="attribute 'iou_threshold' must be of type float, got int"):
         ort.InferenceSession(model.SerializeToString(), options).run(None, {"boxes": boxes, "scores": scores})
+
+
+def test_an_attribute_error_names_the_node() -> None:
+    """ONNX Runtime does not say for which node a kernel could not be created: the library's
+    message does, after the op, where the node has a name."""
+    model = make_model("NMS", "ortops", [("boxes", np.float32, 2), ("scores", np.float32, 1)], ["indices"])
+    model.graph.node[0].attribute.append(helper.make_attribute("iou_threshold", float("nan")))
+    options = ortops.session_options()
+    options.log_severity_level = 4
+    with pytest.raises(Exception, match=r"ortops\.NMS: attribute 'iou_threshold' is NaN"):
+        ort.InferenceSession(model.SerializeToString(), options)
+    model.graph.node[0].name = "nms_1"
+    with pytest.raises(Exception, match=r"ortops\.NMS node 'nms_1': attribute 'iou_threshold' is NaN"):
+        ort.InferenceSession(model.SerializeToString(), options)

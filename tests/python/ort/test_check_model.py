@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 import ortops
 
-from ortest import make_model, model_of, run
+from ortest import make_model, model_of, python_without, run
 
 NMS_INPUTS = [("boxes", np.float32, 2), ("scores", np.float32, 1)]
 
@@ -98,9 +98,10 @@ def test_unknown_custom_ops(domain: str, op: str) -> None:
 def test_misspelled_attribute_is_reported_and_is_invisible_to_the_kernel() -> None:
     model = nms_model(iou_treshold=0.0)
     (problem,) = ortops.check_model(model)
-    assert problem.kind == "unknown-attribute"
+    assert (problem.kind, problem.severity) == ("unknown-attribute", "warning")
     assert "'iou_treshold'" in problem.message and "mmcv::NonMaxSuppression" in problem.message
     assert "iou_threshold" in problem.message  # the attributes it does have
+    assert "'iou_threshold' keeps its default 0.5" in problem.message
     # The runtime loads it and runs with the default iou_threshold 0.5: box 1 (IoU 0.68 with
     # box 0) is dropped, which a threshold of 0 given under the right name would also do, but
     # box 2 (IoU 0.14 with box 0) is kept, which a threshold of 0 would drop.
@@ -118,16 +119,16 @@ def test_misspelled_attribute_is_reported_and_is_invisible_to_the_kernel() -> No
 )
 def test_wrong_attribute_type_is_reported_and_refused_by_the_kernel(value: onnx.AttributeProto, stored_as: str) -> None:
     model = nms_model()
+    model.graph.node[0].name = "nms_7"
     model.graph.node[0].attribute.append(value)
     (problem,) = ortops.check_model(model)
-    assert problem.kind == "attribute-type"
-    assert "'iou_threshold'" in problem.message and "must be float" in problem.message
-    assert f"stores it as {stored_as}" in problem.message
-    # What the library does, not what it once did (run at the default 0.5): it refuses.
-    refusal = f"attribute 'iou_threshold' must be of type float, got {stored_as}"
-    assert "the session cannot be created" in problem.message and f'"{refusal}"' in problem.message
+    assert (problem.kind, problem.severity) == ("attribute-type", "error")
+    # What the library does, not what it once did (run at the default 0.5): it refuses, and its
+    # message names the node.
+    refusal = f"mmcv.NonMaxSuppression node 'nms_7': attribute 'iou_threshold' must be of type float, got {stored_as}"
+    assert "the session cannot be created" in problem.message and problem.message.endswith(refusal)
     assert "default" not in problem.message
-    with pytest.raises(Exception, match=refusal):
+    with pytest.raises(Exception, match=re.escape(refusal)):
         ort.InferenceSession(model.SerializeToString(), ortops.session_options())
 
 
@@ -169,29 +170,35 @@ def _stored(name: str, kind: str) -> onnx.AttributeProto:
 def test_what_check_model_says_of_a_stored_type_is_what_the_session_does(
     domain: str, op_type: str, attribute: str, kind: str
 ) -> None:
-    """Each claim that check_model makes about an attribute's stored type is checked against a
-    session of the library: refused (with the quoted error), read as an empty list, or fine."""
+    """check_model's verdict on an attribute's stored type is a session's: an error with the
+    session's message where creating one fails, nothing where it succeeds."""
     (op,) = [o for o in ortops.ops() if (o.domain, o.name) == (domain, op_type)]
     model = _op_model(op, **_required(op, skip=attribute))
+    model.graph.node[0].name = "node_under_test"
     model.graph.node[0].attribute.append(_stored(attribute, kind))
-    problems = [p for p in ortops.check_model(model) if p.kind == "attribute-type"]
+    problems = ortops.check_model(model)
+    error = session_error(model)
+    assert [p.severity for p in problems] == (["error"] if error else []), (problems, error)
+    if problems:
+        assert problems[0].kind in ("attribute-type", "attribute-value", "node-refused"), problems
+        assert _verdict(problems[0]) in error, (problems[0].message, error)
+
+
+def session_error(model: onnx.ModelProto) -> str:
+    """The error of creating a session of ``model`` with ortops on the CPU ("" if none)."""
     try:
         ort.InferenceSession(model.SerializeToString(), ortops.session_options(), providers=["CPUExecutionProvider"])
-        error = ""
     except Exception as e:  # noqa: BLE001 - whatever ONNX Runtime raises
-        error = str(e)
-    if not problems:
-        assert "must be of type" not in error and "invalid model" not in error, error
-        return
-    (problem,) = problems
-    quoted = re.search(r'fails with "(.*)"\.$', problem.message)
-    if "the session cannot be created" in problem.message:
-        assert quoted and quoted[1] in error, (problem.message, error)
-    elif "reads it as an empty list" in problem.message:
-        assert "must be of type" not in error, error
-    else:
-        assert "refuses such a model when it loads it" in problem.message, problem.message
-        assert "invalid model" in error.lower() or "INVALID_GRAPH" in error, error
+        return str(e)
+    return ""
+
+
+def _verdict(problem: ortops.ModelProblem) -> str:
+    """What a problem quotes of the session's error: the library's message, or ONNX Runtime's."""
+    for lead in (": the session cannot be created: ", ": ONNX Runtime refuses the node: "):
+        if lead in problem.message:
+            return problem.message.split(lead, 1)[1]
+    raise AssertionError(f"no session verdict in {problem.message!r}")
 
 
 def test_required_attribute_missing() -> None:
@@ -314,6 +321,8 @@ def test_problem_kinds_are_the_documented_ones() -> None:
         "unknown-attribute",
         "attribute-type",
         "missing-attribute",
+        "attribute-value",
+        "node-refused",
         "input-type",
         "opset",
     }
@@ -364,5 +373,54 @@ def test_every_op_reports_a_wrong_typed_attribute(op: ortops.OpInfo) -> None:
     )
     assert kinds(problems) == ["attribute-type"]
     message = problems[0].message
-    assert f"'{first.name}'" in message and op.qualified_name in message
-    assert f"must be {first.type}" in message and f"stores it as {WRONG_TYPE_NAME[first.type]}" in message
+    assert op.qualified_name in message
+    assert f"attribute '{first.name}' must be of type {first.type}, got {WRONG_TYPE_NAME[first.type]}" in message
+
+
+def test_like_nodes_share_one_session(monkeypatch) -> None:
+    """A detector holds dozens of like nodes: each (op, attributes, input types) is given to
+    ONNX Runtime once, and the verdict still names every node."""
+    created = []
+    real = ort.InferenceSession
+
+    def counting(*args: object, **kwargs: object) -> ort.InferenceSession:
+        created.append(args[0])
+        return real(*args, **kwargs)
+
+    nodes = [
+        helper.make_node(
+            "NMS", ["boxes", "scores"], [f"i{n}"], domain="ortops", name=f"nms_{n}", iou_threshold=float("nan")
+        )
+        for n in range(50)
+    ] + [helper.make_node("NMS", ["boxes", "scores"], [f"j{n}"], domain="ortops", name=f"ok_{n}") for n in range(50)]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [None, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None]),
+        ],
+        [helper.make_value_info(name, onnx.TypeProto()) for node in nodes for name in node.output],
+    )
+    monkeypatch.setattr(ort, "InferenceSession", counting)
+    problems = ortops.check_model(model_of(graph, "ortops"))
+    assert len(created) == 2
+    assert [p.node for p in problems] == [f"nms_{n}" for n in range(50)]
+    assert problems[7].message.endswith("ortops.NMS node 'nms_7': attribute 'iou_threshold' is NaN")
+
+
+def test_without_onnx_runtime_attributes_are_not_checked_and_a_warning_says_so(tmp_path) -> None:
+    path = tmp_path / "nan.onnx"
+    onnx.save(nms_model(iou_threshold=float("nan"), iou_treshold=0.5), str(path))
+    code = (
+        "import sys, warnings, ortops\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    problems = ortops.check_model(sys.argv[1])\n"
+        "print([p.kind for p in problems]); print([str(w.message) for w in caught])\n"
+    )
+    result = python_without(("onnxruntime",), code, str(path))
+    assert result.returncode == 0, result.stderr
+    kinds_line, warnings_line = result.stdout.splitlines()
+    assert kinds_line == "['unknown-attribute']"  # what needs no library; the NaN goes unseen
+    assert "attribute values were not checked" in warnings_line

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
@@ -143,24 +144,83 @@ def test_inspect_and_run_a_tensorrt_nms_file(tmp_path) -> None:
     assert "det_classes" in result.stdout and "int32" in result.stdout
 
 
-def test_inspect_reports_attribute_problems(tmp_path) -> None:
-    result = ortops_cli("inspect", str(nms_model_file(tmp_path, iou_treshold=0.3)))
-    assert result.returncode == 1
-    assert "[unknown-attribute]" in result.stdout and "'iou_treshold'" in result.stdout
+def session_error(path: Path) -> str:
+    """The error of creating a session of the model at ``path`` with ortops ("" if none):
+    the truth that inspect's verdicts are held to."""
+    try:
+        ort.InferenceSession(str(path), ortops.session_options(), providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - whatever ONNX Runtime raises
+        return str(e)
+    return ""
 
 
-def test_inspect_says_what_the_library_does_with_a_wrongly_typed_attribute(tmp_path) -> None:
-    """An int iou_threshold: ortops' kernel refuses it when the session is created (it does
-    not fall back to the default), and inspect says so, quoting the kernel's error."""
-    path = nms_model_file(tmp_path, iou_threshold=0)
+def test_inspect_calls_a_misspelled_attribute_a_warning_as_the_session_runs_it(tmp_path) -> None:
+    path = nms_model_file(tmp_path, iou_treshold=0.3)
+    assert session_error(path) == ""
     result = ortops_cli("inspect", str(path))
-    assert result.returncode == 1
-    (line,) = [line for line in result.stdout.splitlines() if "[attribute-type]" in line]
-    refusal = "attribute 'iou_threshold' must be of type float, got int"
-    assert "the session cannot be created" in line and f'"{refusal}"' in line, line
-    assert "default" not in line
+    assert result.returncode == 0, result.stdout
+    (line,) = [line for line in result.stdout.splitlines() if "[unknown-attribute]" in line]
+    assert "(warning)" in line and "'iou_treshold'" in line and "'iou_threshold' keeps its default 0.5" in line
+    assert "not every one as the model says" in result.stdout.splitlines()[-1]
+    report = json.loads(ortops_cli("inspect", str(path), "--json").stdout)
+    assert report["runnable"] is True and report["attributes_checked"] is True
+    assert [(p["kind"], p["severity"]) for p in report["problems"]] == [("unknown-attribute", "warning")]
+
+
+@pytest.mark.parametrize(
+    "op_type,domain,inputs,attributes",
+    [
+        ("NMS", "ortops", ("boxes", "scores"), {"iou_threshold": float("nan")}),
+        ("NMS", "ortops", ("boxes", "scores"), {"offset": 2}),
+        ("NMS", "ortops", ("boxes", "scores"), {"iou_threshold": 0}),  # an int, not a float
+        ("RoIAlign", "ortops", ("input", "rois"), {"mode": "bogus"}),
+        ("GroupNorm", "ortops", ("X", "scale", "bias"), {}),  # num_groups is required
+    ],
+)
+def test_inspect_refuses_what_the_session_refuses_with_its_message(
+    tmp_path, op_type: str, domain: str, inputs: tuple[str, ...], attributes: dict[str, object]
+) -> None:
+    """Two nodes, one named and one not: inspect's verdict on each is the session's, word for
+    word (the library names the node where it has a name)."""
+    nodes = [
+        helper.make_node(op_type, list(inputs), [f"out{i}"], domain=domain, name=name, **attributes)
+        for i, name in enumerate(("bad_node", ""))
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in inputs],
+        [helper.make_value_info(f"out{i}", onnx.TypeProto()) for i in range(2)],
+    )
+    path = saved(tmp_path, "bad.onnx", model_of(graph, domain))
+    error = session_error(path)
+    assert error
+    report = json.loads(ortops_cli("inspect", str(path), "--json").stdout)
+    assert report["runnable"] is False
+    assert [(p["node"], p["severity"]) for p in report["problems"]] == [("bad_node", "error"), ("#1", "error")]
+    named, unnamed = (p["message"].split(": the session cannot be created: ", 1)[1] for p in report["problems"])
+    # The session fails at its first node; its message is the library's about that node.
+    assert error.endswith(named), (named, error)
+    assert named.startswith(f"{domain}.{op_type} node 'bad_node': ")
+    assert unnamed == named.replace(" node 'bad_node'", "")
+    result = ortops_cli("inspect", str(path))
+    assert (
+        result.returncode == 1 and result.stdout.splitlines()[-1] == "result: the model cannot run with ortops as it is"
+    )
     run = ortops_cli("run", str(path))
-    assert run.returncode == 1 and refusal in run.stderr.splitlines()[-1], run.stderr
+    assert run.returncode == 1 and run.stderr.splitlines()[-1].endswith(named), run.stderr
+
+
+def test_inspect_without_onnx_runtime_says_attributes_were_not_checked(tmp_path) -> None:
+    path = nms_model_file(tmp_path, iou_threshold=float("nan"))
+    result = ortops_cli("inspect", str(path), without=("onnxruntime",))
+    assert result.returncode == 0, result.stdout + result.stderr
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        "note: attribute values were not checked: that needs ONNX Runtime, which is not installed "
+        '(pip install "ortops[onnxruntime]")'
+    ]
+    assert "Traceback" not in result.stderr
 
 
 def test_missing_file(tmp_path) -> None:
@@ -298,6 +358,72 @@ def test_run_without_onnx_runs_unchecked(tmp_path) -> None:
     )
 
 
+def test_run_leaves_undeclared_and_mismatching_shapes_to_onnx_runtime(tmp_path) -> None:
+    """An input whose shape differs from the declared one is fed as it is, with a note: where
+    the model declares none (ONNX Runtime reports rank 0), ONNX Runtime runs it; where it
+    declares another rank, ONNX Runtime refuses it, and run fails with its message."""
+    undeclared = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    path = saved(tmp_path, "relu.onnx", model_of(undeclared))
+    value = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
+    np.save(tmp_path / "x.npy", value)
+    expected = ort.InferenceSession(str(path)).run(None, {"x": value})[0]  # ONNX Runtime runs it
+    result = ortops_cli("run", str(path), "--input", f"x={tmp_path / 'x.npy'}", "--save", str(tmp_path / "y.npz"))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == (
+        f"ortops: note: input 'x' ({tmp_path / 'x.npy'}) has shape [3, 4], but the model declares rank 0 "
+        "(or no shape); passing it to ONNX Runtime as it is\n"
+    )
+    with np.load(tmp_path / "y.npz") as outputs:
+        np.testing.assert_array_equal(outputs["y"], expected)
+
+    nms = nms_model_file(tmp_path)
+    np.save(tmp_path / "scores.npy", SCORES)
+    with pytest.raises(Exception) as refused:  # noqa: PT011 - the truth is ONNX Runtime's message
+        session = ort.InferenceSession(str(nms), ortops.session_options())
+        session.run(None, {"boxes": SCORES, "scores": SCORES})
+    result = ortops_cli("run", str(nms), "--input", f"boxes={tmp_path / 'scores.npy'}")
+    assert result.returncode == 1, result.stderr
+    note, failure = result.stderr.splitlines()
+    assert note.startswith("ortops: note: input 'boxes'") and "declares shape ['N', 4]" in note
+    assert failure.endswith(str(refused.value).splitlines()[0]), (failure, refused.value)
+
+
+# Makes importlib find no onnxruntime at all, as where it is not installed (importing ortops
+# then prints its notice), where python_without's finder makes importing it fail.
+_NOT_FOUND = """
+import importlib.machinery, sys
+class NotFound(importlib.machinery.PathFinder):
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        return None if name.partition(".")[0] == "onnxruntime" else super().find_spec(name, path, target)
+sys.meta_path[:] = [NotFound if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+sys.argv[0] = "ortops"
+import runpy
+runpy.run_module("ortops", run_name="__main__")
+"""
+
+
+def test_run_without_onnx_runtime_says_so_in_one_line(tmp_path) -> None:
+    path = nms_model_file(tmp_path)
+    notice = (
+        "ortops: no ONNX Runtime is installed; install one: "
+        'pip install "ortops[onnxruntime]" (CPU) or "ortops[onnxruntime-gpu]" (CUDA)\n'
+    )
+    hidden = ortops_cli("run", str(path), without=("onnxruntime",))
+    env = dict(os.environ, PYTHONPATH=str(Path(ortops.__file__).resolve().parents[1]))
+    env["ORTOPS_LIBRARY"] = ortops.get_library_path()
+    absent = subprocess.run(
+        [sys.executable, "-c", _NOT_FOUND, "run", str(path)], capture_output=True, text=True, env=env, timeout=60
+    )
+    for result in (hidden, absent):
+        assert (result.returncode, result.stdout, result.stderr) == (1, "", notice)
+
+
 def test_unknown_dim_names_the_models_symbolic_dims(tmp_path) -> None:
     result = ortops_cli("run", str(nms_model_file(tmp_path)), "--dim", "n=3")
     assert result.returncode == 2 and result.stdout == ""
@@ -314,7 +440,6 @@ def test_unknown_dim_names_the_models_symbolic_dims(tmp_path) -> None:
     [
         (["--input", "boxes"], "--input expects NAME=FILE.npy, got 'boxes'"),
         (["--input", "bxes=BOXES"], "has no input named 'bxes' (its inputs: boxes, scores)"),
-        (["--input", "boxes=SCORES"], "input 'boxes' (SCORES) has shape [4], but the model wants rank 2"),
         (["--input", "boxes=BOXES64"], "input 'boxes' (BOXES64) is float64, but the model wants float32"),
         (["--dim", "M=3"], "no random input has a dimension named 'M' (the model's symbolic dimensions: N (of"),
         (["--providers", "nosuch"], "execution provider 'nosuch' is not available"),
@@ -334,6 +459,52 @@ def test_run_usage_errors(tmp_path, args: list[str], message: str) -> None:
 
 
 # --- other commands -----------------------------------------------------------------------
+
+
+def test_providers_say_what_the_installed_build_registers(tmp_path) -> None:
+    """ops, inspect and OpInfo tell the providers an op has in some build from those that the
+    installed library registers, as its manifest (written by the build) says: the CPU build
+    lists no CUDA kernel. The same library under a CUDA build's manifest lists CUDA's."""
+    manifest = json.loads((Path(ortops.get_library_path()).parent / "ortops_ops.json").read_text())
+    builds = {"cpu": ["CPUExecutionProvider"], "cuda": ["CPUExecutionProvider", "CUDAExecutionProvider"]}
+    model = str(cummax_model_file(tmp_path))
+    for build, installed in builds.items():
+        folder = tmp_path / build
+        folder.mkdir()
+        (folder / "libortops.so").symlink_to(ortops.get_library_path())
+        (folder / "ortops_ops.json").write_text(json.dumps({**manifest, "library_providers": installed}))
+        env = dict(os.environ, ORTOPS_LIBRARY=str(folder / "libortops.so"))
+        env["PYTHONPATH"] = str(Path(ortops.__file__).resolve().parents[1])
+
+        def cli(*args: str, env: dict[str, str] = env) -> str:
+            result = subprocess.run([sys.executable, "-m", "ortops", *args], capture_output=True, text=True, env=env)
+            assert result.returncode == 0, result.stderr
+            return result.stdout
+
+        for op in json.loads(cli("ops", "--json")):
+            expected = [p for p in manifest_providers(manifest, op) if p in installed]
+            assert op["registered_providers"] == expected, (build, op)
+        text = {line.split()[0]: line for line in cli("ops").splitlines()}
+        (cummax,) = json.loads(cli("inspect", model, "--json"))["custom_ops"]
+        assert cummax["execution_providers"] == ["CPUExecutionProvider", "CUDAExecutionProvider"]
+        assert cummax["registered_providers"] == installed
+        inspect_line = next(line for line in cli("inspect", model).splitlines() if "mmcv::cummax" in line)
+        if build == "cpu":
+            gpu_only = "CPUExecutionProvider (CUDAExecutionProvider: in the ortops-gpu build only)"
+            assert text["mmcv::cummax"].split("since 1  ")[1] == f"{gpu_only}  (compatibility name)"
+            assert inspect_line.endswith(f"ortops: {gpu_only}")
+        else:
+            both = "CPUExecutionProvider, CUDAExecutionProvider  (compatibility name)"
+            assert text["mmcv::cummax"].split("since 1  ")[1] == both
+            assert inspect_line.endswith("ortops: CPUExecutionProvider, CUDAExecutionProvider")
+    # This test's own library: what OpInfo says is what its manifest says.
+    for op in ortops.ops():
+        assert set(op.registered_providers) == set(op.execution_providers) & set(manifest["library_providers"])
+
+
+def manifest_providers(manifest: dict, op: dict) -> list[str]:
+    (row,) = [r for r in manifest["ops"] if (r["domain"], r["name"]) == (op["domain"], op["name"])]
+    return row["execution_providers"]
 
 
 def test_version_and_ops() -> None:
