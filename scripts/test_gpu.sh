@@ -31,8 +31,10 @@
 # is lost when it goes back. Device time is short (15 minutes a session, starts and transfers
 # included). One round took about 2.5 minutes there: a minute for the start and transfers,
 # 45 s for the build, 35 s for the suite (8 processes), 10 s for tests/python/cuda, 30 s for
-# the benchmark. That leaves time for a few rounds of fixes. Record the date, the device and
-# the figures it prints in the README's GPU section.
+# the benchmark. That leaves time for a few rounds of fixes. The benchmark's JSON (in $OUT) is
+# the record the docs are generated from: copy a full run's bench-cuda.json over
+# docs/data/bench-cuda.json, run scripts/gen_perf_docs.py --readme, and write the date, the
+# device and what the tests found in docs/guide/gpu.md's Status section.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

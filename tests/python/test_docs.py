@@ -130,7 +130,9 @@ def test_api_reference_covers_the_public_api() -> None:
     every public name of ``ortops`` and ``ortops.torch`` must be on it."""
     page = (ROOT / "docs" / "api.md").read_text()
     rendered = set(re.findall(r"^::: ([\w.]+)$", page, re.M))
-    missing = [f"ortops.{name}" for name in ortops.__all__ if name != "__version__" and f"ortops.{name}" not in rendered]
+    missing = [
+        f"ortops.{name}" for name in ortops.__all__ if name != "__version__" and f"ortops.{name}" not in rendered
+    ]
     documented_torch = {entry.rsplit(".", 1)[-1] for entry in rendered if entry.startswith("ortops.torch.")}
     missing += [f"ortops.torch.{name}" for name in ortops.torch.__all__ if name not in documented_torch]
     assert not missing, f"docs/api.md does not render {missing}"
