@@ -136,3 +136,12 @@ def test_api_reference_covers_the_public_api() -> None:
     documented_torch = {entry.rsplit(".", 1)[-1] for entry in rendered if entry.startswith("ortops.torch.")}
     missing += [f"ortops.torch.{name}" for name in ortops.torch.__all__ if name not in documented_torch]
     assert not missing, f"docs/api.md does not render {missing}"
+
+
+def test_readme_links_resolve() -> None:
+    """The README is read on GitHub and as the wheel's description, outside the site's strict
+    build: each of its relative links must name a file of the repository."""
+    readme = (ROOT / "README.md").read_text()
+    targets = {t.split("#", 1)[0] for t in re.findall(r"\]\(([^)\s]+)\)", readme) if "://" not in t}
+    missing = sorted(t for t in targets if t and not (ROOT / t).exists())
+    assert not missing, f"README.md links to missing files: {missing}"
