@@ -499,6 +499,8 @@ def _is_output_layout(layout: _Layout, heads_by_batch: _Atom, batch: Any, heads:
     if len(layout) != 3 or _names(layout[1]) != ["s:q"]:
         return False
     outer = [x for x in layout[0] if not _is_unit(x)]
+    if not outer and _equal(batch, 1):  # a batch of 1: the heads need no split from it
+        return _names(layout[2]) == [heads_by_batch.name, "s:d"]
     if outer == [heads_by_batch] and _equal(heads, 1):
         return _names(layout[2]) == ["s:d"]
     if len(outer) != 1 or outer[0].parent is not heads_by_batch or outer[0].part != "outer":
