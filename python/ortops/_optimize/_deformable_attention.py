@@ -599,6 +599,9 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
     value = candidate
     if value.dtype is None or value.dtype.name not in _FLOAT_TYPES:
         raise _Refused(f"value's element type {value.dtype} (the node takes float, double, float16)")
+    # The node computes in value's type: a Cast on the way to the GridSamples would change it.
+    if any(sampler.inputs[0].dtype != value.dtype for sampler in samplers):
+        raise _Refused("the levels are sampled in another element type than value's (a Cast on the way)")
 
     # Locations: [N, Lq, M, L, P, 2] picked per level, or [N, Lq, M, L * P, 2] split per level.
     grid_paths, locs = zip(*(_grid_root(sp_node.inputs[1]) for sp_node in samplers))
