@@ -6,7 +6,7 @@ named list of passes, each an onnxscript :class:`RewriteRule` whose ``check`` pr
 condition the rewrite needs (constant attribute values, shapes, opset semantics). A check that
 finds the pattern but cannot prove a condition records a *near-miss* with its reason, so the
 report says why a block was left alone. Rules live in one module each (``_group_norm``,
-``_roi_align``) and are listed in :data:`RULE_MODULES`; a new rule is a new module there.
+``_roi_align``, ``_non_max_suppression``) and are listed in :data:`RULE_MODULES`; a new rule is a new module there.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ RULE_MODULES: tuple[str, ...] = (
     "ortops._optimize._group_norm",
     "ortops._optimize._roi_align",
     "ortops._optimize._deformable_attention",
+    "ortops._optimize._non_max_suppression",
 )
 
 #: The custom domain and opset version of the nodes the rules make.
