@@ -15,6 +15,7 @@
 #include "ops/nms/nms.h"
 #include "ops/nms_match/nms_match.h"
 #include "ops/nms_rotated/nms_rotated.h"
+#include "ops/non_max_suppression/non_max_suppression.h"
 #include "ops/roi_align/roi_align.h"
 #include "ops/roi_align_rotated/roi_align_rotated.h"
 #include "ops/rotated_feature_align/rotated_feature_align.h"
@@ -45,6 +46,8 @@ constexpr OpDef kOpTable[] = {
   // domain         name                         since  provider  schema                           factory                       quirks
   {kOrtopsDomain,   "NMS",                       1,     OnCuda(nms::MakeDevice),   &nms::kSchema,                   &nms::Make},
   {kMmcvDomain,     "NonMaxSuppression",         1,     OnCuda(nms::MakeDevice),   &nms::kSchema,                   &nms::Make,                   kCompat},
+  // ONNX's NonMaxSuppression with ONNX Runtime's results (ortops optimize writes it).
+  {kOrtopsDomain,   "NonMaxSuppression",         1,     kCpuOnly,  &non_max_suppression::kSchema,   &non_max_suppression::Make},
   {kOrtopsDomain,   "SoftNMS",                   1,     OnCuda(soft_nms::MakeDevice),   &soft_nms::kSchema,              &soft_nms::Make},
   {kMmcvDomain,     "SoftNonMaxSuppression",     1,     OnCuda(soft_nms::MakeDevice),   &soft_nms::kSchema,              &soft_nms::Make,              kCompat},
   {kOrtopsDomain,   "NMSMatch",                  1,     OnCuda(nms_match::MakeDevice),   &nms_match::kSchema,             &nms_match::Make},

@@ -65,6 +65,7 @@ FAMILY_OF_FOLDER = {
     "nms": NMS,
     "soft_nms": NMS,
     "nms_match": NMS,
+    "non_max_suppression": NMS,
     "nms_rotated": NMS,
     "batched_nms": NMS,
     "trt_batched_nms": NMS,

@@ -266,3 +266,72 @@ ORTOPS_HD inline float EfficientIoU(const float* a, float area_a, const float* b
 
 }  // namespace ORTOPS_ISA_NS
 }  // namespace ortops
+
+namespace ortops {
+inline namespace ORTOPS_ISA_NS {
+
+// ONNX NonMaxSuppression as ONNX Runtime's CPU kernel computes it (ORT 1.31, measured against
+// it: tests/python/ort/test_non_max_suppression.py), in float32. Each box is first put in one
+// form, (lo0, lo1, hi0, hi1) and its area (hi0 - lo0) * (hi1 - lo1):
+//   center_point_box 0, (c0, c1, c2, c3) = two opposite corners: each axis's pair sorted by
+//     `c_a >= c_b ? (c_b, c_a) : (c_a, c_b)` (so a NaN lands where that test puts it);
+//   center_point_box 1, (x, y, w, h): (y - h / 2, x - w / 2, y + h / 2, x + w / 2), not
+//     sorted (a negative width or height gives an inverted box, which overlaps nothing), the
+//     area again from these corners (not w * h, which rounds differently).
+template <typename T>
+struct OnnxNmsBox {
+  T lo0, lo1, hi0, hi1, area;
+};
+
+template <typename T>
+ORTOPS_HD inline void OnnxSortedPair(T a, T b, T& lo, T& hi) {
+  if (a >= b) {
+    lo = b, hi = a;
+  } else {
+    lo = a, hi = b;
+  }
+}
+
+template <typename T>
+ORTOPS_HD inline OnnxNmsBox<T> MakeOnnxNmsBox(const T* box, bool center_point_box) {
+  OnnxNmsBox<T> out;
+  if (center_point_box) {
+    const T half_width = box[2] / T(2), half_height = box[3] / T(2);
+    out.lo0 = box[1] - half_height, out.hi0 = box[1] + half_height;
+    out.lo1 = box[0] - half_width, out.hi1 = box[0] + half_width;
+  } else {
+    OnnxSortedPair(box[0], box[2], out.lo0, out.hi0);
+    OnnxSortedPair(box[1], box[3], out.lo1, out.hi1);
+  }
+  out.area = (out.hi0 - out.lo0) * (out.hi1 - out.lo1);
+  return out;
+}
+
+// Whether the kept box k suppresses the candidate c: both axes' intersections non-empty
+// (written as ONNX Runtime's early exits `hi <= lo`, so NaN passes them as there), a positive
+// intersection area, and intersection / (area_c + area_k - intersection) > threshold; max and
+// min pick as std::max / std::min with the candidate first. Without branches, so that a loop
+// over kept boxes one array per coordinate vectorises it (ops/nms/suppress_simd.cc).
+//
+// A box whose area is not finite (NaN or an infinite coordinate, or an overflowing product)
+// never suppresses and is never suppressed, for every threshold in [0, 1] (the only ones ONNX
+// Runtime takes): its union is infinite (IoU 0) or NaN. So the argument order, which only
+// matters for NaN, does not change a result.
+template <typename T>
+ORTOPS_HD inline bool OnnxSuppresses(T c_lo0, T c_lo1, T c_hi0, T c_hi1, T c_area, T k_lo0, T k_lo1, T k_hi0, T k_hi1,
+                                     T k_area, T threshold) {
+  const T lo1 = c_lo1 < k_lo1 ? k_lo1 : c_lo1, hi1 = k_hi1 < c_hi1 ? k_hi1 : c_hi1;
+  const T lo0 = c_lo0 < k_lo0 ? k_lo0 : c_lo0, hi0 = k_hi0 < c_hi0 ? k_hi0 : c_hi0;
+  const T intersection = (hi1 - lo1) * (hi0 - lo0);
+  const T iou = intersection / (c_area + k_area - intersection);
+  return !(hi1 <= lo1) & !(hi0 <= lo0) & !(intersection <= T(0)) & (iou > threshold);
+}
+
+template <typename T>
+ORTOPS_HD inline bool OnnxSuppresses(const OnnxNmsBox<T>& candidate, const OnnxNmsBox<T>& kept, T threshold) {
+  return OnnxSuppresses(candidate.lo0, candidate.lo1, candidate.hi0, candidate.hi1, candidate.area, kept.lo0, kept.lo1,
+                        kept.hi0, kept.hi1, kept.area, threshold);
+}
+
+}  // namespace ORTOPS_ISA_NS
+}  // namespace ortops

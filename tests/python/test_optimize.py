@@ -4,6 +4,7 @@ ortops nodes with the same outputs in ONNX Runtime; near-misses left alone and r
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import subprocess
@@ -330,6 +331,148 @@ def test_roi_align_max_mode_is_a_near_miss() -> None:
     assert op_counts(rewritten) == op_counts(model)
     assert [(m.rule, m.node) for m in report.near_misses] == [("roi-align", "roi_align (RoiAlign)")]
     assert "max" in report.near_misses[0].reason
+
+
+# --- non-maximum suppression ----------------------------------------------------------------
+
+NMS_OPTIONAL = ("max_output_boxes_per_class", "iou_threshold", "score_threshold")
+NMS_VALUES = {"max_output_boxes_per_class": np.array([6], np.int64), "iou_threshold": np.array([0.45], np.float32)}
+NMS_VALUES["score_threshold"] = np.array([0.2], np.float32)
+
+
+def nms_model(
+    present: tuple[bool, bool, bool] = (True, True, True),
+    constants: bool = False,
+    where: str = "main",
+    center_point_box: int = 0,
+) -> onnx.ModelProto:
+    """ONNX NonMaxSuppression on boxes [B, N, 4] and scores [B, C, N], with the optional inputs
+    ``present`` (Constants in the graph, or graph inputs), in the main graph, an If's then
+    branch or a Loop body (run twice, keeping the last result)."""
+    names = [name if there else "" for name, there in zip(NMS_OPTIONAL, present)]
+    while names and not names[-1]:
+        names.pop()
+    nodes, inputs = (
+        [],
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, ["B", "N", 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["B", "C", "N"]),
+        ],
+    )
+    for name in filter(None, names):
+        if constants:
+            nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(NMS_VALUES[name])))
+        else:
+            elem = TensorProto.INT64 if name == NMS_OPTIONAL[0] else TensorProto.FLOAT
+            inputs.append(helper.make_tensor_value_info(name, elem, [1]))
+    nms = helper.make_node(
+        "NonMaxSuppression", ["boxes", "scores", *names], ["selected"], name="nms", center_point_box=center_point_box
+    )
+    output = helper.make_tensor_value_info("selected", TensorProto.INT64, [None, 3])
+    if where == "if":
+        none = numpy_helper.from_array(np.zeros((0, 3), np.int64))
+        then_branch = helper.make_graph([nms], "then", [], [output])
+        else_branch = helper.make_graph(
+            [helper.make_node("Constant", [], ["selected"], value=none)], "else", [], [output]
+        )
+        inputs.append(helper.make_tensor_value_info("suppress", TensorProto.BOOL, []))
+        nms = helper.make_node(
+            "If", ["suppress"], ["selected"], name="if", then_branch=then_branch, else_branch=else_branch
+        )
+    elif where == "loop":
+        body_inputs = [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("go", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("last", TensorProto.INT64, [None, 3]),
+        ]
+        body_outputs = [helper.make_tensor_value_info("go_on", TensorProto.BOOL, []), output]
+        body = helper.make_graph(
+            [helper.make_node("Identity", ["go"], ["go_on"]), nms], "body", body_inputs, body_outputs
+        )
+        nodes.append(helper.make_node("Constant", [], ["trips"], value=numpy_helper.from_array(np.array(2, np.int64))))
+        none = numpy_helper.from_array(np.zeros((0, 3), np.int64))
+        nodes.append(helper.make_node("Constant", [], ["none"], value=none))
+        nms = helper.make_node("Loop", ["trips", "", "none"], ["selected"], name="loop", body=body)
+    graph = helper.make_graph([*nodes, nms], "nms", inputs, [output])
+    return helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", 11)])
+
+
+def nms_feeds(model: onnx.ModelProto, seed: int = 0, center_point_box: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 40, (2, 8, 1, 2)) + rng.normal(0, 2, (2, 8, 6, 2))  # clusters of 6
+    size = rng.uniform(4, 12, (2, 8, 6, 2))
+    boxes = np.concatenate([xy, size] if center_point_box else [xy, xy + size], -1).reshape(2, 48, 4)
+    feeds = {"boxes": boxes.astype(np.float32), "scores": rng.random((2, 3, 48)).astype(np.float32)}
+    given = {i.name for i in model.graph.input}
+    feeds.update({name: value for name, value in NMS_VALUES.items() if name in given})
+    if "suppress" in given:
+        feeds["suppress"] = np.array(True)
+    return feeds
+
+
+@pytest.mark.parametrize("constants", [False, True], ids=["inputs", "constants"])
+@pytest.mark.parametrize("present", list(itertools.product([False, True], repeat=3)), ids=str)
+def test_onnx_nms_with_every_optional_input_combination_is_rewritten(present, constants) -> None:
+    model = nms_model(present, constants)
+    rewritten, report = optimize_with_report(model, ["non-max-suppression"])
+    assert op_counts(rewritten)["ortops::NonMaxSuppression"] == 1 and "ai.onnx::NonMaxSuppression" not in op_counts(
+        rewritten
+    )
+    assert [r.graph for r in report.rewrites] == ["main graph"]
+    assert_same_outputs(model, rewritten, nms_feeds(model))
+
+
+@pytest.mark.parametrize(("where", "graph"), [("if", "if/then_branch"), ("loop", "loop/body")])
+@pytest.mark.parametrize("center_point_box", [0, 1])
+def test_onnx_nms_in_if_and_loop_bodies_is_rewritten(where: str, graph: str, center_point_box: int) -> None:
+    model = nms_model(where=where, center_point_box=center_point_box)
+    rewritten, report = optimize_with_report(model, ["non-max-suppression"])
+    assert op_counts(rewritten)["ortops::NonMaxSuppression"] == 1 and "ai.onnx::NonMaxSuppression" not in op_counts(
+        rewritten
+    )
+    assert [r.graph for r in report.rewrites] == [graph]
+    for seed in range(3):
+        assert_same_outputs(model, rewritten, nms_feeds(model, seed, center_point_box))
+
+
+def test_onnx_nms_of_unknown_element_type_is_a_near_miss() -> None:
+    """Boxes from a node that shape inference does not know: their type cannot be proven."""
+    model = nms_model()
+    model.graph.node.insert(0, helper.make_node("Decode", ["raw"], ["boxes"], name="decode", domain="example"))
+    model.graph.input[0].name = "raw"
+    model.opset_import.append(helper.make_opsetid("example", 1))
+    rewritten, report = optimize_with_report(model, ["non-max-suppression"])
+    assert op_counts(rewritten) == op_counts(model)
+    assert [(m.rule, m.node) for m in report.near_misses] == [("non-max-suppression", "nms (NonMaxSuppression)")]
+    assert report.near_misses[0].reason == "the element type of boxes is not known"
+
+
+@pytest.fixture(scope="module")
+def faster_rcnn() -> tuple[onnx.ModelProto, np.ndarray]:
+    """torchvision's Faster R-CNN (random weights, every box scored) as the TorchScript exporter
+    writes it: its NonMaxSuppression nodes sit in If bodies."""
+    torch.manual_seed(0)
+    detector = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, num_classes=3, box_score_thresh=0.0, min_size=160, max_size=160
+    ).eval()
+    image = torch.rand(3, 160, 160)
+    model = export(detector, ([image],), 16, input_names=["image"], output_names=["boxes", "labels", "scores"])
+    return model, image.numpy()
+
+
+def test_torchvision_faster_rcnn_nms_is_rewritten_with_the_same_detections(faster_rcnn) -> None:
+    model, image = faster_rcnn
+    nms_nodes = op_counts(model)["ai.onnx::NonMaxSuppression"]
+    assert nms_nodes >= 2
+    rewritten, report = optimize_with_report(model)
+    counts = op_counts(rewritten)
+    assert counts["ortops::NonMaxSuppression"] == nms_nodes and "ai.onnx::NonMaxSuppression" not in counts
+    assert all("/" in r.graph for r in report.rewrites if r.rule == "non-max-suppression")  # in If bodies
+    before, after = run(model, {"image": image}), run(rewritten, {"image": image})
+    assert before[0].shape[0] > 0, "the detector found nothing: the test would prove little"
+    np.testing.assert_allclose(after[0], before[0], rtol=1e-5, atol=1e-4)  # boxes
+    np.testing.assert_array_equal(after[1], before[1])  # labels
+    np.testing.assert_allclose(after[2], before[2], rtol=1e-5, atol=1e-6)  # scores
 
 
 # --- the command ----------------------------------------------------------------------------

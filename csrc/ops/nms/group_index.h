@@ -51,6 +51,7 @@ class GridGroupIndex {
       case IouRule::kBox:
       case IouRule::kDetectionOutput: return threshold_ >= T(0);  // IoU 0, or NaN for two empty boxes
       case IouRule::kEfficient: return threshold_ > T(0);         // IoU 0, compared >=
+      case IouRule::kOnnx: return threshold_ >= T(0);             // needs a positive intersection
       case IouRule::kTrtBatched: {
         if (!(threshold_ >= T(0))) return false;
         if (offset_ == T(0)) return true;

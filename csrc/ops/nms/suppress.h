@@ -28,6 +28,8 @@ enum class IouRule : int32_t {
   kTrtBatched,       // TrtBatchedIoU(kept, candidate) > threshold, `offset` its plus (BatchedNMS_TRT),
                      // where disjoint boxes cannot pass (TrtBatchedAbove)
   kEfficient,        // EfficientIoU(candidate, kept) >= threshold (EfficientNMS_TRT)
+  kOnnx,             // OnnxSuppresses(candidate, kept, threshold), boxes as OnnxNmsBox's (lo0, lo1, hi0,
+                     // hi1) in (x1, y1, x2, y2) (ONNX NonMaxSuppression)
 };
 
 // The candidate box, its area as the rule computes areas, and the rule: `offset` is BoxIoU's

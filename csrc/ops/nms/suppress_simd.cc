@@ -31,6 +31,8 @@ bool Any(const BoxColumns<T>& kept, const Candidate<T>& c) {
       } else if constexpr (kRule == IouRule::kTrtBatched) {
         passes =
             TrtBatchedAbove(x1[k], y1[k], x2[k], y2[k], area[k], c.x1, c.y1, c.x2, c.y2, c.area, c.offset, c.threshold);
+      } else if constexpr (kRule == IouRule::kOnnx) {
+        passes = OnnxSuppresses(c.x1, c.y1, c.x2, c.y2, c.area, x1[k], y1[k], x2[k], y2[k], area[k], c.threshold);
       } else {
         passes = EfficientIoU(c.x1, c.y1, c.x2, c.y2, c.area, x1[k], y1[k], x2[k], y2[k], area[k]) >= c.threshold;
       }
@@ -48,6 +50,7 @@ bool AnyOfRule(const BoxColumns<T>& kept, const Candidate<T>& c) {
     case IouRule::kDetectionOutput: return Any<IouRule::kDetectionOutput>(kept, c);
     case IouRule::kTrtBatched: return Any<IouRule::kTrtBatched>(kept, c);
     case IouRule::kEfficient: return Any<IouRule::kEfficient>(kept, c);
+    case IouRule::kOnnx: return Any<IouRule::kOnnx>(kept, c);
   }
   return false;
 }

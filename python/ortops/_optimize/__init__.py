@@ -6,7 +6,7 @@ named list of passes, each an onnxscript :class:`RewriteRule` whose ``check`` pr
 condition the rewrite needs (constant attribute values, shapes, opset semantics). A check that
 finds the pattern but cannot prove a condition records a *near-miss* with its reason, so the
 report says why a block was left alone. Rules live in one module each (``_group_norm``,
-``_roi_align``) and are listed in :data:`RULE_MODULES`; a new rule is a new module there.
+``_roi_align``, ``_non_max_suppression``) and are listed in :data:`RULE_MODULES`; a new rule is a new module there.
 """
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ if TYPE_CHECKING:
 OPTIMIZE_EXTRA = 'pip install "ortops[optimize]"'
 
 #: The modules that define rules, each with ``RULE`` (a :class:`Rule`), in the order the rules run.
-RULE_MODULES: tuple[str, ...] = ("ortops._optimize._group_norm", "ortops._optimize._roi_align")
+RULE_MODULES: tuple[str, ...] = (
+    "ortops._optimize._group_norm",
+    "ortops._optimize._roi_align",
+    "ortops._optimize._deformable_attention",
+    "ortops._optimize._non_max_suppression",
+)
 
 #: The custom domain and opset version of the nodes the rules make.
 ORTOPS_DOMAIN = "ortops"
@@ -50,12 +55,18 @@ def import_rewriter() -> None:
 class Rule:
     """One optimization: ``passes()`` returns the onnxscript rewrite rules to apply, one after
     the other (a fuller pattern before a partial one), each over the whole model, subgraphs
-    included. ``handles`` lists, for the report and docs, which cases the rule rewrites."""
+    included. ``handles`` lists, for the report and docs, which cases the rule rewrites.
+
+    ``walk``, when given, runs after the passes on every graph (main graph, subgraphs,
+    functions): a custom graph walk for a block whose size varies (one branch per level, say)
+    beyond what a fixed pattern matches. It records what it does with :func:`record_rewrite`
+    and :func:`record_near_miss`."""
 
     name: str
     summary: str
     handles: tuple[str, ...]
     passes: Callable[[], Sequence[pattern.RewriteRule]]
+    walk: Callable[[Any, ir.Model], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +191,25 @@ def made(value: ir.Value) -> ir.Value:
     node.name = f"{anchor}/ortops_{node.op_type}"
     recorder.rewrites.append((recorder.rule, graph, replaced, node))
     return value
+
+
+def record_rewrite(graph: Any, replaced: Sequence[ir.Node], node: ir.Node) -> None:
+    """Records, for a rule's ``walk``, that ``node`` (already in ``graph``) replaced the nodes
+    ``replaced``; names ``node`` after the last of them, as :func:`made` does."""
+    recorder = _RECORDER.get()
+    order = {id(n): i for i, n in enumerate(graph)}
+    ordered = sorted(replaced, key=lambda n: order.get(id(n), -1))
+    anchor = ordered[-1].name or ordered[-1].op_type
+    node.name = f"{anchor}/ortops_{node.op_type}"
+    recorder.rewrites.append((recorder.rule, graph, ordered, node))
+
+
+def record_near_miss(graph: Any, subject: ir.Node, reason: str) -> None:
+    """Records, for a rule's ``walk``, a block at ``subject`` left alone for ``reason``."""
+    recorder = _RECORDER.get()
+    key = (recorder.rule, id(subject))
+    if key not in recorder.near_misses:
+        recorder.near_misses[key] = (recorder.rule, graph, subject, reason)
 
 
 # --- facts the checks prove -------------------------------------------------------------------
@@ -314,6 +344,10 @@ def optimize_with_report(
             recorder.rule = name
             for rewrite_rule in known[name].passes():
                 pattern.RewriteRuleSet([rewrite_rule], commute=True).apply_to_model(ir_model)
+            walk = known[name].walk
+            if walk is not None:
+                for graph in list(_all_graphs(ir_model)):
+                    walk(graph, ir_model)
     finally:
         _RECORDER.reset(token)
     onnxscript.optimizer.remove_unused_nodes(ir_model)

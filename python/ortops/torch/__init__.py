@@ -20,6 +20,7 @@ from ortops.torch.multi_level_roi_align import multi_level_roi_align
 from ortops.torch.nms import nms
 from ortops.torch.nms_match import nms_match
 from ortops.torch.nms_rotated import nms_rotated
+from ortops.torch.non_max_suppression import non_max_suppression
 from ortops.torch.roi_align import roi_align
 from ortops.torch.roi_align_rotated import roi_align_rotated
 from ortops.torch.rotated_feature_align import rotated_feature_align
@@ -46,6 +47,7 @@ __all__ = [
     "nms",
     "nms_match",
     "nms_rotated",
+    "non_max_suppression",
     "roi_align",
     "roi_align_rotated",
     "rotated_feature_align",

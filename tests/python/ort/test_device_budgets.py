@@ -31,7 +31,11 @@ import pytest
 import ortops
 
 HERE = Path(__file__).resolve()
-CASES_PER_NODE = 12
+# Each node's cases are drawn on their own (the fuzz test's case index i of a table of that
+# node alone), so that adding a node moves no other node's cases, and a node's draws go on
+# until it has run several times (many random attribute sets are refused, rightly).
+SUCCESSFUL_RUNS_PER_NODE = 8
+CASES_TRIED_PER_NODE = 64
 SEED = 30
 
 
@@ -43,7 +47,8 @@ class Budget:
     copies_to_device: int  # from host memory
 
 
-# Per node, the most its fuzz cases ask for (in the fixed cases of SEED). Waits: NMS waits
+# Per node, the most its fuzz cases ask for (in the fixed cases of SEED; the deformable
+# convolutions' launches grow with the number of column blocks their sizes need). Waits: NMS waits
 # once, for its output's size and its NaN checks together; the rest of the NMS family waits for
 # sizes it allocates by (its candidates, its largest group, its kept count: three) and for data
 # checks; the RoIAlign family, RotatedFeatureAlign, GatherTopk and MatrixInverse wait once for
@@ -56,8 +61,8 @@ BUDGETS: dict[str, Budget] = {
     "TRT.EfficientNMS_TRT": Budget(3, 34, 35, 0),
     "TRT.ROIAlign_TRT": Budget(1, 2, 0, 0),
     "mmcv.MMCVCornerPool": Budget(0, 1, 0, 0),
-    "mmcv.MMCVDeformConv2d": Budget(0, 2, 1, 0),
-    "mmcv.MMCVModulatedDeformConv2d": Budget(0, 3, 1, 0),
+    "mmcv.MMCVDeformConv2d": Budget(0, 6, 1, 0),
+    "mmcv.MMCVModulatedDeformConv2d": Budget(0, 4, 1, 0),
     "mmcv.MMCVRoIAlignRotated": Budget(1, 2, 0, 0),
     "mmcv.MMCVRoiAlign": Budget(1, 2, 0, 0),
     "mmcv.MMCVRotatedFeatureAlign": Budget(1, 2, 0, 0),
@@ -68,8 +73,8 @@ BUDGETS: dict[str, Budget] = {
     "mmcv.grid_sampler": Budget(0, 1, 0, 0),
     "mmdeploy.GatherTopk": Budget(1, 2, 0, 0),
     "mmdeploy.GridPriorsTRT": Budget(0, 1, 0, 0),
-    "mmdeploy.MMCVDeformConv2d": Budget(0, 2, 1, 0),
-    "mmdeploy.MMCVModulatedDeformConv2d": Budget(0, 3, 1, 0),
+    "mmdeploy.MMCVDeformConv2d": Budget(0, 5, 3, 0),
+    "mmdeploy.MMCVModulatedDeformConv2d": Budget(0, 4, 1, 0),
     "mmdeploy.MMCVMultiLevelRoiAlign": Budget(1, 2, 1, 1),
     "mmdeploy.MMCVMultiLevelRotatedRoiAlign": Budget(1, 2, 1, 1),
     "mmdeploy.MMCVMultiScaleDeformableAttention": Budget(0, 1, 1, 1),
@@ -77,7 +82,7 @@ BUDGETS: dict[str, Budget] = {
     "mmdeploy.NMSMatch": Budget(3, 18, 18, 0),
     "mmdeploy.NMSRotated": Budget(3, 14, 15, 0),
     "mmdeploy.ScaledDotProductAttentionTRT": Budget(0, 3, 0, 0),
-    "mmdeploy.TRTBatchedNMS": Budget(0, 1, 1, 0),
+    "mmdeploy.TRTBatchedNMS": Budget(1, 3, 3, 0),
     "mmdeploy.TRTBatchedRotatedNMS": Budget(0, 2, 3, 0),
     "mmdeploy.TRTBicubicInterpolate": Budget(0, 1, 0, 0),
     "mmdeploy.TRTInstanceNormalization": Budget(0, 5, 2, 0),
@@ -111,13 +116,17 @@ def _device_nodes() -> set[tuple[str, str]]:
 
 
 def _run_cases(trace: Path) -> None:
-    """In the subprocess: every node's valid fuzz cases, once each (errors are fine: a run that
-    fails reports nothing)."""
+    """In the subprocess: each node's valid fuzz cases until it has run successfully
+    ``SUCCESSFUL_RUNS_PER_NODE`` times (errors are fine: a run that fails reports nothing)."""
     import test_fuzz
 
-    table = test_fuzz._op_table()
-    for index in range(CASES_PER_NODE * len(table)):
-        test_fuzz.case_outputs(test_fuzz.make_case(SEED, index, table, mutate=False))
+    for op in test_fuzz._op_table():
+        successful = 0
+        for index in range(CASES_TRIED_PER_NODE):
+            status, _ = test_fuzz.case_outputs(test_fuzz.make_case(SEED, index, [op], mutate=False))
+            successful += status == "ok"
+            if successful == SUCCESSFUL_RUNS_PER_NODE:
+                break
 
 
 def traced_runs(tmp_path: Path) -> list[dict[str, object]]:

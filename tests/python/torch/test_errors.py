@@ -31,6 +31,11 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
     ("nms", lambda: ot.nms(z(3, 4), z(3), 0.5, 2), r"attribute 'offset' must be 0 or 1, got 2"),
     ("soft_nms", lambda: ot.soft_nms(z(3, 4), z(2)), r"scores must have shape \[3\], got \[2\]"),
     ("nms_match", lambda: ot.nms_match(z(1, 3, 4), z(1, 2, 2), 0.5, 0.1), r"= \[1, C, 3\], got \[1, 2, 2\]"),
+    (
+        "non_max_suppression",
+        lambda: ot.non_max_suppression(z(1, 3, 4), z(1, 2, 2), 5),
+        r"= \[1, C, 3\], got \[1, 2, 2\]",
+    ),
     ("nms_rotated", lambda: ot.nms_rotated(z(1, 3, 4), z(1, 2, 3), 0.5), r"\[B, N, 5\], got \[1, 3, 4\]"),
     (
         "multiclass_nms",

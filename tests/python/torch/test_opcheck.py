@@ -28,6 +28,11 @@ def _cases() -> list[tuple[str, tuple, bool]]:
         ("nms", (boxes, scores, 0.5, 0), False),
         ("soft_nms", (boxes, scores, 0.3, 0.5, 0.001, 1, 0), False),
         ("nms_match", (boxes[None], scores[None, None], torch.tensor([0.5]), torch.tensor([0.1])), False),
+        (
+            "non_max_suppression",  # float32 only
+            (boxes[None].float(), scores[None, None], torch.tensor([3]), torch.tensor([0.5]), torch.tensor([0.1]), 0),
+            False,
+        ),
         ("nms_rotated", (rboxes[None], scores[None, None], 0.5, 0.0), False),
         (
             "multiclass_nms",

@@ -1,0 +1,951 @@
+"""Multi-scale deformable attention into ``ortops::MultiScaleDeformableAttention``.
+
+The block that Deformable DETR's ``multi_scale_deformable_attn_pytorch`` (mmcv, HuggingFace's
+Deformable DETR / Grounding DINO / Mask2Former / OneFormer, RT-DETR) and RT-DETRv2's
+``deformable_attention_core_func_v2`` (D-FINE, DEIM, Ultralytics) export to: ``value``
+``[N, S, M, D]`` split into one ``[N * M, D, H_l, W_l]`` map per level, each sampled by a
+GridSample (bilinear, zeros padding, align_corners 0) at the grid ``2 * loc - 1`` taken from
+``sampling_locations`` (``[N, Lq, M, L, P, 2]``, or ``[N, Lq, M, L * P, 2]`` split per level),
+the samples stacked (``Unsqueeze`` + ``Concat``, then a Reshape that merges levels and points)
+or concatenated along the points, multiplied by ``attention_weights`` laid out as
+``[N * M, 1, Lq, L * P]``, summed over the ``L * P`` axis and reshaped to ``[N, Lq, M * D]``.
+
+Why a graph walk and not onnxscript's pattern DSL: the block has one branch per level (a
+variadic Concat) and each exporter spells its reshapes differently (constant shapes,
+``Shape``/``Slice``/``Concat`` computations, ``Flatten``, dynamic ``Slice`` instead of
+``Split``); a fixed pattern would need one variant per level count and spelling. Instead the
+walk starts at every Concat of GridSample outputs and proves the data movement with a small
+symbolic layout algebra: each tensor on a path is a list of axes, each axis a row-major list of
+*atoms* (an axis of a root tensor, a chunk of one, or the two parts a Reshape splits one into),
+whose sizes are sympy expressions of the file's constants and symbolic dimensions. Reshape
+targets computed from ``Shape`` are evaluated symbolically, so the proof holds for every value
+of a dynamic dimension, not just the one exported. Whatever cannot be proven is a near-miss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ortops._optimize import ORTOPS_DOMAIN, Rule, attribute, constant, record_near_miss, record_rewrite
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+    import sympy
+
+_ONNX_DOMAINS = ("", "ai.onnx")
+# mmdeploy's exporter writes mmcv's grid_sample as this custom node (interpolation_mode 0:
+# bilinear, padding_mode 0: zeros), with GridSample's semantics.
+_MMDEPLOY_GRID_SAMPLER = (("mmdeploy", "grid_sampler"), ("mmcv", "grid_sampler"))
+# The element types of ortops::MultiScaleDeformableAttention.
+_FLOAT_TYPES = ("FLOAT", "DOUBLE", "FLOAT16")
+# Ops that only move (or re-type) data: the paths from value, locations and weights to the
+# GridSample and Mul nodes are made of them.
+_MOVEMENT = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Gather", "Split", "Slice", "Identity", "Cast")
+_POINTS_DIFFER = "points per level differ: ortops::MultiScaleDeformableAttention takes one P"
+
+
+class _Refused(Exception):
+    """A condition the rewrite needs that the walk could not prove; the message is the reason."""
+
+
+# --- symbolic sizes -----------------------------------------------------------------------------
+
+
+def _sympy() -> Any:
+    import sympy
+
+    return sympy
+
+
+def _equal(a: sympy.Expr, b: sympy.Expr) -> bool:
+    return _sympy().expand(a - b) == 0
+
+
+def _quotient(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    """``a / b`` when it is an exact polynomial with integer coefficients (a whole number for
+    numbers); else None."""
+    sp = _sympy()
+    if b == 0:
+        return None
+    q = sp.cancel(a / b)
+    numerator, denominator = sp.fraction(q)
+    if denominator != 1 or (q.is_number and not q.is_integer):
+        return None
+    if not q.is_number and not all(c.is_integer for c in sp.Poly(numerator).coeffs()):
+        return None
+    return q
+
+
+def _product(sizes: list[sympy.Expr]) -> sympy.Expr:
+    sp = _sympy()
+    return sp.expand(sp.Mul(*sizes)) if sizes else sp.Integer(1)
+
+
+@dataclass(frozen=True)
+class _Atom:
+    """A run of elements along one axis of a root tensor: the whole axis (``parent`` None), a
+    chunk ``[offset, offset + size)`` of ``parent`` (Split, Slice), or the outer / inner part
+    of ``parent`` that a Reshape split (``part`` "outer" or "inner")."""
+
+    name: str
+    size: Any
+    parent: _Atom | None = None
+    offset: Any = 0
+    part: str = ""
+
+
+_Layout = list[tuple[_Atom, ...]]
+
+
+def _is_unit(atom: _Atom) -> bool:
+    return atom.size == 1
+
+
+def _names(atoms: tuple[_Atom, ...] | list[_Atom]) -> list[str]:
+    return [a.name for a in atoms if not _is_unit(a)]
+
+
+@dataclass
+class _Tracer:
+    """Symbolic shapes and layouts of the values a block's proof visits."""
+
+    opset: int
+    layouts: dict[int, _Layout] = field(default_factory=dict)
+    shapes: dict[int, list[Any]] = field(default_factory=dict)
+    # Root-axis atom name -> the index a scalar Gather picked from it.
+    picked: dict[str, int] = field(default_factory=dict)
+
+    def symbol(self, name: str) -> Any:
+        return _sympy().Symbol(name, integer=True, positive=True)
+
+    # Shapes ---------------------------------------------------------------------------------
+
+    def shape(self, value: ir.Value, depth: int = 0) -> list[Any]:
+        """The value's shape as sympy expressions: from its layout on a proven path, computed
+        through the producer for shape-only ops (so a Reshape's -1 or a Concat's sum stays an
+        expression of the inputs' sizes), else from shape inference (a named dimension is a
+        symbol of that name, an unnamed one a symbol of its own)."""
+        key = id(value)
+        if key in self.layouts:
+            return [_product([a.size for a in axis]) for axis in self.layouts[key]]
+        if key in self.shapes:
+            return self.shapes[key]
+        shape = self._shape_from_producer(value, depth) if depth < 24 else None
+        if shape is None:
+            if value.shape is None:
+                raise _Refused(f"the rank of {value.name} is not known")
+            shape = []
+            for axis, dim in enumerate(value.shape):
+                if isinstance(dim, int):
+                    shape.append(_sympy().Integer(dim))
+                elif getattr(dim, "value", None):
+                    shape.append(self.symbol(f"{dim.value}"))
+                else:
+                    shape.append(self.symbol(f"{value.name}:{axis}"))
+        self.shapes[key] = shape
+        return shape
+
+    def _shape_from_producer(self, value: ir.Value, depth: int) -> list[Any] | None:
+        node = value.producer()
+        if node is None or node.domain not in _ONNX_DOMAINS:
+            return None
+        op = node.op_type
+        try:
+            if op in ("Identity", "Cast", "Relu", "Sigmoid", "Softmax", "Neg"):
+                return self.shape(node.inputs[0], depth + 1)
+            if op == "Transpose":
+                shape = self.shape(node.inputs[0], depth + 1)
+                perm = attribute(node, "perm", None) or list(reversed(range(len(shape))))
+                return [shape[p] for p in perm]
+            if op == "Reshape":
+                return self._reshape_target(node, self.shape(node.inputs[0], depth + 1))
+            if op == "Concat":
+                shapes = [self.shape(v, depth + 1) for v in node.inputs]
+                axis = int(attribute(node, "axis", 0)) % len(shapes[0])
+                out = list(shapes[0])
+                out[axis] = _sympy().expand(sum(s[axis] for s in shapes))
+                return out
+        except _Refused:
+            return None
+        return None
+
+    # Values of 1-D int64 shape tensors --------------------------------------------------------
+
+    def values(self, value: ir.Value, depth: int = 0) -> list[Any]:
+        """The entries of an integer shape tensor as sympy expressions (constants, or computed
+        from ``Shape`` through Gather, Slice, Concat, Unsqueeze, Squeeze, Cast, Mul, Add, Sub, Div)."""
+        sp = _sympy()
+        array = constant(value)
+        if array is not None:
+            if array.dtype.kind not in "iu":
+                raise _Refused(f"{value.name} is not an integer tensor")
+            return [sp.Integer(int(v)) for v in array.reshape(-1)]
+        node = value.producer()
+        if node is None or node.domain not in _ONNX_DOMAINS or depth > 24:
+            raise _Refused(f"{value.name} is neither a constant nor computed from shapes")
+        op, inputs = node.op_type, node.inputs
+        if op == "Shape":
+            shape = self.shape(inputs[0])
+            start, end = attribute(node, "start", 0), attribute(node, "end", None)
+            return shape[start:end]
+        if op in ("Unsqueeze", "Squeeze", "Identity", "Reshape", "Flatten"):
+            return self.values(inputs[0], depth + 1)
+        if op == "Cast":
+            if attribute(node, "to", 0) not in (6, 7):  # int32, int64
+                raise _Refused(f"{value.name} is cast to a non-integer type")
+            return self.values(inputs[0], depth + 1)
+        if op == "Concat":
+            return [v for part in inputs for v in self.values(part, depth + 1)]
+        if op == "Gather":
+            data, index = self.values(inputs[0], depth + 1), constant(inputs[1])
+            if index is None or int(attribute(node, "axis", 0)) != 0:
+                raise _Refused(f"{value.name} gathers at indices the file does not fix")
+            return [data[int(i)] for i in index.reshape(-1)]
+        if op == "Slice":
+            data = self.values(inputs[0], depth + 1)
+            starts, ends = (self.ints(v) for v in inputs[1:3])
+            steps = self.ints(inputs[4]) if len(inputs) > 4 and inputs[4] is not None else [1]
+            if len(starts) != 1 or steps != [1]:
+                raise _Refused(f"{value.name} is a strided or multi-axis slice")
+            return data[starts[0] : ends[0]]
+        if op in ("Mul", "Add", "Sub", "Div"):
+            a, b = self.values(inputs[0], depth + 1), self.values(inputs[1], depth + 1)
+            if len(a) != len(b):
+                a, b = (a * len(b), b) if len(a) == 1 else (a, b * len(a)) if len(b) == 1 else (a, b)
+            if len(a) != len(b):
+                raise _Refused(f"{value.name} combines shape tensors of different lengths")
+            if op == "Div":
+                quotients = [_quotient(x, y) for x, y in zip(a, b)]
+                if any(q is None for q in quotients):
+                    raise _Refused(f"{value.name} divides sizes that are not proven to divide")
+                return quotients
+            combine = {"Mul": lambda x, y: x * y, "Add": lambda x, y: x + y, "Sub": lambda x, y: x - y}[op]
+            return [sp.expand(combine(x, y)) for x, y in zip(a, b)]
+        raise _Refused(f"{value.name} is computed by {op}, which the rule does not evaluate")
+
+    def ints(self, value: ir.Value) -> list[int]:
+        array = constant(value)
+        if array is None or array.dtype.kind not in "iu":
+            raise _Refused(f"{value.name} is not an integer constant")
+        return [int(v) for v in array.reshape(-1)]
+
+    def axes(self, node: ir.Node, position: int, name: str = "axes") -> list[int] | None:
+        """An axes list given as an attribute (older opsets) or as input ``position``."""
+        if len(node.inputs) > position and node.inputs[position] is not None:
+            return self.ints(node.inputs[position])
+        found = attribute(node, name, None)
+        return None if found is None else [int(a) for a in found]
+
+    def _reshape_target(self, node: ir.Node, input_shape: list[Any]) -> list[Any]:
+        target = self.values(node.inputs[1])
+        allow_zero = int(attribute(node, "allowzero", 0))
+        target = [input_shape[i] if (t == 0 and not allow_zero) else t for i, t in enumerate(target)]
+        if sum(1 for t in target if t == -1) > 1 or any((t.is_number and t < -1) for t in target):
+            raise _Refused(f"the Reshape {node.name} has an invalid target shape")
+        if -1 in target:
+            known = _product([t for t in target if t != -1])
+            inferred = _quotient(_product(input_shape), known)
+            if inferred is None:
+                raise _Refused(f"the -1 of the Reshape {node.name} is not a proven whole size")
+            target = [inferred if t == -1 else t for t in target]
+        return target
+
+    # Layouts --------------------------------------------------------------------------------
+
+    def root(self, value: ir.Value, prefix: str) -> _Layout:
+        """The layout of a root tensor: one atom per axis, named ``prefix0``, ``prefix1``..."""
+        layout = [(_Atom(f"{prefix}{i}", size),) for i, size in enumerate(self.shape(value))]
+        self.layouts[id(value)] = layout
+        return layout
+
+    def forward(self, node: ir.Node, source: ir.Value, output_index: int = 0) -> _Layout:
+        """The layout of ``node.outputs[output_index]`` from the (known) layout of its data
+        input ``source``; _Refused when the op's effect cannot be expressed on the atoms."""
+        layout = list(self.layouts[id(source)])
+        op = node.op_type
+        rank = len(layout)
+        if op in ("Identity", "Cast"):
+            out = layout
+        elif op == "Transpose":
+            perm = attribute(node, "perm", None) or list(reversed(range(rank)))
+            out = [layout[p] for p in perm]
+        elif op == "Flatten":
+            axis = int(attribute(node, "axis", 1)) % (rank + 1)
+            out = [tuple(a for ax in layout[:axis] for a in ax), tuple(a for ax in layout[axis:] for a in ax)]
+        elif op == "Reshape":
+            target = self._reshape_target(node, self.shape(source))
+            out = self._regroup(node, layout, target)
+        elif op == "Unsqueeze":
+            axes = self.axes(node, 1)
+            if axes is None:
+                raise _Refused(f"the Unsqueeze {node.name} has no axes")
+            out_rank = rank + len(axes)
+            out, rest = [], iter(layout)
+            positions = {a % out_rank for a in axes}
+            for i in range(out_rank):
+                out.append(() if i in positions else next(rest))
+        elif op == "Squeeze":
+            axes = self.axes(node, 1)
+            positions = (
+                {a % rank for a in axes}
+                if axes is not None
+                else {i for i, ax in enumerate(layout) if all(_is_unit(a) for a in ax)}
+            )
+            if any(not all(_is_unit(a) for a in layout[i]) for i in positions):
+                raise _Refused(f"the Squeeze {node.name} removes an axis not proven of size 1")
+            out = [ax for i, ax in enumerate(layout) if i not in positions]
+        elif op == "Gather":
+            axis = int(attribute(node, "axis", 0)) % rank
+            index = constant(node.inputs[1])
+            atoms = [a for a in layout[axis] if not _is_unit(a)]
+            if index is None or index.ndim != 0 or len(atoms) != 1 or atoms[0].parent is not None:
+                raise _Refused(f"the Gather {node.name} does not pick one constant index of a whole axis")
+            size = atoms[0].size
+            picked = int(index)
+            if picked < 0:
+                if not size.is_number:
+                    raise _Refused(f"the Gather {node.name} picks a negative index of a dynamic axis")
+                picked += int(size)
+            self.picked[atoms[0].name] = picked
+            out = layout[:axis] + layout[axis + 1 :]
+        elif op in ("Split", "Slice"):
+            out = self._chunk(node, layout, output_index)
+        else:
+            raise _Refused(f"{op} {node.name} is not a data movement the rule follows")
+        self.layouts[id(node.outputs[output_index])] = out
+        return out
+
+    def _chunk(self, node: ir.Node, layout: _Layout, output_index: int) -> _Layout:
+        sp = _sympy()
+        rank = len(layout)
+        shape = [_product([a.size for a in ax]) for ax in layout]
+        if node.op_type == "Split":
+            axis = int(attribute(node, "axis", 0)) % rank
+            sizes = (
+                self.values(node.inputs[1])
+                if len(node.inputs) > 1 and node.inputs[1] is not None
+                else [sp.Integer(s) for s in (attribute(node, "split", None) or [])]
+            )
+            if not sizes:
+                count = len(node.outputs)
+                each = _quotient(shape[axis], sp.Integer(count))
+                if each is None:
+                    raise _Refused(f"the Split {node.name} splits evenly a size not proven divisible")
+                sizes = [each] * count
+            offset, size = _sympy().expand(sum(sizes[:output_index])), sizes[output_index]
+        else:
+            axes = self.axes(node, 3) if len(node.inputs) > 3 else [0]
+            steps = self.ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else [1]
+            start, end = self.values(node.inputs[1]), self.values(node.inputs[2])
+            if axes is None or len(axes) != 1 or steps != [1] or len(start) != 1:
+                raise _Refused(f"the Slice {node.name} is not one contiguous range of one axis")
+            axis = axes[0] % rank
+            offset, end = start[0], end[0]
+            if end.is_number and end >= 2**62:  # "to the end"
+                end = shape[axis]
+            # A slice that runs past the axis is cut short; only one proven inside it is a chunk.
+            inside = [offset, sp.expand(end - offset), sp.expand(shape[axis] - end)]
+            if not all(x == 0 or x.is_nonnegative for x in inside):
+                raise _Refused(f"the Slice {node.name} is not proven to lie inside the axis")
+            size = inside[1]
+        atoms = [a for a in layout[axis] if not _is_unit(a)]
+        if len(atoms) != 1:
+            raise _Refused(f"the {node.op_type} {node.name} cuts an axis that merges several")
+        whole = atoms[0]
+        chunk = _Atom(f"{whole.name}[{offset}:+{size}]", size, parent=whole, offset=offset)
+        return layout[:axis] + [(chunk,)] + layout[axis + 1 :]
+
+    def _regroup(self, node: ir.Node, layout: _Layout, target: list[Any]) -> _Layout:
+        """Row-major regrouping of the atoms into ``target`` dims: whole atoms merge, and an
+        atom a target dim boundary falls inside splits into an outer and an inner part."""
+        flat = [a for ax in layout for a in ax if not _is_unit(a)]
+        out: _Layout = []
+        i = 0
+        for size in target:
+            axis: list[_Atom] = []
+            need = size
+            while need != 1:
+                if i >= len(flat):
+                    raise _Refused(f"the Reshape {node.name} does not regroup the axes it is given")
+                atom = flat[i]
+                if _equal(atom.size, need):
+                    axis.append(atom)
+                    i += 1
+                    need = 1
+                    continue
+                rest = _quotient(need, atom.size)
+                if rest is not None:
+                    axis.append(atom)
+                    i += 1
+                    need = rest
+                    continue
+                inner = _quotient(atom.size, need)
+                if inner is None:
+                    raise _Refused(f"the Reshape {node.name} regroups sizes that are not proven to divide")
+                axis.append(_Atom(f"{atom.name}/o", need, parent=atom, part="outer"))
+                flat[i] = _Atom(f"{atom.name}/i", inner, parent=atom, part="inner")
+                need = 1
+            out.append(tuple(axis))
+        if i != len(flat):
+            raise _Refused(f"the Reshape {node.name} does not regroup the axes it is given")
+        return out
+
+
+# --- the walk -----------------------------------------------------------------------------------
+
+
+def _is_grid_sample(node: ir.Node | None) -> bool:
+    if node is None:
+        return False
+    return (node.domain in _ONNX_DOMAINS and node.op_type == "GridSample") or (
+        (node.domain, node.op_type) in _MMDEPLOY_GRID_SAMPLER
+    )
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _check_sampling(node: ir.Node, opset: int) -> None:
+    """GridSample's attributes are those of the node: bilinear, zeros padding, align_corners 0."""
+    if node.domain in _ONNX_DOMAINS:
+        # Opset 16 to 19 spell bilinear 'bilinear', 20 on 'linear'.
+        bilinear = "linear" if opset >= 20 else "bilinear"
+        mode = _text(attribute(node, "mode", bilinear))
+        padding = _text(attribute(node, "padding_mode", "zeros"))
+    else:
+        mode = {0: "bilinear", 1: "nearest", 2: "bicubic"}.get(int(attribute(node, "interpolation_mode", 0)), "?")
+        padding = {0: "zeros", 1: "border", 2: "reflection"}.get(int(attribute(node, "padding_mode", 0)), "?")
+        bilinear = "bilinear"
+    if mode != bilinear:
+        raise _Refused(f"{node.op_type} mode '{mode}' (the node samples bilinearly, '{bilinear}' at opset {opset})")
+    if padding != "zeros":
+        raise _Refused(f"{node.op_type} padding_mode '{padding}' (the node reads zeros outside the map)")
+    if int(attribute(node, "align_corners", 0)) != 0:
+        raise _Refused(f"{node.op_type} align_corners=1 (the node samples as align_corners=0)")
+
+
+_Path = list[tuple["ir.Node", "ir.Value", int]]
+
+
+def _path_back(value: ir.Value) -> _Path:
+    """The movement ops that lead to ``value``, nearest first, as (node, its data input, the
+    index of its output on the path)."""
+    path = []
+    while True:
+        node = value.producer()
+        if node is None or node.domain not in _ONNX_DOMAINS or node.op_type not in _MOVEMENT:
+            return path
+        path.append((node, node.inputs[0], next(i for i, o in enumerate(node.outputs) if o is value)))
+        value = node.inputs[0]
+
+
+def _up_to(path: _Path, root: ir.Value) -> _Path:
+    """The part of ``path`` between ``root`` and its end; _Refused if ``root`` is not on it."""
+    for i, (_, source, _) in enumerate(path):
+        if source is root:
+            return path[: i + 1]
+    raise _Refused("the value tensor is not on every level's path")
+
+
+def _follow(tracer: _Tracer, path: _Path, end: ir.Value) -> _Layout:
+    """The layout of ``end`` from the root at the far end of ``path`` (nearest first)."""
+    for node, source, output_index in reversed(path):
+        tracer.forward(node, source, output_index)
+    return tracer.layouts[id(end)]
+
+
+def _grid_root(grid: ir.Value) -> tuple[_Path, ir.Value]:
+    """The path from ``2 * loc - 1`` to the GridSample's grid, and ``loc``."""
+    path = _path_back(grid)
+    affine = path[-1][1] if path else grid
+    node = affine.producer()
+    scalars = {}
+    if node is not None and node.op_type in ("Sub", "Add") and node.domain in _ONNX_DOMAINS:
+        for twice, shift in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+            shift_value = constant(shift)
+            doubler = twice.producer()
+            if shift_value is None or shift_value.size != 1 or doubler is None or doubler.op_type != "Mul":
+                continue
+            if node.op_type == "Sub" and twice is not node.inputs[0]:
+                continue
+            expected_shift = 1.0 if node.op_type == "Sub" else -1.0
+            if float(shift_value.reshape(-1)[0]) != expected_shift:
+                continue
+            for loc, two in ((doubler.inputs[0], doubler.inputs[1]), (doubler.inputs[1], doubler.inputs[0])):
+                two_value = constant(two)
+                if two_value is not None and two_value.size == 1 and float(two_value.reshape(-1)[0]) == 2.0:
+                    scalars["loc"] = loc
+                    scalars["ranks"] = (two_value.ndim, shift_value.ndim)
+    if "loc" not in scalars:
+        raise _Refused("the grid is not 2 * sampling_locations - 1 (a Mul by the constant 2 and a Sub of 1)")
+    loc = scalars["loc"]
+    if loc.shape is not None and max(scalars["ranks"]) > len(loc.shape):
+        raise _Refused("the constants of 2 * loc - 1 have a higher rank than the locations")
+    return path, loc
+
+
+def _data_users(value: ir.Value) -> list[ir.Node]:
+    """The nodes that read ``value``'s elements (a Shape node reads only its shape: exporters
+    compute the next Reshape's target from it, and it goes away with that Reshape)."""
+    return [u for u, _ in value.uses() if not (u.op_type == "Shape" and u.domain in _ONNX_DOMAINS)]
+
+
+def _is_output_layout(layout: _Layout, heads_by_batch: _Atom, batch: Any, heads: Any) -> bool:
+    """Whether ``layout`` is the node's [N, Lq, M * D] output, from the sum's [N * M, D, Lq]."""
+    if len(layout) != 3 or _names(layout[1]) != ["s:q"]:
+        return False
+    outer = [x for x in layout[0] if not _is_unit(x)]
+    if not outer and _equal(batch, 1):  # a batch of 1: the heads need no split from it
+        return _names(layout[2]) == [heads_by_batch.name, "s:d"]
+    if outer == [heads_by_batch] and _equal(heads, 1):
+        return _names(layout[2]) == ["s:d"]
+    if len(outer) != 1 or outer[0].parent is not heads_by_batch or outer[0].part != "outer":
+        return False
+    return _equal(outer[0].size, batch) and _names(layout[2]) == [f"{heads_by_batch.name}/i", "s:d"]
+
+
+def _size_source(tracer: _Tracer, sampler: ir.Node, level: int) -> ir.Node:
+    """The Reshape that made a level's [N * M, D, H_l, W_l] map, when its target's entries 2 and 3
+    are proven to be H_l and W_l (the rewrite reads dynamic level sizes from there)."""
+    reshape = sampler.inputs[0].producer()
+    if reshape is None or reshape.op_type != "Reshape":
+        raise _Refused(f"level {level}'s dynamic size is not the target of a Reshape")
+    entries = tracer.values(reshape.inputs[1])
+    shape = tracer.shape(sampler.inputs[0])
+    if len(entries) != 4 or not all(_equal(entries[i], shape[i]) for i in (2, 3)):
+        raise _Refused(f"level {level}'s dynamic H_l and W_l are not written in its Reshape's target")
+    return reshape
+
+
+@dataclass
+class _Block:
+    value: ir.Value
+    locations: ir.Value
+    locations_rank: int
+    weights: ir.Value
+    weights_rank: int
+    sizes: list[tuple[Any, Any]]
+    size_sources: list[ir.Value | None]
+    levels: int
+    points: int
+    final: ir.Node
+    nodes: list[ir.Node]
+
+
+def _same_atoms(actual: tuple[_Atom, ...], expected: list[_Atom]) -> bool:
+    return _names(actual) == _names(expected)
+
+
+def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) -> _Block:
+    sp = _sympy()
+    tracer = _Tracer(opset)
+    levels = len(samplers)
+    for sampler in samplers:
+        _check_sampling(sampler, opset)
+
+    # Value: one chunk of the S axis of one [N, S, M, D] tensor per level, in order.
+    value_paths = [_path_back(s.inputs[0]) for s in samplers]
+    if any(not p for p in value_paths):
+        raise _Refused("a GridSample's input is not a reshaped level of a value tensor")
+    # The deepest rank-4 tensor on the paths that proves to be [N, S, M, D] is the node's value.
+    candidates = [src for _, src, _ in reversed(value_paths[0]) if src.shape is not None and len(src.shape) == 4]
+    last_error = "no [N, S, M, D] value tensor feeds the levels"
+    for candidate in candidates:
+        tracer.layouts.clear()
+        tracer.picked.clear()
+        try:
+            value_layout = tracer.root(candidate, "v")
+            if len(value_layout) != 4:
+                raise _Refused("the value is not [N, S, M, D]")
+            n, s, m, d = (ax[0] for ax in value_layout)
+            sizes, sources = [], []
+            for level, (sampler, path) in enumerate(zip(samplers, value_paths)):
+                layout = _follow(tracer, _up_to(path, candidate), sampler.inputs[0])
+                if len(layout) != 4 or not _same_atoms(layout[0], [n, m]) or not _same_atoms(layout[1], [d]):
+                    raise _Refused(f"level {level}'s map is not value's [N * M, D, H, W] (heads and channels)")
+                pixels = [a for a in layout[2] + layout[3] if not _is_unit(a)]
+                chunk = pixels[0].parent if len(pixels) == 2 and pixels[0].part else (pixels[0] if pixels else None)
+                split_in_two = len(pixels) == 2 and (pixels[0].part, pixels[1].part) == ("outer", "inner")
+                parts_ok = len(pixels) == 1 or (split_in_two and pixels[1].parent is chunk)
+                if chunk is None or chunk.parent is not s or not parts_ok:
+                    raise _Refused(f"level {level}'s map is not a chunk of value's S axis reshaped to [H, W]")
+                height, width = (_product([a.size for a in ax]) for ax in layout[2:4])
+                previous = sp.expand(sum(h * w for h, w in sizes))
+                if not _equal(chunk.offset, previous):
+                    raise _Refused(
+                        f"level {level} starts at row {chunk.offset} of value, not after the levels before it "
+                        f"({previous}): the split sizes do not match H_l * W_l"
+                    )
+                sizes.append((height, width))
+                sources.append(None if (height.is_number and width.is_number) else _size_source(tracer, sampler, level))
+            total = sp.expand(sum(h * w for h, w in sizes))
+            splits = [next(node for node, src, _ in _up_to(p, candidate) if src is candidate) for p in value_paths]
+            covers = _equal(total, s.size) or (
+                splits[0].op_type == "Split"
+                and len(splits[0].outputs) == levels
+                and all(x is splits[0] for x in splits)
+            )
+            if not covers:
+                raise _Refused(f"the levels' H_l * W_l ({total}) are not proven to cover value's S ({s.size})")
+            break
+        except _Refused as refusal:
+            last_error = str(refusal)
+    else:
+        raise _Refused(last_error)
+    value = candidate
+    if value.dtype is None or value.dtype.name not in _FLOAT_TYPES:
+        raise _Refused(f"value's element type {value.dtype} (the node takes float, double, float16)")
+    # The node computes in value's type: a Cast on the way to the GridSamples would change it.
+    if any(sampler.inputs[0].dtype != value.dtype for sampler in samplers):
+        raise _Refused("the levels are sampled in another element type than value's (a Cast on the way)")
+
+    # Locations: [N, Lq, M, L, P, 2] picked per level, or [N, Lq, M, L * P, 2] split per level.
+    grid_paths, locs = zip(*(_grid_root(sp_node.inputs[1]) for sp_node in samplers))
+    if any(loc is not locs[0] for loc in locs):
+        raise _Refused("the levels' grids do not come from one sampling_locations tensor")
+    loc = locs[0]
+    loc_layout = tracer.root(loc, "g")
+    if len(loc_layout) not in (5, 6):
+        raise _Refused("sampling_locations is neither [N, Lq, M, L, P, 2] nor [N, Lq, M, L * P, 2]")
+    g = [ax[0] for ax in loc_layout]
+    points = []
+    for level, (sampler, path) in enumerate(zip(samplers, grid_paths)):
+        tracer.picked.pop(g[3].name, None)
+        if path:
+            # 2 * loc - 1 (with scalars) keeps loc's layout.
+            tracer.layouts[id(path[-1][1])] = loc_layout
+        layout = _follow(tracer, list(path), sampler.inputs[1]) if path else loc_layout
+        if len(layout) != 4 or not _same_atoms(layout[0], [g[0], g[2]]) or not _same_atoms(layout[1], [g[1]]):
+            raise _Refused(f"level {level}'s grid is not sampling_locations' [N * M, Lq, P, 2]")
+        if not _same_atoms(layout[3], [g[-1]]) or not _equal(g[-1].size, 2):
+            raise _Refused(f"level {level}'s grid does not end in the (x, y) axis of sampling_locations")
+        point_atoms = [a for a in layout[2] if not _is_unit(a)]
+        if len(loc_layout) == 6:
+            if tracer.picked.get(g[3].name) != level or _names(point_atoms) != _names([g[4]]):
+                raise _Refused(f"level {level}'s grid is not level {level} of sampling_locations")
+            points.append(g[4].size)
+        else:
+            chunk = point_atoms[0] if len(point_atoms) == 1 else None
+            if chunk is None or chunk.parent is not g[3]:
+                raise _Refused(f"level {level}'s grid is not a chunk of sampling_locations' points")
+            points.append(chunk.size)
+            if not _equal(chunk.offset, sum(points[:-1])):
+                raise _Refused(f"level {level}'s grid does not take the points after those of the levels before it")
+    if any(not _equal(p, points[0]) for p in points):
+        raise _Refused(_POINTS_DIFFER)
+    per_level = points[0]
+    if not per_level.is_number:
+        raise _Refused("the number of points per level is not a constant")
+    if len(loc_layout) == 6 and not (_equal(g[3].size, levels) and _equal(g[4].size, per_level)):
+        raise _Refused(f"sampling_locations has {g[3].size} levels where {levels} are sampled")
+    if len(loc_layout) == 5 and not _equal(g[3].size, levels * per_level):
+        raise _Refused(f"sampling_locations has {g[3].size} points where {levels} levels of {per_level} are sampled")
+    for what, a, b in (("batch", g[0], n), ("heads", g[2], m)):
+        if not _equal(a.size, b.size):
+            raise _Refused(f"the {what} of sampling_locations ({a.size}) is not proven equal to value's ({b.size})")
+    if loc.dtype is None or loc.dtype.name not in _FLOAT_TYPES:
+        raise _Refused(f"sampling_locations' element type {loc.dtype}")
+
+    # The join: stacked (Unsqueeze + Concat, then levels and points merged) or concatenated.
+    joined = join.outputs[0]
+    sample_atoms = {
+        "nm": _Atom("s:nm", sp.expand(n.size * m.size)),
+        "d": _Atom("s:d", d.size),
+        "q": _Atom("s:q", g[1].size),
+        "l": _Atom("s:l", sp.Integer(levels)),
+        "p": _Atom("s:p", per_level),
+        "lp": _Atom("s:lp", sp.Integer(levels) * per_level),
+    }
+    a = sample_atoms
+    axis = int(attribute(join, "axis", 0))
+    if stacked:
+        if axis % 5 != 3 or any(tracer.axes(u.producer(), 1) not in ([3], [-2]) for u in join.inputs):
+            raise _Refused("the levels are not stacked on axis -2 of [N * M, D, Lq, L, P]")
+        tracer.layouts[id(joined)] = [(a["nm"],), (a["d"],), (a["q"],), (a["l"],), (a["p"],)]
+    else:
+        if axis % 4 != 3:
+            raise _Refused("the levels are not concatenated on the points axis")
+        tracer.layouts[id(joined)] = [(a["nm"],), (a["d"],), (a["q"],), (a["lp"],)]
+    # Forward from the join along single uses to the Mul by the weights.
+    block_nodes: list[ir.Node] = [join]
+    current = joined
+    while True:
+        users = _data_users(current)
+        if len(users) != 1 or current.is_graph_output():
+            raise _Refused("the stacked samples are used elsewhere than by the weighting")
+        user = users[0]
+        if user.domain in _ONNX_DOMAINS and user.op_type == "Mul":
+            break
+        if user.domain not in _ONNX_DOMAINS or user.op_type not in _MOVEMENT or user.inputs[0] is not current:
+            raise _Refused(f"the samples go through {user.op_type} before the weights")
+        tracer.forward(user, current)
+        block_nodes.append(user)
+        current = user.outputs[0]
+    mul = user
+    samples_layout = tracer.layouts[id(current)]
+    expected_samples = [[a["nm"]], [a["d"]], [a["q"]], [a["l"], a["p"]] if stacked else [a["lp"]]]
+    merged = [x for x in samples_layout[3] if not _is_unit(x)]
+    if len(samples_layout) != 4 or any(not _same_atoms(samples_layout[i], expected_samples[i]) for i in range(3)):
+        raise _Refused("the samples multiplied by the weights are not [N * M, D, Lq, L * P]")
+    if _names(merged) != _names(expected_samples[3]):
+        raise _Refused("the samples' last axis is not the levels' points, level after level")
+
+    # Weights: [N, Lq, M, L, P] or [N, Lq, M, L * P], laid out as [N * M, 1, Lq, L * P].
+    weights_operand = mul.inputs[1] if mul.inputs[0] is current else mul.inputs[0]
+    weight_path = _path_back(weights_operand)
+    weight_candidates = [src for _, src, _ in reversed(weight_path)] + [weights_operand]
+    last_error = "the attention weights are not [N, Lq, M, L, P] laid out as [N * M, 1, Lq, L * P]"
+    for candidate in weight_candidates:
+        try:
+            w_layout = tracer.root(candidate, "w")
+            if len(w_layout) not in (4, 5):
+                raise _Refused("the attention weights are neither [N, Lq, M, L, P] nor [N, Lq, M, L * P]")
+            w = [ax[0] for ax in w_layout]
+            if candidate is weights_operand:
+                layout = w_layout
+            else:
+                layout = _follow(tracer, _up_to(weight_path, candidate), weights_operand)
+            tail = [w[3], w[4]] if len(w) == 5 else [w[3]]
+            ok = (
+                len(layout) == 4
+                and _same_atoms(layout[0], [w[0], w[2]])
+                and not _names(layout[1])
+                and _same_atoms(layout[2], [w[1]])
+                and _same_atoms(layout[3], tail)
+            )
+            if not ok:
+                raise _Refused("the attention weights are not laid out as [N * M, 1, Lq, L * P]")
+            sizes_ok = (
+                _equal(w[0].size, n.size)
+                and _equal(w[1].size, g[1].size)
+                and _equal(w[2].size, m.size)
+                and (
+                    (len(w) == 5 and _equal(w[3].size, levels) and _equal(w[4].size, per_level))
+                    or (len(w) == 4 and _equal(w[3].size, levels * per_level))
+                )
+            )
+            if not sizes_ok:
+                raise _Refused("the attention weights' sizes are not proven equal to the samples'")
+            weights = candidate
+            break
+        except _Refused as refusal:
+            last_error = str(refusal)
+    else:
+        raise _Refused(last_error)
+    if weights.dtype is None or weights.dtype.name not in _FLOAT_TYPES:
+        raise _Refused(f"the attention weights' element type {weights.dtype}")
+
+    # The sum over levels and points, and the reshape to [N, Lq, M * D].
+    users = [u for u, _ in mul.outputs[0].uses()]
+    reduce = users[0] if len(users) == 1 else None
+    if reduce is None or reduce.op_type != "ReduceSum" or reduce.domain not in _ONNX_DOMAINS:
+        raise _Refused("the weighted samples are not summed by one ReduceSum")
+    reduce_axes = tracer.axes(reduce, 1) if opset >= 13 else tracer.axes(reduce, 99)
+    if reduce_axes is None or [x % 4 for x in reduce_axes] != [3]:
+        raise _Refused(f"the ReduceSum sums axes {reduce_axes}, not the levels' points (axis -1)")
+    keep = int(attribute(reduce, "keepdims", 1))
+    product = mul.outputs[0]
+    tracer.layouts[id(product)] = tracer.layouts[id(current)]
+    out_layout: _Layout = [(a["nm"],), (a["d"],), (a["q"],)] + ([()] if keep else [])
+    current = reduce.outputs[0]
+    tracer.layouts[id(current)] = out_layout
+    block_nodes += [mul, reduce]
+    final = reduce
+    while True:
+        layout = tracer.layouts[id(current)]
+        if _is_output_layout(layout, a["nm"], n.size, m.size):
+            break
+        users = _data_users(current)
+        if len(users) != 1 or current.is_graph_output():
+            raise _Refused("the sum is not reshaped to [N, Lq, M * D] (used elsewhere before)")
+        user = users[0]
+        if user.domain not in _ONNX_DOMAINS or user.op_type not in _MOVEMENT or user.inputs[0] is not current:
+            raise _Refused("the sum is not reshaped to [N, Lq, M * D]")
+        tracer.forward(user, current)
+        block_nodes.append(user)
+        final = user
+        current = user.outputs[0]
+
+    nodes = list(block_nodes)
+    for sampler, vpath, gpath in zip(samplers, value_paths, grid_paths):
+        nodes.append(sampler)
+        nodes += [node for node, _, _ in vpath] + [node for node, _, _ in gpath]
+    nodes += [node for node, _, _ in weight_path]
+    if stacked:
+        nodes += [u.producer() for u in join.inputs]
+    return _Block(
+        value=value,
+        locations=loc,
+        locations_rank=len(loc_layout),
+        weights=weights,
+        weights_rank=len(w),
+        sizes=sizes,
+        size_sources=sources,
+        levels=levels,
+        points=int(per_level),
+        final=final,
+        nodes=list(dict.fromkeys(nodes)),
+    )
+
+
+# --- the rewrite ---------------------------------------------------------------------------------
+
+
+def _new(graph: Any, before: ir.Node, op: str, inputs: list[ir.Value], domain: str = "", **attrs: Any) -> ir.Value:
+    import onnx_ir as ir
+
+    attributes = []
+    for name, v in attrs.items():
+        if isinstance(v, np.ndarray):
+            attributes.append(ir.AttrTensor(name, ir.tensor(v)))
+        else:
+            attributes.append(ir.AttrInt64(name, int(v)))
+    node = ir.Node(domain, op, inputs, attributes, num_outputs=1)
+    graph.insert_before(before, node)
+    return node.outputs[0]
+
+
+def _constant(graph: Any, before: ir.Node, array: np.ndarray) -> ir.Value:
+    import onnx_ir as ir
+
+    value = _new(graph, before, "Constant", [], value=array)
+    value.const_value = ir.tensor(array)
+    return value
+
+
+def _rewrite(graph: Any, block: _Block) -> ir.Node:
+    before = block.final
+    dtype = block.value.dtype
+    if all(src is None for src in block.size_sources):
+        shapes = np.array([[int(h), int(w)] for h, w in block.sizes], np.int64)
+        spatial = _constant(graph, before, shapes)
+        areas = shapes[:, 0] * shapes[:, 1]
+        starts = _constant(graph, before, np.concatenate([[0], np.cumsum(areas)[:-1]]).astype(np.int64))
+    else:
+        # Dynamic sizes: each level's (H_l, W_l) is read from the target of the Reshape that
+        # made its [N * M, D, H_l, W_l] map (entries 2 and 3, proven equal to H_l and W_l).
+        rows = []
+        for (h, w), reshape in zip(block.sizes, block.size_sources):
+            if reshape is None:
+                rows.append(_constant(graph, before, np.array([int(h), int(w)], np.int64)))
+            else:
+                two, four, zero = (_constant(graph, before, np.array([v], np.int64)) for v in (2, 4, 0))
+                rows.append(_new(graph, before, "Slice", [reshape.inputs[1], two, four, zero]))
+        pairs = _new(graph, before, "Concat", rows, axis=0)
+        spatial = _new(graph, before, "Reshape", [pairs, _constant(graph, before, np.array([-1, 2], np.int64))])
+        column = [_constant(graph, before, np.array(v, np.int64)) for v in (0, 1)]
+        heights, widths = (_new(graph, before, "Gather", [spatial, c], axis=1) for c in column)
+        areas = _new(graph, before, "Mul", [heights, widths])
+        starts = _new(graph, before, "CumSum", [areas, column[0]], exclusive=1)
+    locations = block.locations
+    if locations.dtype != dtype:
+        # A float64 grid (HuggingFace's TorchScript exports) feeding a float value: the node
+        # takes one element type, so the locations are cast to the value's.
+        locations = _new(graph, before, "Cast", [locations], to=dtype.value)
+    if block.locations_rank == 5:
+        target = np.array([0, 0, 0, block.levels, block.points, 2], np.int64)
+        locations = _new(graph, before, "Reshape", [locations, _constant(graph, before, target)])
+    weights = block.weights
+    if weights.dtype != dtype:
+        weights = _new(graph, before, "Cast", [weights], to=dtype.value)
+    if block.weights_rank == 4:
+        target = np.array([0, 0, 0, block.levels, block.points], np.int64)
+        weights = _new(graph, before, "Reshape", [weights, _constant(graph, before, target)])
+    inputs = [block.value, spatial, starts, locations, weights]
+    output = _new(graph, before, "MultiScaleDeformableAttention", inputs, ORTOPS_DOMAIN)
+    old = block.final.outputs[0]
+    output.shape, output.dtype = old.shape, old.dtype
+    old_users = list(old.uses())
+    for user, index in old_users:
+        user.replace_input_with(index, output)
+    if old.is_graph_output():
+        outputs = graph.outputs
+        for i, v in enumerate(outputs):
+            if v is old:
+                outputs[i] = output
+        name = old.name
+        old.name = f"{name}_replaced"
+        output.name = name
+    return output.producer()
+
+
+def _joins(graph: Any) -> list[tuple[ir.Node, list[ir.Node], bool]]:
+    """Every Concat whose inputs all are GridSample outputs (concatenated) or Unsqueezes of
+    them (stacked), with the samplers in order."""
+    found = []
+    for node in graph:
+        if node.op_type != "Concat" or node.domain not in _ONNX_DOMAINS or not node.inputs:
+            continue
+        direct = [v.producer() for v in node.inputs]
+        if all(_is_grid_sample(p) for p in direct):
+            found.append((node, direct, False))
+            continue
+        samplers = []
+        for p in direct:
+            if p is None or p.op_type != "Unsqueeze" or not _is_grid_sample(p.inputs[0].producer()):
+                break
+            samplers.append(p.inputs[0].producer())
+        else:
+            found.append((node, samplers, True))
+    return found
+
+
+def _dead(graph: Any) -> set[int]:
+    """The nodes of ``graph`` whose outputs nothing reads (directly or through other such nodes)."""
+    gone: set[int] = set()
+    nodes = list(graph)
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(nodes):
+            if id(node) in gone:
+                continue
+            if all(not o.is_graph_output() and all(id(u) in gone for u, _ in o.uses()) for o in node.outputs):
+                gone.add(id(node))
+                changed = True
+    return gone
+
+
+def _walk(graph: Any, model: ir.Model) -> None:
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
+    for join, samplers, stacked in _joins(graph):
+        if opset < 16 and all(s.domain in _ONNX_DOMAINS for s in samplers):
+            record_near_miss(graph, join, f"ONNX opset {opset} has no GridSample")
+            continue
+        try:
+            block = _prove(join, samplers, stacked, opset)
+        except _Refused as refusal:
+            record_near_miss(graph, join, str(refusal))
+            continue
+        dead_before = _dead(graph)
+        made_node = _rewrite(graph, block)
+        dead_after = _dead(graph)
+        # The nodes that go away: the block's, less those still read elsewhere (a value split
+        # that other layers share), plus the shape computations only the block read.
+        replaced = [n for n in graph if id(n) in dead_after - dead_before and n.op_type != "Constant"]
+        record_rewrite(graph, replaced, made_node)
+
+
+def _passes() -> list[Any]:
+    return []
+
+
+RULE = Rule(
+    name="deformable-attention",
+    summary="multi-scale deformable attention (per-level GridSample, weighted sum) into "
+    "ortops::MultiScaleDeformableAttention",
+    handles=(
+        "the stack form (mmcv's and Deformable DETR's multi_scale_deformable_attn_pytorch, HuggingFace's "
+        "Deformable DETR, Grounding DINO, Mask2Former, OneFormer, RT-DETR) and the concat form (RT-DETRv2, "
+        "D-FINE, DEIM, Ultralytics), any number of levels, static or dynamic sizes, GridSample 'bilinear' "
+        "(opset 16-19) or 'linear' (20 on) or mmdeploy's grid_sampler, a float64 grid (cast to the value's type)",
+        "left alone: align_corners 1, padding other than zeros, modes other than bilinear, split sizes not "
+        "H_l * W_l, sums over other axes, different numbers of points per level",
+    ),
+    passes=_passes,
+    walk=_walk,
+)

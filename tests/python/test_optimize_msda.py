@@ -1,0 +1,408 @@
+"""``ortops optimize``'s deformable-attention rule: multi-scale deformable attention written as
+real projects write it in PyTorch, exported by both exporters, fused into one
+``ortops::MultiScaleDeformableAttention`` with ONNX Runtime's (or PyTorch's) outputs; the
+blocks it cannot prove are left alone and reported."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ortops
+from ortops._optimize import optimize_with_report
+
+pytest.importorskip("onnxscript")
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+RULE = ["deformable-attention"]
+
+
+# --- the two forms, as the projects write them ------------------------------------------------
+
+
+def stack_form(value, spatial_shapes, sampling_locations, attention_weights, align_corners=False, padding="zeros"):
+    """mmcv's / Deformable DETR's ``multi_scale_deformable_attn_pytorch`` (also HuggingFace's
+    Deformable DETR, Grounding DINO, Mask2Former, RT-DETR v1): value [N, S, M, D], locations
+    [N, Lq, M, L, P, 2], weights [N, Lq, M, L, P] -> [N, Lq, M * D]."""
+    batch, _, heads, channels = value.shape
+    _, queries, _, levels, points, _ = sampling_locations.shape
+    value_list = value.split([h * w for h, w in spatial_shapes], dim=1)
+    sampling_grids = 2 * sampling_locations - 1
+    samples = []
+    for level, (h, w) in enumerate(spatial_shapes):
+        value_l = value_list[level].flatten(2).transpose(1, 2).reshape(batch * heads, channels, h, w)
+        grid_l = sampling_grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
+        samples.append(
+            F.grid_sample(value_l, grid_l, mode="bilinear", padding_mode=padding, align_corners=align_corners)
+        )
+    weights = attention_weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels * points)
+    output = (torch.stack(samples, dim=-2).flatten(-2) * weights).sum(-1).view(batch, heads * channels, queries)
+    return output.transpose(1, 2).contiguous()
+
+
+def concat_form(value, spatial_shapes, sampling_locations, attention_weights, points_per_level, mode="bilinear"):
+    """RT-DETRv2's ``deformable_attention_core_func_v2`` (D-FINE, DEIM, Ultralytics): locations
+    [N, Lq, M, sum(P_l), 2], weights [N, Lq, M, sum(P_l)], one split per level."""
+    batch, _, heads, channels = value.shape
+    queries = sampling_locations.shape[1]
+    value_list = value.permute(0, 2, 3, 1).flatten(0, 1).split([h * w for h, w in spatial_shapes], dim=-1)
+    sampling_grids = (2 * sampling_locations - 1).permute(0, 2, 1, 3, 4).flatten(0, 1)
+    grid_list = sampling_grids.split(points_per_level, dim=-2)
+    samples = []
+    for level, (h, w) in enumerate(spatial_shapes):
+        value_l = value_list[level].reshape(batch * heads, channels, h, w)
+        samples.append(F.grid_sample(value_l, grid_list[level], mode=mode, padding_mode="zeros", align_corners=False))
+    weights = attention_weights.permute(0, 2, 1, 3).reshape(batch * heads, 1, queries, sum(points_per_level))
+    output = (torch.concat(samples, dim=-1) * weights).sum(-1).reshape(batch, heads * channels, queries)
+    return output.permute(0, 2, 1)
+
+
+class StackAttention(torch.nn.Module):
+    def __init__(self, shapes: list[tuple[int, int]], **options: object) -> None:
+        super().__init__()
+        self.shapes, self.options = shapes, options
+
+    def forward(self, value, locations, weights):
+        return stack_form(value, self.shapes, locations, weights, **self.options)
+
+
+class ConcatAttention(torch.nn.Module):
+    def __init__(self, shapes: list[tuple[int, int]], points: list[int], **options: object) -> None:
+        super().__init__()
+        self.shapes, self.points, self.options = shapes, points, options
+
+    def forward(self, value, locations, weights):
+        return concat_form(value, self.shapes, locations, weights, self.points, **self.options)
+
+
+class FromFeatureMaps(torch.nn.Module):
+    """HuggingFace's way: value flattened from feature maps of any size, the spatial shapes read
+    from the maps (computed in the file: Shape, Gather, Mul), two layers sharing the value."""
+
+    def __init__(self, heads: int, layers: int = 1) -> None:
+        super().__init__()
+        self.heads, self.layers = heads, layers
+
+    def forward(self, f0, f1, f2, locations, weights):
+        maps = [f0, f1, f2]
+        shapes = [(m.shape[2], m.shape[3]) for m in maps]
+        batch, channels = f0.shape[:2]
+        value = torch.cat([m.flatten(2).transpose(1, 2) for m in maps], 1)
+        value = value.view(batch, -1, self.heads, channels // self.heads)
+        out = stack_form(value, shapes, locations, weights)
+        for layer in range(1, self.layers):
+            out = out + stack_form(value, shapes, locations * (1 - 0.1 * layer), weights)
+        return out
+
+
+# --- exporting and running ----------------------------------------------------------------------
+
+
+def export(module, args, names, opset, dynamo=False, dynamic=None) -> onnx.ModelProto:
+    if dynamo:
+        shapes = None
+        if dynamic:
+            # One Dim per name: the same symbol in every input, as in a whole model's export.
+            dims = {dim: torch.export.Dim(dim) for axes in dynamic.values() for dim in axes.values()}
+            shapes = tuple({axis: dims[dim] for axis, dim in dynamic[name].items()} for name in names)
+        program = torch.onnx.export(
+            module, args, dynamo=True, opset_version=opset, input_names=names, dynamic_shapes=shapes, verbose=False
+        )
+        return program.model_proto
+    buffer = io.BytesIO()
+    torch.onnx.export(
+        module, args, buffer, dynamo=False, opset_version=opset, input_names=names, dynamic_axes=dynamic or None
+    )
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> np.ndarray:
+    session = ort.InferenceSession(
+        model.SerializeToString(), ortops.session_options(), providers=["CPUExecutionProvider"]
+    )
+    return session.run(None, feeds)[0]
+
+
+def assert_close(actual: np.ndarray, expected: np.ndarray) -> None:
+    """Within float32 rounding: the node sums levels and points in another order."""
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    scale = float(np.abs(expected).max()) or 1.0
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=2e-6 * scale)
+
+
+def op_counts(model: onnx.ModelProto) -> Counter[str]:
+    return Counter(f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in model.graph.node)
+
+
+def attention_inputs(rng, batch, queries, heads, channels, shapes, points, flat=False):
+    """value, locations (inside and around the maps: some points fall outside) and weights."""
+    keys = sum(h * w for h, w in shapes)
+    levels = len(shapes)
+    value = rng.normal(size=(batch, keys, heads, channels)).astype(np.float32)
+    locations = rng.uniform(-0.1, 1.1, (batch, queries, heads, levels, points, 2)).astype(np.float32)
+    weights = rng.uniform(0, 1, (batch, queries, heads, levels, points)).astype(np.float32)
+    weights /= weights.sum((-1, -2), keepdims=True)
+    if flat:
+        locations = locations.reshape(batch, queries, heads, levels * points, 2)
+        weights = weights.reshape(batch, queries, heads, levels * points)
+    return value, locations, weights
+
+
+NAMES = ["value", "locations", "weights"]
+DYNAMIC = {"value": {0: "batch"}, "locations": {0: "batch", 1: "queries"}, "weights": {0: "batch", 1: "queries"}}
+
+CASES = [
+    # form, exporter, opset, dynamic batch and queries, shapes, heads, channels, points, queries
+    ("stack", "torchscript", 16, False, [(16, 16), (8, 8), (4, 4)], 2, 8, 4, 50),
+    ("stack", "torchscript", 17, True, [(16, 16), (8, 8), (4, 4), (2, 2)], 8, 32, 4, 300),
+    ("stack", "dynamo", 18, False, [(16, 16), (8, 8), (4, 4)], 4, 16, 4, 60),
+    ("stack", "dynamo", 20, True, [(8, 8), (4, 4), (2, 2)], 2, 8, 4, 50),
+    ("concat", "torchscript", 16, False, [(16, 16), (8, 8), (4, 4)], 8, 32, 4, 300),
+    ("concat", "torchscript", 17, True, [(8, 8), (4, 4), (2, 2)], 4, 8, 4, 50),
+    ("concat", "dynamo", 20, False, [(16, 16), (8, 8), (4, 4)], 2, 16, 4, 50),
+]
+
+
+@pytest.mark.parametrize(
+    ("form", "exporter", "opset", "dynamic", "shapes", "heads", "channels", "points", "queries"),
+    CASES,
+    ids=[f"{c[0]}-{c[1]}-{c[2]}{'-dynamic' if c[3] else ''}" for c in CASES],
+)
+def test_exported_attention_becomes_one_ortops_node(
+    form, exporter, opset, dynamic, shapes, heads, channels, points, queries
+) -> None:
+    rng = np.random.default_rng(opset)
+    flat = form == "concat"
+    inputs = attention_inputs(rng, 2, queries, heads, channels, shapes, points, flat)
+    module = StackAttention(shapes) if form == "stack" else ConcatAttention(shapes, [points] * len(shapes))
+    args = tuple(torch.from_numpy(a) for a in inputs)
+    model = export(module, args, NAMES, opset, exporter == "dynamo", DYNAMIC if dynamic else None)
+    assert op_counts(model)["ai.onnx::GridSample"] == len(shapes)
+    rewritten, report = optimize_with_report(model, RULE)
+    counts = op_counts(rewritten)
+    assert counts["ortops::MultiScaleDeformableAttention"] == 1, report.lines()
+    assert not {"ai.onnx::GridSample", "ai.onnx::ReduceSum", "ai.onnx::Split"} & set(counts)
+    assert len(report.rewrites) == 1 and not report.near_misses
+    feeds = dict(zip(NAMES, inputs))
+    expected = run(model, feeds)
+    assert_close(run(rewritten, feeds), expected)
+    with torch.no_grad():
+        assert_close(run(rewritten, feeds), module(*args).numpy())
+    if dynamic:  # another batch and query count
+        other = dict(zip(NAMES, attention_inputs(rng, 1, 7, heads, channels, shapes, points, flat)))
+        assert_close(run(rewritten, other), run(model, other))
+
+
+def feature_maps(rng, batch, channels, sizes):
+    return [rng.normal(size=(batch, channels, h, w)).astype(np.float32) for h, w in sizes]
+
+
+@pytest.mark.parametrize("simplified", [False, True], ids=["as-exported", "constant-folded"])
+def test_dynamic_spatial_shapes_and_a_value_shared_by_two_layers(simplified: bool) -> None:
+    """Sizes read from the feature maps (dynamic in the file), the value split reused by two
+    attention blocks; also after onnxscript's optimizer folded what it could (as onnxslim and
+    onnx-simplifier do: those are not installed here)."""
+    rng = np.random.default_rng(5)
+    heads, channels, points, queries = 4, 16, 4, 30
+    sizes = [(8, 8), (4, 4), (2, 2)]
+    maps = feature_maps(rng, 2, heads * channels, sizes)
+    _, locations, weights = attention_inputs(rng, 2, queries, heads, channels, sizes, points)
+    names = ["f0", "f1", "f2", "locations", "weights"]
+    dynamic = {f"f{i}": {0: "n", 2: f"h{i}", 3: f"w{i}"} for i in range(3)}
+    dynamic.update({"locations": {0: "n", 1: "q"}, "weights": {0: "n", 1: "q"}})
+    module = FromFeatureMaps(heads, layers=2)
+    args = tuple(torch.from_numpy(a) for a in (*maps, locations, weights))
+    model = export(module, args, names, 17, dynamic=dynamic)
+    if simplified:
+        import onnxscript.optimizer
+
+        model = onnxscript.optimizer.optimize(model)
+    rewritten, report = optimize_with_report(model, RULE)
+    assert op_counts(rewritten)["ortops::MultiScaleDeformableAttention"] == 2, report.lines()
+    assert "ai.onnx::GridSample" not in op_counts(rewritten) and not report.near_misses
+    for sizes_now in (sizes, [(6, 10), (3, 5), (2, 3)]):  # other map sizes: the rewrite reads them
+        feeds = dict(zip(names, (*feature_maps(rng, 2, heads * channels, sizes_now), locations, weights)))
+        assert_close(run(rewritten, feeds), run(model, feeds))
+
+
+def grid_in_float64(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The stack form with its grid computed in float64 from float32 locations, as HuggingFace's
+    Deformable DETR exports at opset 17 (TorchScript) have it: GridSample(float value, double
+    grid), which ONNX Runtime has no kernel for. Made from the float32 export by casting the
+    locations to double where the grid computation starts."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    doubled = []
+    for node in graph.node:
+        if node.op_type == "Mul" and "locations" in node.input:
+            node.input[list(node.input).index("locations")] = "locations_f64"
+            doubled.append(node)
+    (mul,) = doubled
+    sub = next(n for n in graph.node if n.op_type == "Sub" and mul.output[0] in n.input)
+    for node in graph.node:  # the constants 2 and 1 become double
+        if node.op_type == "Constant" and node.output[0] in (*mul.input, *sub.input):
+            array = numpy_helper.to_array(node.attribute[0].t).astype(np.float64)
+            node.attribute[0].t.CopyFrom(numpy_helper.from_array(array))
+    graph.node.insert(0, helper.make_node("Cast", ["locations"], ["locations_f64"], to=TensorProto.DOUBLE))
+    del graph.value_info[:]
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def test_float64_grid_gets_a_cast_and_runs() -> None:
+    rng = np.random.default_rng(7)
+    shapes = [(16, 16), (8, 8), (4, 4)]
+    inputs = attention_inputs(rng, 2, 50, 4, 8, shapes, 4)
+    module = StackAttention(shapes)
+    args = tuple(torch.from_numpy(a) for a in inputs)
+    model = grid_in_float64(export(module, args, NAMES, 17))
+    feeds = dict(zip(NAMES, inputs))
+    with pytest.raises(Exception, match="GridSample"):
+        run(model, feeds)  # the original does not run in ONNX Runtime
+    rewritten, report = optimize_with_report(model, RULE)
+    assert op_counts(rewritten)["ortops::MultiScaleDeformableAttention"] == 1, report.lines()
+    cast = [n for n in rewritten.graph.node if n.op_type == "Cast" and n.output[0] != "locations_f64"]
+    assert [helper.get_attribute_value(c.attribute[0]) for c in cast] == [TensorProto.FLOAT]
+    with torch.no_grad():
+        expected = module(*args).numpy()
+    assert_close(run(rewritten, feeds), expected)
+
+
+def as_mmdeploy_grid_sampler(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The export with each GridSample written as mmdeploy writes mmcv's grid_sample."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for node in model.graph.node:
+        if node.op_type == "GridSample":
+            node.op_type, node.domain = "grid_sampler", "mmdeploy"
+            del node.attribute[:]
+            node.attribute.extend(
+                [
+                    helper.make_attribute("interpolation_mode", 0),
+                    helper.make_attribute("padding_mode", 0),
+                    helper.make_attribute("align_corners", 0),
+                ]
+            )
+    model.opset_import.append(helper.make_opsetid("mmdeploy", 1))
+    return model
+
+
+def test_mmdeploy_grid_sampler_is_fused() -> None:
+    rng = np.random.default_rng(8)
+    shapes = [(8, 8), (4, 4)]
+    inputs = attention_inputs(rng, 1, 20, 2, 8, shapes, 4)
+    module = StackAttention(shapes)
+    args = tuple(torch.from_numpy(a) for a in inputs)
+    model = as_mmdeploy_grid_sampler(export(module, args, NAMES, 16))
+    rewritten, report = optimize_with_report(model, RULE)
+    assert op_counts(rewritten)["ortops::MultiScaleDeformableAttention"] == 1, report.lines()
+    assert "mmdeploy::grid_sampler" not in op_counts(rewritten)
+    with torch.no_grad():
+        assert_close(run(rewritten, dict(zip(NAMES, inputs))), module(*args).numpy())
+
+
+# --- near-misses ---------------------------------------------------------------------------------
+
+
+def edited(model: onnx.ModelProto, op_type: str, edit) -> onnx.ModelProto:
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for node in model.graph.node:
+        if node.op_type == op_type:
+            edit(model, node)
+    return model
+
+
+def set_constant_input(index: int, array: np.ndarray):
+    def edit(model: onnx.ModelProto, node: onnx.NodeProto) -> None:
+        name = f"{node.name}_edited_{index}"
+        model.graph.initializer.append(numpy_helper.from_array(array, name))
+        node.input[index] = name
+
+    return edit
+
+
+def near_miss_models() -> list[tuple[str, onnx.ModelProto, str]]:
+    shapes = [(8, 8), (4, 4)]
+    rng = np.random.default_rng(9)
+    args = tuple(torch.from_numpy(a) for a in attention_inputs(rng, 1, 10, 2, 4, shapes, 3))
+    flat = tuple(torch.from_numpy(a) for a in attention_inputs(rng, 1, 10, 2, 4, shapes, 3, flat=True))
+    plain = export(StackAttention(shapes), args, NAMES, 16)
+    uneven = list(flat)
+    uneven[1], uneven[2] = flat[1][:, :, :, :5], flat[2][:, :, :, :5]
+    return [
+        ("align-corners", export(StackAttention(shapes, align_corners=True), args, NAMES, 16), "align_corners=1"),
+        ("padding-border", export(StackAttention(shapes, padding="border"), args, NAMES, 16), "padding_mode 'border'"),
+        ("nearest", export(ConcatAttention(shapes, [3, 3], mode="nearest"), flat, NAMES, 16), "mode 'nearest'"),
+        ("points-differ", export(ConcatAttention(shapes, [2, 3]), tuple(uneven), NAMES, 16), "points per level differ"),
+        (
+            "split-not-h-times-w",
+            edited(plain, "Split", set_constant_input(1, np.array([60, 20], np.int64))),
+            "regroup",
+        ),
+        (
+            "sum-over-queries",
+            edited(plain, "ReduceSum", set_constant_input(1, np.array([2], np.int64))),
+            "not the levels' points",
+        ),
+        (
+            "grid-not-2x-1",
+            edited(plain, "Sub", set_constant_input(1, np.array(0.5, np.float32))),
+            "2 * sampling_locations - 1",
+        ),
+    ]
+
+
+NEAR_MISSES = near_miss_models()
+
+
+@pytest.mark.parametrize(("model", "reason"), [m[1:] for m in NEAR_MISSES], ids=[m[0] for m in NEAR_MISSES])
+def test_near_misses_are_left_alone_with_the_reason(model: onnx.ModelProto, reason: str) -> None:
+    rewritten, report = optimize_with_report(model, RULE)
+    assert "ortops::MultiScaleDeformableAttention" not in op_counts(rewritten)
+    assert op_counts(rewritten)["ai.onnx::GridSample"] == op_counts(model)["ai.onnx::GridSample"]
+    assert not report.rewrites
+    assert len(report.near_misses) == 1 and reason in report.near_misses[0].reason, report.lines()
+
+
+def test_points_differ_reason_names_the_node() -> None:
+    (miss,) = optimize_with_report(dict((m[0], m[1]) for m in NEAR_MISSES)["points-differ"], RULE)[1].near_misses
+    assert miss.reason == "points per level differ: ortops::MultiScaleDeformableAttention takes one P"
+
+
+# --- the emulated device -------------------------------------------------------------------------
+
+
+def test_rewritten_attention_runs_on_the_emulated_device(tmp_path: Path) -> None:
+    device_library = Path(ortops.get_library_path()).with_name("libortops_device_on_cpu.so")
+    if not device_library.exists():
+        pytest.skip("no emulated device library beside the library")
+    shapes = [(8, 8), (4, 4), (2, 2)]
+    inputs = attention_inputs(np.random.default_rng(11), 2, 40, 4, 8, shapes, 4, flat=True)
+    module = ConcatAttention(shapes, [4, 4, 4])
+    model = export(module, tuple(torch.from_numpy(a) for a in inputs), NAMES, 16)
+    feeds = dict(zip(NAMES, inputs))
+    expected = run(model, feeds)
+    path = tmp_path / "msda.onnx"
+    onnx.save(optimize_with_report(model, RULE)[0], str(path))
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    code = (
+        "import sys, numpy as np, onnxruntime as ort, ortops;"
+        "s = ort.InferenceSession(sys.argv[1], ortops.session_options(), providers=['CPUExecutionProvider']);"
+        "np.save(sys.argv[3], s.run(None, dict(np.load(sys.argv[2])))[0])"
+    )
+    env = {**os.environ, "ORTOPS_LIBRARY": str(device_library)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(ortops.__file__).parents[1]), env.get("PYTHONPATH")]))
+    out = tmp_path / "y.npy"
+    subprocess.run(
+        [sys.executable, "-c", code, str(path), str(tmp_path / "feeds.npz"), str(out)], check=True, env=env, timeout=60
+    )
+    assert_close(np.load(out), expected)
