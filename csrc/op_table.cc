@@ -47,7 +47,7 @@ constexpr OpDef kOpTable[] = {
   {kOrtopsDomain,   "NMS",                       1,     OnCuda(nms::MakeDevice),   &nms::kSchema,                   &nms::Make},
   {kMmcvDomain,     "NonMaxSuppression",         1,     OnCuda(nms::MakeDevice),   &nms::kSchema,                   &nms::Make,                   kCompat},
   // ONNX's NonMaxSuppression with ONNX Runtime's results (ortops optimize writes it).
-  {kOrtopsDomain,   "NonMaxSuppression",         1,     kCpuOnly,  &non_max_suppression::kSchema,   &non_max_suppression::Make},
+  {kOrtopsDomain,   "NonMaxSuppression",         1,     OnCuda(non_max_suppression::MakeDevice),   &non_max_suppression::kSchema,   &non_max_suppression::Make},
   {kOrtopsDomain,   "SoftNMS",                   1,     OnCuda(soft_nms::MakeDevice),   &soft_nms::kSchema,              &soft_nms::Make},
   {kMmcvDomain,     "SoftNonMaxSuppression",     1,     OnCuda(soft_nms::MakeDevice),   &soft_nms::kSchema,              &soft_nms::Make,              kCompat},
   {kOrtopsDomain,   "NMSMatch",                  1,     OnCuda(nms_match::MakeDevice),   &nms_match::kSchema,             &nms_match::Make},

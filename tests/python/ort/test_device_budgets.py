@@ -49,7 +49,8 @@ class Budget:
 
 # Per node, the most its fuzz cases ask for (in the fixed cases of SEED; the deformable
 # convolutions' launches grow with the number of column blocks their sizes need). Waits: NMS waits
-# once, for its output's size and its NaN checks together; the rest of the NMS family waits for
+# once, for its output's size and its NaN checks together, and NonMaxSuppression once, for its
+# output's size (its thresholds are host inputs); the rest of the NMS family waits for
 # sizes it allocates by (its candidates, its largest group, its kept count: three) and for data
 # checks; the RoIAlign family, RotatedFeatureAlign, GatherTopk and MatrixInverse wait once for
 # a data check whose error the host raises (a roi's image index or value, an index out of
@@ -100,6 +101,7 @@ BUDGETS: dict[str, Budget] = {
     "ortops.NMS": Budget(1, 9, 10, 0),
     "ortops.NMSMatch": Budget(3, 18, 18, 0),
     "ortops.NMSRotated": Budget(3, 14, 14, 0),
+    "ortops.NonMaxSuppression": Budget(1, 16, 16, 0),
     "ortops.RoIAlign": Budget(1, 2, 0, 0),
     "ortops.RoIAlignRotated": Budget(1, 2, 0, 0),
     "ortops.RotatedFeatureAlign": Budget(1, 2, 0, 0),

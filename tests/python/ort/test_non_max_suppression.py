@@ -126,6 +126,31 @@ def test_small_integer_boxes_with_nan_and_infinities(seed, center_point_box) -> 
     assert_same(boxes, scores, [int(rng.integers(1, 30))], iou, score, center_point_box)
 
 
+@pytest.mark.parametrize("max_output", [3, INT64_MAX])
+def test_nan_scores_in_some_classes_only(max_output) -> None:
+    """Classes with NaN scores (visited in the heap's order) beside classes without (visited by
+    descending score), in several batches: each class's order is its own (the device path
+    replays the heap only for the classes that need it)."""
+    rng = np.random.default_rng(11)
+    boxes = clustered(rng, 3, 200, 0, spread=10)
+    scores = np.round(rng.random((3, 4, 200)) * 8).astype(np.float32) / 8  # ties
+    for b, c in [(0, 1), (1, 3), (2, 0), (2, 2)]:
+        scores[b, c, rng.random(200) < 0.1] = np.nan
+    assert_same(boxes, scores, [max_output], [0.3])
+    assert_same(boxes, scores, [max_output], [0.3], [0.5])
+
+
+def test_classes_with_no_candidate_or_every_box() -> None:
+    """A score threshold that one class passes nowhere, another everywhere, the rest in part."""
+    rng = np.random.default_rng(12)
+    boxes = clustered(rng, 2, 150, 1, spread=8)
+    scores = rng.random((2, 3, 150)).astype(np.float32)
+    scores[:, 0] *= np.float32(0.1)
+    scores[:, 2] = scores[:, 2] * np.float32(0.1) + np.float32(0.9)
+    assert_same(boxes, scores, [INT64_MAX], [0.5], [0.2], center_point_box=1)
+    assert_same(boxes, scores, [4], [0.5], [0.2], center_point_box=1)
+
+
 @pytest.mark.parametrize("center_point_box", [0, 1])
 def test_thresholds_at_exact_iou_values(center_point_box) -> None:
     """Each pair's float32 IoU, computed as ONNX Runtime does, as the threshold: borderline
