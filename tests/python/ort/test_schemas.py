@@ -29,6 +29,13 @@ CASES = [
     ("ortops", "NMSRotated", [("b", D, [2, 9, 5]), ("s", D, [2, 3, 9])], {}, [(I64, ["?", 3])]),
     (
         "ortops",
+        "NonMaxSuppression",
+        [("b", F, [2, 9, 4]), ("s", F, [2, 3, 9]), ("m", I64, [1]), ("t", F, [1]), ("u", F, [])],
+        {"center_point_box": 1},
+        [(I64, ["?", 3])],
+    ),
+    (
+        "ortops",
         "RoIAlign",
         [("x", F, ["N", 256, 50, 60]), ("r", F, ["R", 5])],
         {"output_height": 7, "output_width": 5},
