@@ -297,6 +297,35 @@ def _all_graphs(model: ir.Model) -> Iterator[Any]:
     yield from model.functions.values()
 
 
+def _values(graph: Any) -> Iterator[ir.Value]:
+    """Every value of ``graph`` (a graph or function): its inputs, initializers and node outputs."""
+    yield from graph.inputs
+    yield from getattr(graph, "initializers", {}).values()
+    for node in graph:
+        yield from node.outputs
+
+
+def _annotations(model: ir.Model) -> dict[int, tuple[ir.Value, Any, Any]]:
+    """id(value) -> (value, type, shape) for every value of every graph, as the file gives them."""
+    return {id(v): (v, v.type, v.shape) for graph in _all_graphs(model) for v in _values(graph)}
+
+
+def _restore_annotations(model: ir.Model, annotations: dict[int, tuple[ir.Value, Any, Any]]) -> None:
+    """Gives every value the type and shape the file gave it, and none to the intermediate
+    values the file did not annotate: the shapes that inference proved for the checks stay out
+    of the result. ONNX Runtime trusts a file's value_info, and its graph optimizers act on the
+    symbols that data propagation shares between values: torchvision's FCOS, given those, fails
+    (ReshapeFusion turns a `reshape(n, -1)` into `[0, -1]`, which an empty tensor cannot take)
+    where the original runs."""
+    for graph in _all_graphs(model):
+        outputs = {id(v) for v in graph.outputs}
+        for value in _values(graph):
+            if id(value) in annotations:
+                _, value.type, value.shape = annotations[id(value)]
+            elif id(value) not in outputs:
+                value.type, value.shape = None, None
+
+
 def _to_ir(model: ModelInput) -> ir.Model:
     import onnx
     import onnx_ir as ir
@@ -328,6 +357,7 @@ def optimize_with_report(
     # model) once their schemas are registered.
     register_onnx_schemas()
     ir_model = _to_ir(model)
+    annotations = _annotations(ir_model)
     try:
         ir_passes.ShapeInferencePass(strict_mode=False, data_prop=True)(ir_model)
     except Exception:  # noqa: BLE001  (without shapes, the checks that need them refuse)
@@ -351,6 +381,7 @@ def optimize_with_report(
     finally:
         _RECORDER.reset(token)
     onnxscript.optimizer.remove_unused_nodes(ir_model)
+    _restore_annotations(ir_model, annotations)
     if any(r[3].domain == ORTOPS_DOMAIN for r in recorder.rewrites):
         ir_model.opset_imports.setdefault(ORTOPS_DOMAIN, 1)
 
