@@ -374,6 +374,18 @@ def test_d_fine_attention_with_points_per_level_that_differ_is_left_alone(d_fine
 torchvision = pytest.importorskip("torchvision")
 
 
+class Detections(torch.nn.Module):
+    """A torchvision detector on one image [3, H, W] -> boxes [K, 4], labels [K], scores [K]."""
+
+    def __init__(self, detector: torch.nn.Module) -> None:
+        super().__init__()
+        self.detector = detector
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        found = self.detector([image])[0]
+        return found["boxes"], found["labels"], found["scores"]
+
+
 @pytest.fixture(scope="module")
 def faster_rcnn(models_dir: Path) -> Exported:
     """Faster R-CNN MobileNetV3-320 FPN, every box scored (box_score_thresh 0), opset 16: its
@@ -383,17 +395,8 @@ def faster_rcnn(models_dir: Path) -> Exported:
         weights=None, weights_backbone=None, num_classes=3, box_score_thresh=0.0, min_size=160, max_size=160
     )
 
-    class Detections(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.detector = detector
-
-        def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            found = self.detector([image])[0]
-            return found["boxes"], found["labels"], found["scores"]
-
     picture = torch.from_numpy(np.random.default_rng(0).uniform(0, 1, (3, 160, 160)).astype(np.float32))
-    return export(models_dir, "faster_rcnn", Detections(), (picture,), ["image"], 16)
+    return export(models_dir, "faster_rcnn", Detections(detector), (picture,), ["image"], 16)
 
 
 def test_faster_rcnn_every_roi_align_and_nms_is_rewritten_with_the_same_detections(faster_rcnn: Exported) -> None:
@@ -421,6 +424,114 @@ def test_cli_optimizes_faster_rcnn_with_verify(faster_rcnn: Exported, tmp_path: 
     assert "verified: 3 outputs equal" in capsys.readouterr().err
     counts = op_counts(onnx.load(str(target)))
     assert counts["ortops::RoIAlign"] == 2 and "ai.onnx::NonMaxSuppression" not in counts
+
+
+class TinyBackbone(torch.nn.Module):
+    """Three feature maps (strides 8, 16, 32) of 32 channels: FCOS's heads then hold
+    GroupNorm(32, 32) as in torchvision's FCOS, at a fraction of ResNet-50's export time."""
+
+    out_channels = 32
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 32, 3, stride=8, padding=1)
+        self.down = torch.nn.ModuleList([torch.nn.Conv2d(32, 32, 3, stride=2, padding=1) for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        maps = [self.stem(x).relu()]
+        for down in self.down:
+            maps.append(down(maps[-1]).relu())
+        return {str(level): m for level, m in enumerate(maps)}
+
+
+@pytest.fixture(scope="module", params=[0.05, 1.0], ids=["detections", "no-detection"])
+def fcos(models_dir: Path, request: pytest.FixtureRequest) -> Exported:
+    """torchvision's FCOS (GroupNorm in both heads, NonMaxSuppression in an If) on three levels;
+    with a score threshold of 1 it finds nothing, whatever the image."""
+    from torchvision.models.detection import FCOS
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+
+    torch.manual_seed(0)
+    anchors = AnchorGenerator(((8,), (16,), (32,)), ((1.0,),) * 3)
+    detector = FCOS(TinyBackbone(), 3, min_size=128, max_size=128, score_thresh=request.param, anchor_generator=anchors)
+    picture = torch.from_numpy(np.random.default_rng(0).uniform(0, 1, (3, 128, 128)).astype(np.float32))
+    return export(models_dir, f"fcos_{request.param}", Detections(detector), (picture,), ["image"], 16)
+
+
+def test_fcos_every_group_norm_and_nms_is_rewritten_with_the_same_detections(fcos: Exported) -> None:
+    exported = fcos
+    original = op_counts(exported.model)
+    group_norms = original["ai.onnx::InstanceNormalization"]
+    assert group_norms == 24  # 4 convolutions in each of 2 heads, on 3 levels
+    rewritten, report = optimize_with_report(exported.model)
+    counts = op_counts(rewritten)
+    assert counts["ortops::GroupNorm"] == group_norms and counts["ortops::NonMaxSuppression"] == 1
+    assert not {"ai.onnx::InstanceNormalization", "ai.onnx::NonMaxSuppression"} & set(counts)
+    assert rewrites_by_rule(report) == {"group-norm": group_norms, "non-max-suppression": 1}
+    assert not report.near_misses
+    before, after = run(exported.model, exported.feeds), run(rewritten, exported.feeds)
+    assert_same(exported.output_names, before, after)
+    assert_same(exported.output_names, exported.torch_outputs, after)
+
+
+class MMCVRoIAlign(torch.autograd.Function):
+    """mmcv.ops.RoIAlign without mmcv's custom-op library: its symbolic writes ONNX RoiAlign
+    (rois [R, 5] split into batch indices and boxes; the pool mode as the node's mode)."""
+
+    @staticmethod
+    def forward(ctx, features, rois, output_size, spatial_scale, sampling_ratio, pool_mode):  # type: ignore[override]
+        return torchvision.ops.roi_align(features, rois, output_size, spatial_scale, sampling_ratio)
+
+    @staticmethod
+    def symbolic(g, features, rois, output_size, spatial_scale, sampling_ratio, pool_mode):  # type: ignore[override]
+        from torch.onnx.symbolic_helper import _slice_helper
+        from torch.onnx.symbolic_opset9 import squeeze
+
+        batch_indices = squeeze(g, _slice_helper(g, rois, axes=[1], starts=[0], ends=[1]), 1)
+        batch_indices = g.op("Cast", batch_indices, to_i=onnx.TensorProto.INT64)
+        boxes = _slice_helper(g, rois, axes=[1], starts=[1], ends=[5])
+        return g.op(
+            "RoiAlign",
+            features,
+            boxes,
+            batch_indices,
+            output_height_i=output_size[0],
+            output_width_i=output_size[1],
+            spatial_scale_f=spatial_scale,
+            sampling_ratio_i=max(0, sampling_ratio),
+            mode_s=pool_mode,
+        )
+
+
+class MMCVRoIExtractor(torch.nn.Module):
+    def __init__(self, pool_mode: str) -> None:
+        super().__init__()
+        self.pool_mode = pool_mode
+
+    def forward(self, features: torch.Tensor, rois: torch.Tensor) -> torch.Tensor:
+        return MMCVRoIAlign.apply(features, rois, (7, 7), 0.25, 2, self.pool_mode).flatten(1).relu()
+
+
+@pytest.mark.parametrize("pool_mode", ["avg", "max"])
+def test_mmcv_style_roi_align_avg_is_rewritten_and_max_left_alone(models_dir: Path, pool_mode: str) -> None:
+    rng = np.random.default_rng(7)
+    features = torch.from_numpy(rng.normal(size=(2, 8, 24, 24)).astype(np.float32))
+    corners = np.sort(rng.uniform(0, 96, (30, 2, 2)), axis=1).reshape(30, 4)
+    rois = torch.from_numpy(np.concatenate([rng.integers(0, 2, (30, 1)), corners], 1).astype(np.float32))
+    exported = export(
+        models_dir, f"mmcv_roi_{pool_mode}", MMCVRoIExtractor(pool_mode), (features, rois), ["features", "rois"], 16
+    )
+    rewritten, report = optimize_with_report(exported.model)
+    before, after = run(exported.model, exported.feeds), run(rewritten, exported.feeds)
+    if pool_mode == "avg":
+        assert rewrites_by_rule(report) == {"roi-align": 1} and not report.near_misses
+        assert op_counts(rewritten)["ortops::RoIAlign"] == 1 and "ai.onnx::RoiAlign" not in op_counts(rewritten)
+        np.testing.assert_array_equal(after[0], before[0])  # ONNX Runtime's values to the bit
+    else:
+        assert not report.rewrites and [m.rule for m in report.near_misses] == ["roi-align"]
+        assert report.near_misses[0].reason.startswith("mode 'max'")
+        assert op_counts(rewritten) == op_counts(exported.model)
+        np.testing.assert_array_equal(after[0], before[0])
 
 
 # --- an mmcv-style encoder layer ----------------------------------------------------------------
