@@ -226,7 +226,7 @@ def runs_in_onnx_runtime(model: onnx.ModelProto) -> bool:
 
 def kernel_shares(model: onnx.ModelProto, feeds: dict[str, np.ndarray], runs: int = 2) -> dict[str, float]:
     """Each op type's share of the node time at 1 thread, from ONNX Runtime's profiler (the
-    runs after the first)."""
+    runs after the first), and that time per run in ms (``node_ms_per_run``)."""
     options = ortops.session_options()
     options.intra_op_num_threads = 1
     options.enable_profiling = True
@@ -247,7 +247,9 @@ def kernel_shares(model: onnx.ModelProto, feeds: dict[str, np.ndarray], runs: in
     for counts in by_run[1:] or by_run:
         total.update(counts)
     all_time = sum(total.values()) or 1
-    return {op: dur / all_time for op, dur in total.most_common()}
+    return {"node_ms_per_run": all_time / 1e3 / max(1, len(by_run[1:] or by_run))} | {
+        op: dur / all_time for op, dur in total.most_common()
+    }
 
 
 def block_counts(report: OptimizeReport) -> dict[str, Any]:
@@ -341,8 +343,8 @@ def main() -> None:
                 "optimized": kernel_shares(optimized, family.feeds),
             }
             for which, share in shares.items():
-                top = ", ".join(f"{op} {100 * s:.1f}%" for op, s in list(share.items())[:6])
-                print(f"1-thread time by op, {which}: {top}")
+                top = ", ".join(f"{op} {100 * s:.1f}%" for op, s in list(share.items())[1:7])
+                print(f"1-thread node time, {which}: {share['node_ms_per_run']:.0f} ms a run; {top}")
         families.append(
             {
                 "family": family.name,
