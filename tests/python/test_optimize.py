@@ -475,6 +475,31 @@ def test_torchvision_faster_rcnn_nms_is_rewritten_with_the_same_detections(faste
     np.testing.assert_allclose(after[2], before[2], rtol=1e-5, atol=1e-6)  # scores
 
 
+class ClipKeptBoxes(torch.nn.Module):
+    """The boxes scored above 0.5 (a count known only at run time), clipped as torchvision's
+    ``clip_boxes_to_image`` does: stacked as [K, 2, 2] and reshaped back to the boxes' shape."""
+
+    def forward(self, boxes: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        boxes = boxes[scores > 0.5]
+        x = boxes[..., 0::2].clamp(min=0, max=4)
+        y = boxes[..., 1::2].clamp(min=0, max=4)
+        return torch.stack((x, y), dim=boxes.dim()).reshape(boxes.shape)
+
+
+def test_result_carries_no_shapes_the_file_did_not_have() -> None:
+    """The shapes inference proves for the checks stay out of the result: given them, ONNX
+    Runtime's ReshapeFusion made torchvision's FCOS fail on an image with no detection (the
+    reshape to [K, 4] became [0, -1]), where the original runs."""
+    model = export(ClipKeptBoxes(), (torch.rand(5, 4), torch.rand(5)), 16, input_names=["boxes", "scores"])
+    rewritten, report = optimize_with_report(model)
+    assert not report.rewrites
+    assert rewritten.graph.value_info == model.graph.value_info
+    assert list(rewritten.graph.output) == list(model.graph.output)
+    boxes = np.random.default_rng(0).uniform(-2, 6, (5, 4)).astype(np.float32)
+    for scores in ([0.0] * 5, [0.9, 0.1, 0.7, 0.0, 1.0]):  # no box kept; three kept
+        assert_same_outputs(model, rewritten, {"boxes": boxes, "scores": np.array(scores, np.float32)})
+
+
 # --- the command ----------------------------------------------------------------------------
 
 

@@ -406,3 +406,50 @@ def test_rewritten_attention_runs_on_the_emulated_device(tmp_path: Path) -> None
         [sys.executable, "-c", code, str(path), str(tmp_path / "feeds.npz"), str(out)], check=True, env=env, timeout=60
     )
     assert_close(np.load(out), expected)
+
+
+class AttentionThenProjection(torch.nn.Module):
+    """The attention, then an output projection, a residual and a LayerNorm, as every
+    Deformable-DETR layer has: ONNX Runtime fuses the latter into its own kernels when it knows
+    the attention output's shape."""
+
+    def __init__(self, shapes: list[tuple[int, int]], dims: int) -> None:
+        super().__init__()
+        self.shapes = shapes
+        self.projection = torch.nn.Linear(dims, dims)
+        self.norm = torch.nn.LayerNorm(dims)
+
+    def forward(self, value, locations, weights, query):
+        return self.norm(query + self.projection(stack_form(value, self.shapes, locations, weights)))
+
+
+def fused_op_types(model: onnx.ModelProto, folder: Path) -> Counter[str]:
+    """The op types of the graph ONNX Runtime runs after its own optimizations."""
+    options = ortops.session_options()
+    options.optimized_model_filepath = str(folder / "ort-optimized.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return Counter(n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node)
+
+
+def test_onnx_runtime_still_fuses_what_follows_the_node(tmp_path: Path) -> None:
+    """The node's output keeps its element type and static dimensions in the file (ONNX Runtime
+    cannot infer a custom node's): without them ONNX Runtime left the projection, residual and
+    LayerNorm after it unfused, 7% of Deformable DETR's time."""
+    shapes, heads, channels, queries = [(8, 8), (4, 4)], 2, 8, 20
+    rng = np.random.default_rng(12)
+    inputs = attention_inputs(rng, 1, queries, heads, channels, shapes, 4)
+    query = rng.normal(size=(1, queries, heads * channels)).astype(np.float32)
+    names = [*NAMES, "query"]
+    module = AttentionThenProjection(shapes, heads * channels).eval()
+    model = export(module, tuple(torch.from_numpy(a) for a in (*inputs, query)), names, 17)
+    rewritten, _ = optimize_with_report(model, RULE)
+    [node] = [n for n in rewritten.graph.node if n.op_type == "MultiScaleDeformableAttention"]
+    [info] = [v for v in rewritten.graph.value_info if v.name == node.output[0]]
+    assert [d.dim_value for d in info.type.tensor_type.shape.dim] == [1, queries, heads * channels]
+    before, after = fused_op_types(model, tmp_path), fused_op_types(rewritten, tmp_path)
+    assert before["SkipLayerNormalization"] == after["SkipLayerNormalization"] == 1
+    assert (
+        after["MatMul"] + after["Gemm"] + after["FusedMatMul"]
+        == before["MatMul"] + before["Gemm"] + before["FusedMatMul"]
+    )
+    assert_close(run(rewritten, dict(zip(names, (*inputs, query)))), run(model, dict(zip(names, (*inputs, query)))))

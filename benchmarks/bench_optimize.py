@@ -1,0 +1,379 @@
+"""What ``ortops optimize`` gains on whole models: each model family exported here from PyTorch
+with random weights (the TorchScript exporter, as their users export them), optimized, and the
+original and the optimized file timed in ONNX Runtime with ortops registered, at 1 thread and
+at all cores (``intra_op_num_threads``), in turn (bench.py's interleaved rounds, the median of
+each round's runs after a warm-up, the fastest round counting). Ratios are original time /
+optimized time (bigger is better).
+
+The families:
+
+- torchvision Faster R-CNN MobileNetV3-Large-320 FPN, every box scored (``box_score_thresh=0``),
+  opset 16: NonMaxSuppression in If bodies, one RoiAlign per FPN level;
+- HuggingFace Deformable DETR, the default configuration (6 encoder and 6 decoder layers,
+  d_model 256, 300 queries, 4 levels, 4 points) on transformers' own ResNet-50, opset 17;
+- HuggingFace RT-DETR v2, the default configuration (ResNet-50-vd, 6 decoder layers), opset 17;
+- torchvision FCOS ResNet-50 FPN (GroupNorm in both heads, NonMaxSuppression in an If), opset 16.
+
+HuggingFace's Deformable DETR file does not run as exported (its GridSample grids are float64,
+its values float32: ONNX Runtime has no kernel for that). Its baseline is the file with a Cast
+of each grid to float32 put in front of each GridSample by hand (the benchmark says so when it
+does it); for it ONNX Runtime's profiler also gives the share of the time in GridSample and
+Concat before and after.
+
+Before anything is timed, the optimized file's outputs are compared with the baseline's as
+``ortops optimize --verify`` compares them. Prints a Markdown table and writes JSON.
+
+    python benchmarks/bench_optimize.py [--json results.json] [--only NAME] [--small]
+
+``--small`` exports the models at a fraction of their size (a check of the plumbing, not figures
+to report). Environment: ORTOPS_LIBRARY, as for any ortops session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import tempfile
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+import torchvision
+from bench import cpu_model, interleaved_seconds, onnx_session, provenance
+from onnx import TensorProto, helper
+
+import ortops
+from ortops._cli import _compare_outputs
+from ortops._optimize import OptimizeReport, optimize_with_report
+
+
+@dataclass
+class Family:
+    """One model family's exported file, the inputs to time it on and how it was configured."""
+
+    name: str
+    model: onnx.ModelProto
+    feeds: dict[str, np.ndarray]
+    configuration: str
+
+
+# ---- exporting -----------------------------------------------------------------------------
+
+
+def export(
+    module: torch.nn.Module, args: tuple[torch.Tensor, ...], input_names: list[str], opset: int
+) -> onnx.ModelProto:
+    """The TorchScript exporter's file of ``module`` on ``args``."""
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), args, buffer, dynamo=False, opset_version=opset, input_names=input_names)
+    return onnx.load_from_string(buffer.getvalue())
+
+
+class Detections(torch.nn.Module):
+    """A torchvision detector on one image [3, H, W] -> boxes [K, 4], labels [K], scores [K]."""
+
+    def __init__(self, detector: torch.nn.Module) -> None:
+        super().__init__()
+        self.detector = detector
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        found = self.detector([image])[0]
+        return found["boxes"], found["labels"], found["scores"]
+
+
+class FlatOutputs(torch.nn.Module):
+    """A transformers model on pixel_values [1, 3, H, W] -> its output's tensors, flattened."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(t for t in self.model(pixel_values=pixel_values).to_tuple() if isinstance(t, torch.Tensor))
+
+
+def random_image(shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.rand(shape, generator=torch.Generator().manual_seed(0))
+
+
+def faster_rcnn(small: bool) -> Family:
+    size = 160 if small else 320
+    torch.manual_seed(0)
+    detector = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, box_score_thresh=0.0, min_size=size, max_size=size
+    )
+    image = random_image((3, size, size))
+    return Family(
+        "torchvision Faster R-CNN MobileNetV3-320 FPN",
+        export(Detections(detector), (image,), ["image"], 16),
+        {"image": image.numpy()},
+        f"91 classes, box_score_thresh 0, {size}x{size} image, opset 16",
+    )
+
+
+def fcos(small: bool) -> Family:
+    size = 256 if small else 512
+    torch.manual_seed(0)
+    detector = torchvision.models.detection.fcos_resnet50_fpn(
+        weights=None, weights_backbone=None, min_size=size, max_size=size
+    )
+    image = random_image((3, size, size))
+    return Family(
+        "torchvision FCOS ResNet-50 FPN (GroupNorm heads)",
+        export(Detections(detector), (image,), ["image"], 16),
+        {"image": image.numpy()},
+        f"91 classes, {size}x{size} image, opset 16",
+    )
+
+
+def deformable_detr(small: bool) -> Family:
+    import transformers  # noqa: PLC0415 (only the HuggingFace families need it)
+
+    size = 256 if small else 512
+    layers = 1 if small else 6
+    config = transformers.DeformableDetrConfig(
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        backbone_config=transformers.ResNetConfig(out_features=["stage2", "stage3", "stage4"]),
+        encoder_layers=layers,
+        decoder_layers=layers,
+    )
+    torch.manual_seed(0)
+    image = random_image((1, 3, size, size))
+    model = export(FlatOutputs(transformers.DeformableDetrModel(config)), (image,), ["pixel_values"], 17)
+    return Family(
+        "HuggingFace Deformable DETR",
+        model,
+        {"pixel_values": image.numpy()},
+        f"default config ({layers}+{layers} layers, d_model 256, 300 queries, 4 levels x 4 points), "
+        f"ResNet-50, {size}x{size} image, opset 17",
+    )
+
+
+def rt_detr_v2(small: bool) -> Family:
+    import transformers  # noqa: PLC0415
+
+    size = 320 if small else 640
+    config = transformers.RTDetrV2Config(use_timm_backbone=False, use_pretrained_backbone=False)
+    torch.manual_seed(0)
+    image = random_image((1, 3, size, size))
+    model = export(FlatOutputs(transformers.RTDetrV2Model(config)), (image,), ["pixel_values"], 17)
+    return Family(
+        "HuggingFace RT-DETR v2",
+        model,
+        {"pixel_values": image.numpy()},
+        f"default config (ResNet-50-vd, 6 decoder layers, 300 queries, 3 levels x 4 points), {size}x{size} image, "
+        "opset 17",
+    )
+
+
+FAMILIES: list[Callable[[bool], Family]] = [faster_rcnn, deformable_detr, rt_detr_v2, fcos]
+
+
+# ---- baselines, checks, profiles -------------------------------------------------------------
+
+
+def elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element types of the model's values, as ONNX shape inference finds them."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.graph.value_info, *inferred.graph.input)}
+    types.update({t.name: t.data_type for t in inferred.graph.initializer})
+    return types
+
+
+def with_float32_grids(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """A copy of ``model`` with a Cast to float32 in front of every GridSample whose grid is
+    float64 and whose input is float32 (what a user does by hand to run HuggingFace's file), and
+    how many it cast."""
+    types = elem_types(model)
+    edited = onnx.ModelProto()
+    edited.CopyFrom(model)
+    nodes: list[onnx.NodeProto] = []
+    cast = 0
+    for node in edited.graph.node:
+        if (
+            node.op_type == "GridSample"
+            and types.get(node.input[1]) == TensorProto.DOUBLE
+            and types.get(node.input[0]) == TensorProto.FLOAT
+        ):
+            grid32 = f"{node.input[1]}/float32_by_hand"
+            nodes.append(helper.make_node("Cast", [node.input[1]], [grid32], to=TensorProto.FLOAT, name=grid32))
+            node.input[1] = grid32
+            cast += 1
+        nodes.append(node)
+    del edited.graph.node[:]
+    edited.graph.node.extend(nodes)
+    return edited, cast
+
+
+def runs_in_onnx_runtime(model: onnx.ModelProto) -> bool:
+    try:
+        onnx_session(model, 1, True)
+    except Exception:  # noqa: BLE001  (any load failure: the original does not run)
+        return False
+    return True
+
+
+def kernel_shares(model: onnx.ModelProto, feeds: dict[str, np.ndarray], runs: int = 2) -> dict[str, float]:
+    """Each op type's share of the node time at 1 thread, from ONNX Runtime's profiler (the
+    runs after the first), and that time per run in ms (``node_ms_per_run``)."""
+    options = ortops.session_options()
+    options.intra_op_num_threads = 1
+    options.enable_profiling = True
+    with tempfile.TemporaryDirectory(prefix="ortops-bench-profile-") as folder:
+        options.profile_file_prefix = os.path.join(folder, "profile")
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        for _ in range(runs + 1):
+            session.run(None, feeds)
+        with open(session.end_profiling()) as f:
+            events = json.load(f)
+    by_run: list[Counter[str]] = []
+    for event in events:
+        if event.get("name") == "model_run":
+            by_run.append(Counter())
+        elif event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and by_run:
+            by_run[-1][event["args"]["op_name"]] += event["dur"]
+    total: Counter[str] = Counter()
+    for counts in by_run[1:] or by_run:
+        total.update(counts)
+    all_time = sum(total.values()) or 1
+    return {"node_ms_per_run": all_time / 1e3 / max(1, len(by_run[1:] or by_run))} | {
+        op: dur / all_time for op, dur in total.most_common()
+    }
+
+
+def block_counts(report: OptimizeReport) -> dict[str, Any]:
+    return {
+        "rewritten": dict(Counter(r.rule for r in report.rewrites)),
+        "near_misses": dict(Counter(m.rule for m in report.near_misses)),
+    }
+
+
+def compare(baseline: list[Any], optimized: list[Any], names: list[str]) -> dict[str, Any]:
+    """--verify's comparison, plus the largest difference of the float outputs."""
+    problems = _compare_outputs(names, baseline, optimized)
+    worst = 0.0
+    for a, b in zip(baseline, optimized):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape == b.shape and a.dtype.kind == "f" and a.size:
+            worst = max(worst, float(np.nanmax(np.abs(a.astype(np.float64) - b))))
+    return {"equal_within_verify_tolerance": not problems, "problems": problems, "max_abs_difference": worst}
+
+
+def runner(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
+    return lambda: session.run(None, feeds)
+
+
+# ---- main ------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", default="bench-optimize.json", help="where to write the JSON results")
+    parser.add_argument("--repeats", type=int, default=6, help="timed runs per measurement, over all rounds")
+    parser.add_argument("--rounds", type=int, default=2, help="original and optimized are timed in turn this often")
+    parser.add_argument("--only", default="", help="only the families whose function name contains this")
+    parser.add_argument("--small", action="store_true", help="small models: the plumbing, not figures to report")
+    parser.add_argument("--no-profile", action="store_true", help="leave out the profiler's op shares")
+    args = parser.parse_args()
+    cores = os.cpu_count() or 1
+    thread_counts = sorted({1, cores})
+    print(
+        f"machine: {cpu_model()}, {cores} cores; onnxruntime {ort.__version__}, torch {torch.__version__}, "
+        f"torchvision {torchvision.__version__}, ortops {ortops.__version__}\n"
+    )
+    families: list[dict[str, Any]] = []
+    rows: list[str] = []
+    for make in FAMILIES:
+        if args.only and args.only not in make.__name__:
+            continue
+        family = make(args.small)
+        print(f"## {family.name}: {family.configuration}")
+        optimized, report = optimize_with_report(family.model)
+        counts = block_counts(report)
+        print(f"rewritten: {counts['rewritten']}; near-misses: {counts['near_misses']}")
+        baseline, baseline_name = family.model, "original"
+        if not runs_in_onnx_runtime(family.model):
+            baseline, cast = with_float32_grids(family.model)
+            baseline_name = "original, grids cast to float32 by hand"
+            print(
+                f"the original does not run in ONNX Runtime: baseline = the original with {cast} grids cast to float32"
+            )
+        names = [o.name for o in family.model.graph.output]
+        check = compare(
+            onnx_session(baseline, 1, True).run(None, family.feeds),
+            onnx_session(optimized, 1, True).run(None, family.feeds),
+            names,
+        )
+        print(
+            f"outputs: {'equal' if check['equal_within_verify_tolerance'] else 'DIFFER'} within --verify's "
+            f"tolerance (largest float difference {check['max_abs_difference']:.3g})"
+        )
+        timings: dict[int, dict[str, float]] = {}
+        for threads in thread_counts:
+            runs = {
+                "baseline": runner(onnx_session(baseline, threads, True), family.feeds),
+                "optimized": runner(onnx_session(optimized, threads, True), family.feeds),
+            }
+            seconds = interleaved_seconds(runs, args.repeats, args.rounds)
+            timings[threads] = {"baseline_ms": seconds["baseline"] * 1e3, "optimized_ms": seconds["optimized"] * 1e3}
+            ratio = seconds["baseline"] / seconds["optimized"]
+            timings[threads]["ratio"] = ratio
+            rewritten = ", ".join(f"{rule} {n}" for rule, n in counts["rewritten"].items()) or "none"
+            missed = sum(counts["near_misses"].values())
+            rows.append(
+                f"| {family.name} | {baseline_name} | {threads} | {seconds['baseline'] * 1e3:.1f} | "
+                f"{seconds['optimized'] * 1e3:.1f} | {ratio:.2f} | {rewritten} | {missed} |"
+            )
+            print(rows[-1])
+        shares: dict[str, dict[str, float]] = {}
+        if baseline is not family.model and not args.no_profile:
+            shares = {
+                "baseline": kernel_shares(baseline, family.feeds),
+                "optimized": kernel_shares(optimized, family.feeds),
+            }
+            for which, share in shares.items():
+                top = ", ".join(f"{op} {100 * s:.1f}%" for op, s in list(share.items())[1:7])
+                print(f"1-thread node time, {which}: {share['node_ms_per_run']:.0f} ms a run; {top}")
+        families.append(
+            {
+                "family": family.name,
+                "configuration": family.configuration,
+                "baseline": baseline_name,
+                "blocks": counts,
+                "outputs": check,
+                "timings": {str(t): v for t, v in timings.items()},
+                "op_shares_1_thread": shares,
+            }
+        )
+        print()
+    print("| model | baseline | threads | baseline ms | optimized ms | ratio | rewritten blocks | near-misses |")
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    machine = {
+        "cpu": cpu_model(),
+        "cores": cores,
+        "onnxruntime": ort.__version__,
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "small": args.small,
+        **provenance(),
+    }
+    with open(args.json, "w") as f:
+        json.dump({"machine": machine, "families": families}, f, indent=2)
+        f.write("\n")
+    print(f"\nJSON written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()

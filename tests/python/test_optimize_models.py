@@ -1,0 +1,633 @@
+"""``ortops optimize`` on whole files written by the real exporters: small random-weight models of
+transformers (Deformable DETR, Mask2Former, RT-DETR v1 and v2, D-FINE), torchvision (Faster
+R-CNN) and an mmcv-style encoder layer, exported in the test run. Every block a rule can fuse
+is fused; the blocks it cannot prove are left alone and reported; the optimized file gives ONNX
+Runtime's outputs for the original (PyTorch's where the original cannot run in ONNX Runtime).
+
+The models are exported once per module (under pytest's temporary directory) and shared by
+the tests that look at them."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import ortops
+from ortops import _cli
+from ortops._optimize import OptimizeReport, optimize_with_report
+
+pytest.importorskip("onnxscript")
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+
+# --- exporting, running, counting ---------------------------------------------------------------
+
+
+@dataclass
+class Exported:
+    """A model as an exporter wrote it, the inputs it was exported with and PyTorch's outputs
+    on them (the flattened outputs, in the file's output order)."""
+
+    path: Path
+    model: onnx.ModelProto
+    module: torch.nn.Module
+    feeds: dict[str, np.ndarray]
+    torch_outputs: list[np.ndarray]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.model.graph.output]
+
+
+def flat_tensors(outputs: Any) -> list[torch.Tensor]:
+    """The tensors of a (nested) model output in the order the exporters flatten them."""
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    if hasattr(outputs, "to_tuple"):
+        outputs = outputs.to_tuple()
+    if isinstance(outputs, (list, tuple)):
+        return [t for item in outputs for t in flat_tensors(item)]
+    return []
+
+
+class FlatOutputs(torch.nn.Module):
+    """A transformers model that returns its output's tensors as one flat tuple."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(flat_tensors(self.model(pixel_values=pixel_values)))
+
+
+def export(
+    directory: Path,
+    name: str,
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    input_names: Sequence[str],
+    opset: int,
+    dynamo: bool = False,
+    **options: Any,
+) -> Exported:
+    """Exports ``module`` on ``args`` to ``directory/name.onnx`` and runs it in PyTorch."""
+    module = module.eval()
+    with torch.no_grad():
+        expected = [t.numpy() for t in flat_tensors(module(*args))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's warnings about Python values
+        if dynamo:
+            program = torch.onnx.export(
+                module, args, dynamo=True, opset_version=opset, input_names=list(input_names), verbose=False
+            )
+            model = program.model_proto
+        else:
+            buffer = io.BytesIO()
+            torch.onnx.export(
+                module, args, buffer, dynamo=False, opset_version=opset, input_names=list(input_names), **options
+            )
+            model = onnx.load_from_string(buffer.getvalue())
+    path = directory / f"{name}.onnx"
+    onnx.save(model, str(path))
+    feeds = {n: a.numpy() for n, a in zip(input_names, args)}
+    assert len(model.graph.output) == len(expected)
+    return Exported(path, model, module, feeds, expected)
+
+
+def session(model: onnx.ModelProto) -> ort.InferenceSession:
+    options = ortops.session_options()
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return session(model).run(None, feeds)
+
+
+def assert_same(names: Sequence[str], expected: Sequence[np.ndarray], actual: Sequence[np.ndarray]) -> None:
+    """Equal as ``ortops optimize --verify`` compares: integers exactly, floats within float
+    rounding (its own comparison function)."""
+    assert len(actual) == len(expected)
+    assert _cli._compare_outputs(names, expected, actual) == []
+
+
+def op_counts(model: onnx.ModelProto) -> Counter[str]:
+    """Node counts by domain::op_type over the graph and every subgraph in it."""
+    counts: Counter[str] = Counter()
+
+    def visit(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            counts[f"{node.domain or 'ai.onnx'}::{node.op_type}"] += 1
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    visit(attr.g)
+                for sub in attr.graphs:
+                    visit(sub)
+
+    visit(model.graph)
+    return counts
+
+
+def rewrites_by_rule(report: OptimizeReport) -> Counter[str]:
+    return Counter(r.rule for r in report.rewrites)
+
+
+# --- the models ---------------------------------------------------------------------------------
+
+transformers = pytest.importorskip("transformers")
+
+
+def tiny_resnet(out_features: list[str], widths: list[int]) -> Any:
+    """A one-block-per-stage ResNet backbone (transformers' own, no timm, random weights)."""
+    return transformers.ResNetConfig(
+        embedding_size=8, hidden_sizes=widths, depths=[1, 1, 1, 1], layer_type="basic", out_features=out_features
+    )
+
+
+def tiny_rt_detr_backbone() -> Any:
+    return transformers.RTDetrResNetConfig(
+        embedding_size=16,
+        hidden_sizes=[16, 32, 32, 64],
+        depths=[1, 1, 1, 1],
+        layer_type="basic",
+        out_features=["stage2", "stage3", "stage4"],
+    )
+
+
+# RT-DETR v1 and v2 and D-FINE share these: a 3-level hybrid encoder and a 2-layer decoder whose
+# cross-attention is deformable (3 levels, 4 points, or D-FINE's [3, 6, 3]).
+RT_DETR_SIZES: dict[str, Any] = dict(
+    use_timm_backbone=False,
+    use_pretrained_backbone=False,
+    encoder_hidden_dim=32,
+    encoder_in_channels=[32, 32, 64],
+    encoder_ffn_dim=64,
+    encoder_attention_heads=2,
+    d_model=32,
+    num_queries=20,
+    decoder_in_channels=[32, 32, 32],
+    decoder_ffn_dim=64,
+    decoder_layers=2,
+    decoder_attention_heads=2,
+    num_denoising=0,
+)
+IMAGE = (1, 3, 128, 128)
+
+
+def image(seed: int) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).uniform(0, 1, IMAGE).astype(np.float32))
+
+
+def randomize_weights(module: torch.nn.Module, seed: int = 0) -> None:
+    """Weights drawn at fan-in scale, norm scales around 1, biases small: transformers'
+    initializations leave some of these models nearly constant (RT-DETR's class scores all
+    equal, so its top-k query selection is a tie that ONNX Runtime and PyTorch break apart),
+    and a comparison of constants would prove little."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in module.named_parameters():
+            if parameter.dim() >= 2:
+                fan_in = parameter[0].numel()
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) / fan_in**0.5)
+            elif name.endswith("weight"):
+                parameter.copy_(torch.rand(parameter.shape, generator=generator) + 0.5)
+            else:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1)
+
+
+def hf_export(directory: Path, name: str, model_class: Any, config: Any, opset: int = 17) -> Exported:
+    torch.manual_seed(0)
+    model = FlatOutputs(model_class(config))
+    randomize_weights(model)
+    return export(directory, name, model, (image(0),), ["pixel_values"], opset)
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("exported-models")
+
+
+@pytest.fixture(scope="module")
+def deformable_detr(models_dir: Path) -> Exported:
+    """4 levels, 4 points, 2 encoder and 2 decoder layers: 4 deformable attention blocks."""
+    config = transformers.DeformableDetrConfig(
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        backbone_config=tiny_resnet(["stage2", "stage3", "stage4"], [8, 16, 16, 16]),
+        d_model=64,  # its GroupNorm has 32 groups: two channels each
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        num_queries=10,
+        num_feature_levels=4,
+        encoder_n_points=4,
+        decoder_n_points=4,
+    )
+    return hf_export(models_dir, "deformable_detr", transformers.DeformableDetrModel, config)
+
+
+@pytest.fixture(scope="module")
+def mask2former(models_dir: Path) -> Exported:
+    """Its pixel decoder: 2 deformable encoder layers over 3 levels."""
+    config = transformers.Mask2FormerConfig(
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        backbone_config=tiny_resnet(["stage1", "stage2", "stage3", "stage4"], [8, 16, 16, 32]),
+        feature_size=32,
+        mask_feature_size=32,
+        hidden_dim=32,
+        encoder_feedforward_dim=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        num_attention_heads=2,
+        dim_feedforward=64,
+        num_queries=10,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return hf_export(models_dir, "mask2former", transformers.Mask2FormerModel, config)
+
+
+@pytest.fixture(scope="module")
+def rt_detr(models_dir: Path) -> Exported:
+    config = transformers.RTDetrConfig(backbone_config=tiny_rt_detr_backbone(), **RT_DETR_SIZES)
+    return hf_export(models_dir, "rt_detr", transformers.RTDetrModel, config)
+
+
+@pytest.fixture(scope="module")
+def rt_detr_v2(models_dir: Path) -> Exported:
+    config = transformers.RTDetrV2Config(backbone_config=tiny_rt_detr_backbone(), **RT_DETR_SIZES)
+    return hf_export(models_dir, "rt_detr_v2", transformers.RTDetrV2Model, config)
+
+
+@pytest.fixture(scope="module")
+def d_fine(models_dir: Path) -> Exported:
+    if not hasattr(transformers, "DFineModel"):
+        pytest.skip("this transformers has no D-FINE")
+    config = transformers.DFineConfig(
+        backbone_config=tiny_rt_detr_backbone(),
+        decoder_n_points=[3, 6, 3],
+        head_dim=16,
+        lqe_hidden_dim=16,
+        **RT_DETR_SIZES,
+    )
+    return hf_export(models_dir, "d_fine", transformers.DFineModel, config)
+
+
+# --- the HuggingFace files that do not run as exported --------------------------------------------
+
+
+def attention_blocks(exported: Exported, levels: int) -> int:
+    """The deformable attention blocks in the file: one GridSample per level each."""
+    grid_samples = op_counts(exported.model)["ai.onnx::GridSample"]
+    assert grid_samples % levels == 0
+    return grid_samples // levels
+
+
+@pytest.mark.parametrize(
+    ("name", "levels", "blocks", "group_norms"),
+    [("deformable_detr", 4, 4, 4), ("mask2former", 3, 2, 5)],
+)
+def test_huggingface_file_that_does_not_run_runs_after_optimize_with_pytorchs_outputs(
+    request: pytest.FixtureRequest, name: str, levels: int, blocks: int, group_norms: int
+) -> None:
+    """The TorchScript exporter writes their grids in float64 (value float32): ONNX Runtime has
+    no GridSample for that. Every attention block is fused (with a Cast of the locations)."""
+    exported: Exported = request.getfixturevalue(name)
+    assert attention_blocks(exported, levels) == blocks
+    with pytest.raises(Exception, match="GridSample"):
+        session(exported.model)
+    rewritten, report = optimize_with_report(exported.model)
+    counts = op_counts(rewritten)
+    assert counts["ortops::MultiScaleDeformableAttention"] == blocks, report.lines()
+    assert "ai.onnx::GridSample" not in counts and not report.near_misses
+    # The input projections' GroupNorms (torch's decomposition) are fused too.
+    assert counts["ortops::GroupNorm"] == group_norms and "ai.onnx::InstanceNormalization" not in counts
+    assert rewrites_by_rule(report) == {"deformable-attention": blocks, "group-norm": group_norms}
+    assert_same(exported.output_names, exported.torch_outputs, run(rewritten, exported.feeds))
+    other = image(1)  # an image the file was not traced with
+    with torch.no_grad():
+        expected = [t.numpy() for t in flat_tensors(exported.module(other))]
+    assert_same(exported.output_names, expected, run(rewritten, {"pixel_values": other.numpy()}))
+
+
+def test_cli_verify_says_the_original_cannot_run(deformable_detr: Exported, tmp_path: Path, capsys) -> None:
+    """``--verify`` compares with ONNX Runtime running the original: here it cannot, and says so."""
+    target = tmp_path / "out.onnx"
+    code = _cli.main(["optimize", str(deformable_detr.path), str(target), "--verify"])
+    assert code == _cli.CANNOT_RUN and not target.exists()
+    assert "could not load the original" in capsys.readouterr().err
+
+
+# --- files that run as exported: the same outputs, fewer nodes ------------------------------------
+
+
+@pytest.mark.parametrize(("name", "blocks"), [("rt_detr", 2), ("rt_detr_v2", 2)])
+def test_rt_detr_decoder_attention_is_fused_with_the_same_outputs(
+    request: pytest.FixtureRequest, name: str, blocks: int
+) -> None:
+    """v1 writes the stack form, v2 the split/concat form; 3 levels in each decoder layer."""
+    exported: Exported = request.getfixturevalue(name)
+    assert attention_blocks(exported, 3) == blocks
+    rewritten, report = optimize_with_report(exported.model)
+    counts = op_counts(rewritten)
+    assert counts["ortops::MultiScaleDeformableAttention"] == blocks, report.lines()
+    assert "ai.onnx::GridSample" not in counts and not report.near_misses
+    assert rewrites_by_rule(report) == {"deformable-attention": blocks}
+    before = run(exported.model, exported.feeds)
+    assert_same(exported.output_names, before, run(rewritten, exported.feeds))
+    assert_same(exported.output_names, exported.torch_outputs, run(rewritten, exported.feeds))
+
+
+def test_d_fine_attention_with_points_per_level_that_differ_is_left_alone(d_fine: Exported) -> None:
+    exported = d_fine
+    blocks = attention_blocks(exported, 3)
+    assert blocks == 2
+    rewritten, report = optimize_with_report(exported.model)
+    assert not report.rewrites
+    assert [m.reason for m in report.near_misses] == [
+        "points per level differ: ortops::MultiScaleDeformableAttention takes one P"
+    ] * blocks
+    assert op_counts(rewritten) == op_counts(exported.model)
+    before = run(exported.model, exported.feeds)
+    for a, b in zip(before, run(rewritten, exported.feeds)):
+        np.testing.assert_array_equal(b, a)
+
+
+# --- torchvision's two-stage detector -------------------------------------------------------------
+
+torchvision = pytest.importorskip("torchvision")
+
+
+class Detections(torch.nn.Module):
+    """A torchvision detector on one image [3, H, W] -> boxes [K, 4], labels [K], scores [K]."""
+
+    def __init__(self, detector: torch.nn.Module) -> None:
+        super().__init__()
+        self.detector = detector
+
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        found = self.detector([image])[0]
+        return found["boxes"], found["labels"], found["scores"]
+
+
+@pytest.fixture(scope="module")
+def faster_rcnn(models_dir: Path) -> Exported:
+    """Faster R-CNN MobileNetV3-320 FPN, every box scored (box_score_thresh 0), opset 16: its
+    NonMaxSuppression nodes sit in If bodies, one RoiAlign per FPN level merged by ScatterElements."""
+    torch.manual_seed(0)
+    detector = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, num_classes=3, box_score_thresh=0.0, min_size=160, max_size=160
+    )
+
+    picture = torch.from_numpy(np.random.default_rng(0).uniform(0, 1, (3, 160, 160)).astype(np.float32))
+    return export(models_dir, "faster_rcnn", Detections(detector), (picture,), ["image"], 16)
+
+
+def test_faster_rcnn_every_roi_align_and_nms_is_rewritten_with_the_same_detections(faster_rcnn: Exported) -> None:
+    exported = faster_rcnn
+    original = op_counts(exported.model)
+    roi_aligns, nms_nodes = original["ai.onnx::RoiAlign"], original["ai.onnx::NonMaxSuppression"]
+    assert roi_aligns == 2 and nms_nodes >= 2  # two FPN levels; RPN and box head
+    rewritten, report = optimize_with_report(exported.model)
+    counts = op_counts(rewritten)
+    assert counts["ortops::RoIAlign"] == roi_aligns and counts["ortops::NonMaxSuppression"] == nms_nodes
+    assert not {"ai.onnx::RoiAlign", "ai.onnx::NonMaxSuppression"} & set(counts) and not report.near_misses
+    assert rewrites_by_rule(report) == {"roi-align": roi_aligns, "non-max-suppression": nms_nodes}
+    before, after = run(exported.model, exported.feeds), run(rewritten, exported.feeds)
+    assert before[0].shape[0] > 0, "the detector found nothing: the test would prove little"
+    np.testing.assert_array_equal(after[1], before[1])  # labels
+    np.testing.assert_array_equal(after[0], before[0])  # boxes: RoIAlign is ONNX Runtime's to the bit
+    np.testing.assert_allclose(after[2], before[2], rtol=1e-6, atol=1e-7)  # scores
+    assert_same(exported.output_names, before, after)
+
+
+def test_cli_optimizes_faster_rcnn_with_verify(faster_rcnn: Exported, tmp_path: Path, capsys) -> None:
+    target = tmp_path / "faster_rcnn.ortops.onnx"
+    code = _cli.main(["optimize", str(faster_rcnn.path), str(target), "--verify", "--json"])
+    assert code == _cli.OK, capsys.readouterr().err
+    assert "verified: 3 outputs equal" in capsys.readouterr().err
+    counts = op_counts(onnx.load(str(target)))
+    assert counts["ortops::RoIAlign"] == 2 and "ai.onnx::NonMaxSuppression" not in counts
+
+
+class TinyBackbone(torch.nn.Module):
+    """Three feature maps (strides 8, 16, 32) of 32 channels: FCOS's heads then hold
+    GroupNorm(32, 32) as in torchvision's FCOS, at a fraction of ResNet-50's export time."""
+
+    out_channels = 32
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 32, 3, stride=8, padding=1)
+        self.down = torch.nn.ModuleList([torch.nn.Conv2d(32, 32, 3, stride=2, padding=1) for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        maps = [self.stem(x).relu()]
+        for down in self.down:
+            maps.append(down(maps[-1]).relu())
+        return {str(level): m for level, m in enumerate(maps)}
+
+
+@pytest.fixture(scope="module", params=[0.05, 1.0], ids=["detections", "no-detection"])
+def fcos(models_dir: Path, request: pytest.FixtureRequest) -> Exported:
+    """torchvision's FCOS (GroupNorm in both heads, NonMaxSuppression in an If) on three levels;
+    with a score threshold of 1 it finds nothing, whatever the image."""
+    from torchvision.models.detection import FCOS
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
+
+    torch.manual_seed(0)
+    anchors = AnchorGenerator(((8,), (16,), (32,)), ((1.0,),) * 3)
+    detector = FCOS(TinyBackbone(), 3, min_size=128, max_size=128, score_thresh=request.param, anchor_generator=anchors)
+    picture = torch.from_numpy(np.random.default_rng(0).uniform(0, 1, (3, 128, 128)).astype(np.float32))
+    return export(models_dir, f"fcos_{request.param}", Detections(detector), (picture,), ["image"], 16)
+
+
+def test_fcos_every_group_norm_and_nms_is_rewritten_with_the_same_detections(fcos: Exported) -> None:
+    exported = fcos
+    original = op_counts(exported.model)
+    group_norms = original["ai.onnx::InstanceNormalization"]
+    assert group_norms == 24  # 4 convolutions in each of 2 heads, on 3 levels
+    rewritten, report = optimize_with_report(exported.model)
+    counts = op_counts(rewritten)
+    assert counts["ortops::GroupNorm"] == group_norms and counts["ortops::NonMaxSuppression"] == 1
+    assert not {"ai.onnx::InstanceNormalization", "ai.onnx::NonMaxSuppression"} & set(counts)
+    assert rewrites_by_rule(report) == {"group-norm": group_norms, "non-max-suppression": 1}
+    assert not report.near_misses
+    before, after = run(exported.model, exported.feeds), run(rewritten, exported.feeds)
+    assert_same(exported.output_names, before, after)
+    assert_same(exported.output_names, exported.torch_outputs, after)
+
+
+class MMCVRoIAlign(torch.autograd.Function):
+    """mmcv.ops.RoIAlign without mmcv's custom-op library: its symbolic writes ONNX RoiAlign
+    (rois [R, 5] split into batch indices and boxes; the pool mode as the node's mode)."""
+
+    @staticmethod
+    def forward(ctx, features, rois, output_size, spatial_scale, sampling_ratio, pool_mode):  # type: ignore[override]
+        return torchvision.ops.roi_align(features, rois, output_size, spatial_scale, sampling_ratio)
+
+    @staticmethod
+    def symbolic(g, features, rois, output_size, spatial_scale, sampling_ratio, pool_mode):  # type: ignore[override]
+        from torch.onnx.symbolic_helper import _slice_helper
+        from torch.onnx.symbolic_opset9 import squeeze
+
+        batch_indices = squeeze(g, _slice_helper(g, rois, axes=[1], starts=[0], ends=[1]), 1)
+        batch_indices = g.op("Cast", batch_indices, to_i=onnx.TensorProto.INT64)
+        boxes = _slice_helper(g, rois, axes=[1], starts=[1], ends=[5])
+        return g.op(
+            "RoiAlign",
+            features,
+            boxes,
+            batch_indices,
+            output_height_i=output_size[0],
+            output_width_i=output_size[1],
+            spatial_scale_f=spatial_scale,
+            sampling_ratio_i=max(0, sampling_ratio),
+            mode_s=pool_mode,
+        )
+
+
+class MMCVRoIExtractor(torch.nn.Module):
+    def __init__(self, pool_mode: str) -> None:
+        super().__init__()
+        self.pool_mode = pool_mode
+
+    def forward(self, features: torch.Tensor, rois: torch.Tensor) -> torch.Tensor:
+        return MMCVRoIAlign.apply(features, rois, (7, 7), 0.25, 2, self.pool_mode).flatten(1).relu()
+
+
+@pytest.mark.parametrize("pool_mode", ["avg", "max"])
+def test_mmcv_style_roi_align_avg_is_rewritten_and_max_left_alone(models_dir: Path, pool_mode: str) -> None:
+    rng = np.random.default_rng(7)
+    features = torch.from_numpy(rng.normal(size=(2, 8, 24, 24)).astype(np.float32))
+    corners = np.sort(rng.uniform(0, 96, (30, 2, 2)), axis=1).reshape(30, 4)
+    rois = torch.from_numpy(np.concatenate([rng.integers(0, 2, (30, 1)), corners], 1).astype(np.float32))
+    exported = export(
+        models_dir, f"mmcv_roi_{pool_mode}", MMCVRoIExtractor(pool_mode), (features, rois), ["features", "rois"], 16
+    )
+    rewritten, report = optimize_with_report(exported.model)
+    before, after = run(exported.model, exported.feeds), run(rewritten, exported.feeds)
+    if pool_mode == "avg":
+        assert rewrites_by_rule(report) == {"roi-align": 1} and not report.near_misses
+        assert op_counts(rewritten)["ortops::RoIAlign"] == 1 and "ai.onnx::RoiAlign" not in op_counts(rewritten)
+        np.testing.assert_array_equal(after[0], before[0])  # ONNX Runtime's values to the bit
+    else:
+        assert not report.rewrites and [m.rule for m in report.near_misses] == ["roi-align"]
+        assert report.near_misses[0].reason.startswith("mode 'max'")
+        assert op_counts(rewritten) == op_counts(exported.model)
+        np.testing.assert_array_equal(after[0], before[0])
+
+
+# --- an mmcv-style encoder layer ----------------------------------------------------------------
+
+
+def multi_scale_deformable_attn_pytorch(
+    value: torch.Tensor,
+    value_spatial_shapes: torch.Tensor,
+    sampling_locations: torch.Tensor,
+    attention_weights: torch.Tensor,
+) -> torch.Tensor:
+    """mmcv.ops.multi_scale_deform_attn's PyTorch version, as mmcv writes it: value
+    [bs, S, heads, dims], spatial shapes [L, 2] (a tensor), locations [bs, Lq, heads, L, P, 2],
+    weights [bs, Lq, heads, L, P] -> [bs, Lq, heads * dims]."""
+    bs, _, num_heads, embed_dims = value.shape
+    _, num_queries, num_heads, num_levels, num_points, _ = sampling_locations.shape
+    value_list = value.split([H_ * W_ for H_, W_ in value_spatial_shapes], dim=1)
+    sampling_grids = 2 * sampling_locations - 1
+    sampling_value_list = []
+    for level, (H_, W_) in enumerate(value_spatial_shapes):
+        value_l_ = value_list[level].flatten(2).transpose(1, 2).reshape(bs * num_heads, embed_dims, H_, W_)
+        sampling_grid_l_ = sampling_grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
+        sampling_value_l_ = F.grid_sample(
+            value_l_, sampling_grid_l_, mode="bilinear", padding_mode="zeros", align_corners=False
+        )
+        sampling_value_list.append(sampling_value_l_)
+    attention_weights = attention_weights.transpose(1, 2).reshape(
+        bs * num_heads, 1, num_queries, num_levels * num_points
+    )
+    output = (
+        (torch.stack(sampling_value_list, dim=-2).flatten(-2) * attention_weights)
+        .sum(-1)
+        .view(bs, num_heads * embed_dims, num_queries)
+    )
+    return output.transpose(1, 2).contiguous()
+
+
+class MMCVEncoderLayer(torch.nn.Module):
+    """mmcv's MultiScaleDeformableAttention (value projection, sampling offsets and weights
+    from the query, reference points on each map's grid) with a residual, LayerNorm and FFN,
+    over feature maps flattened the DETR way."""
+
+    def __init__(self, dims: int = 32, heads: int = 4, levels: int = 3, points: int = 4) -> None:
+        super().__init__()
+        self.heads, self.levels, self.points = heads, levels, points
+        self.value_proj = torch.nn.Linear(dims, dims)
+        self.sampling_offsets = torch.nn.Linear(dims, heads * levels * points * 2)
+        self.attention_weights = torch.nn.Linear(dims, heads * levels * points)
+        self.output_proj = torch.nn.Linear(dims, dims)
+        self.norm = torch.nn.LayerNorm(dims)
+        self.ffn = torch.nn.Sequential(
+            torch.nn.Linear(dims, 2 * dims), torch.nn.ReLU(), torch.nn.Linear(2 * dims, dims)
+        )
+
+    def forward(self, *maps: torch.Tensor) -> torch.Tensor:
+        spatial_shapes = torch.tensor([m.shape[-2:] for m in maps], dtype=torch.long)
+        query = torch.cat([m.flatten(2).transpose(1, 2) for m in maps], 1)
+        bs, num_query, dims = query.shape
+        reference_points = torch.cat(
+            [
+                torch.stack(
+                    torch.meshgrid(
+                        (torch.arange(h, dtype=torch.float32) + 0.5) / h,
+                        (torch.arange(w, dtype=torch.float32) + 0.5) / w,
+                        indexing="ij",
+                    )[::-1],
+                    -1,
+                ).reshape(-1, 2)
+                for h, w in (m.shape[-2:] for m in maps)
+            ]
+        )[None, :, None, :].expand(bs, num_query, self.levels, 2)
+        value = self.value_proj(query).view(bs, num_query, self.heads, -1)
+        offsets = self.sampling_offsets(query).view(bs, num_query, self.heads, self.levels, self.points, 2)
+        weights = self.attention_weights(query).view(bs, num_query, self.heads, self.levels * self.points)
+        weights = weights.softmax(-1).view(bs, num_query, self.heads, self.levels, self.points)
+        offset_normalizer = torch.stack([spatial_shapes[..., 1], spatial_shapes[..., 0]], -1)
+        locations = reference_points[:, :, None, :, None, :] + offsets / offset_normalizer[None, None, None, :, None, :]
+        attended = multi_scale_deformable_attn_pytorch(value, spatial_shapes, locations, weights)
+        query = self.norm(query + self.output_proj(attended))
+        return query + self.ffn(query)
+
+
+@pytest.mark.parametrize(("exporter", "opset"), [("torchscript", 16), ("dynamo", 18)])
+def test_mmcv_style_encoder_layer_is_fused_with_the_same_outputs(models_dir: Path, exporter: str, opset: int) -> None:
+    torch.manual_seed(0)
+    layer = MMCVEncoderLayer()
+    with torch.no_grad():
+        layer.sampling_offsets.weight.mul_(20)  # points well away from their reference, some outside
+    rng = np.random.default_rng(3)
+    maps = tuple(torch.from_numpy(rng.normal(size=(2, 32, s, s)).astype(np.float32)) for s in (12, 6, 3))
+    exported = export(models_dir, f"mmcv_{exporter}", layer, maps, ["f0", "f1", "f2"], opset, exporter == "dynamo")
+    assert attention_blocks(exported, 3) == 1
+    rewritten, report = optimize_with_report(exported.model)
+    counts = op_counts(rewritten)
+    assert counts["ortops::MultiScaleDeformableAttention"] == 1, report.lines()
+    assert "ai.onnx::GridSample" not in counts and not report.near_misses
+    before = run(exported.model, exported.feeds)
+    assert_same(exported.output_names, before, run(rewritten, exported.feeds))
+    assert_same(exported.output_names, exported.torch_outputs, run(rewritten, exported.feeds))
