@@ -38,9 +38,11 @@ def op_counts(model: onnx.ModelProto) -> Counter[str]:
     return Counter(f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in model.graph.node)
 
 
-def export(module: torch.nn.Module, args: tuple, names: list[str], opset: int) -> onnx.ModelProto:
+def export(
+    module: torch.nn.Module, args: tuple, names: list[str], opset: int, dynamic: dict | None = None
+) -> onnx.ModelProto:
     buffer = io.BytesIO()
-    torch.onnx.export(module, args, buffer, dynamo=False, opset_version=opset, input_names=names)
+    torch.onnx.export(module, args, buffer, dynamo=False, opset_version=opset, input_names=names, dynamic_axes=dynamic)
     return onnx.load_from_string(buffer.getvalue())
 
 
@@ -198,3 +200,100 @@ def test_a_fusable_deformable_attention_block_is_taken_by_its_own_rule_first() -
     rewritten, report = optimize_with_report(model)
     assert [r.rule for r in report.rewrites] == ["deformable-attention"] and not report.near_misses
     assert "ortops::GridSample" not in op_counts(rewritten)
+
+
+# --- multi-level roi-align ------------------------------------------------------------------------
+
+
+class FourLevelPooler(torch.nn.Module):
+    """torchvision's MultiScaleRoIAlign over maps of strides 4 to 32 (levels 2 to 5)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = torchvision.ops.MultiScaleRoIAlign(["0", "1", "2", "3"], 7, 2)
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        *maps, boxes = args
+        return self.pool(dict(zip(["0", "1", "2", "3"], maps)), [boxes], [(256, 256)])
+
+
+POOLER_NAMES = ["f0", "f1", "f2", "f3", "boxes"]
+
+
+def pooler_inputs(boxes: np.ndarray) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(3)
+    maps = [rng.normal(size=(1, 4, 64 >> level, 64 >> level)).astype(np.float32) for level in range(4)]
+    return dict(zip(POOLER_NAMES, [*maps, boxes.astype(np.float32)]))
+
+
+def random_boxes(count: int) -> np.ndarray:
+    rng = np.random.default_rng(4)
+    corners = rng.uniform(0, 200, (count, 2))
+    return np.concatenate([corners, corners + rng.uniform(1, 250, (count, 2))], axis=1)
+
+
+@pytest.fixture(scope="module")
+def pooler_model() -> onnx.ModelProto:
+    feeds = pooler_inputs(random_boxes(20))
+    args = tuple(torch.from_numpy(feeds[name]) for name in POOLER_NAMES)
+    return export(FourLevelPooler(), args, POOLER_NAMES, 16, {"boxes": {0: "rois"}})
+
+
+def test_multi_scale_roi_align_merge_is_a_near_miss_and_each_level_is_rewritten(pooler_model) -> None:
+    rewritten, report = optimize_with_report(pooler_model)
+    assert [(m.rule, m.node) for m in report.near_misses] == [
+        ("multi-level-roi-align", "/pool/ScatterElements_3 (ScatterElements)")
+    ]
+    assert "over 4 levels" in report.near_misses[0].reason and "1e-6" in report.near_misses[0].reason
+    counts = op_counts(rewritten)
+    assert counts["ortops::RoIAlign"] == 4 and counts["ai.onnx::ScatterElements"] == 4
+    assert "ortops::MultiLevelRoIAlign" not in counts
+    feeds = pooler_inputs(random_boxes(20))
+    np.testing.assert_array_equal(run(rewritten, feeds)[0], run(pooler_model, feeds)[0])
+
+
+def boundary_boxes() -> np.ndarray:
+    """Square boxes whose side s is a relative 2e-7 to 1e-6 under 112 (the boundary of levels
+    2 and 3): the band where the two level formulas disagree."""
+    sides = np.unique(np.float32(112) * (1 - np.linspace(2e-7, 1e-6, 41, dtype=np.float32)))
+    return np.stack([np.full_like(sides, 10), np.full_like(sides, 10), 10 + sides, 10 + sides], axis=1)
+
+
+def test_ortops_multi_level_roi_align_really_maps_boundary_rois_to_other_levels(pooler_model) -> None:
+    """Why the merge is a near-miss: ortops::MultiLevelRoIAlign with torchvision's scales
+    (finest_scale 56 for level 2, strides 4 to 32, legacy sampling) pools some rois just under a
+    level boundary from another map than torchvision's export does."""
+    merged = helper.make_node(
+        "MultiLevelRoIAlign",
+        ["rows", "f0", "f1", "f2", "f3"],
+        ["pooled"],
+        domain="ortops",
+        output_height=7,
+        output_width=7,
+        sampling_ratio=2,
+        featmap_strides=[4.0, 8.0, 16.0, 32.0],
+        finest_scale=56,
+        aligned=0,
+    )
+    zeros = helper.make_tensor("zero", TensorProto.FLOAT, [1], [0.0])
+    graph = helper.make_graph(
+        [
+            helper.make_node("Shape", ["boxes"], ["shape"], start=0, end=1),
+            helper.make_node("ConstantOfShape", ["shape"], ["batch_indices"], value=zeros),
+            helper.make_node("Unsqueeze", ["batch_indices", "axis"], ["index_column"]),
+            helper.make_node("Concat", ["index_column", "boxes"], ["rows"], axis=1),
+            merged,
+        ],
+        "merged",
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in POOLER_NAMES],
+        [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)],
+        initializer=[helper.make_tensor("axis", TensorProto.INT64, [1], [1])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 16), helper.make_opsetid("ortops", 1)], ir_version=IR_VERSION
+    )
+    ordinary = pooler_inputs(random_boxes(20))
+    np.testing.assert_allclose(run(model, ordinary)[0], run(pooler_model, ordinary)[0], rtol=1e-5, atol=1e-5)
+    at_boundary = pooler_inputs(boundary_boxes())
+    differing = ~np.isclose(run(model, at_boundary)[0], run(pooler_model, at_boundary)[0], atol=1e-4).all((1, 2, 3))
+    assert differing.any() and not differing.all()

@@ -30,6 +30,8 @@ OPTIMIZE_EXTRA = 'pip install "ortops[optimize]"'
 RULE_MODULES: tuple[str, ...] = (
     "ortops._optimize._group_norm",
     "ortops._optimize._roi_align",
+    # After roi-align: the merge it reports keeps the per-level RoIAligns that rule made.
+    "ortops._optimize._multi_level_roi_align",
     "ortops._optimize._deformable_attention",
     "ortops._optimize._non_max_suppression",
     # After deformable-attention, which takes whole blocks of GridSamples first.
