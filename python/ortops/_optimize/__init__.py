@@ -6,7 +6,7 @@ named list of passes, each an onnxscript :class:`RewriteRule` whose ``check`` pr
 condition the rewrite needs (constant attribute values, shapes, opset semantics). A check that
 finds the pattern but cannot prove a condition records a *near-miss* with its reason, so the
 report says why a block was left alone. Rules live in one module each (``_group_norm``,
-``_roi_align``, ``_non_max_suppression``) and are listed in :data:`RULE_MODULES`; a new rule is a new module there.
+``_roi_align``, ``_grid_sample``, ...) and are listed in :data:`RULE_MODULES`; a new rule is a new module there.
 """
 
 from __future__ import annotations
@@ -30,8 +30,12 @@ OPTIMIZE_EXTRA = 'pip install "ortops[optimize]"'
 RULE_MODULES: tuple[str, ...] = (
     "ortops._optimize._group_norm",
     "ortops._optimize._roi_align",
+    # After roi-align: the merge it reports keeps the per-level RoIAligns that rule made.
+    "ortops._optimize._multi_level_roi_align",
     "ortops._optimize._deformable_attention",
     "ortops._optimize._non_max_suppression",
+    # After deformable-attention, which takes whole blocks of GridSamples first.
+    "ortops._optimize._grid_sample",
 )
 
 #: The custom domain and opset version of the nodes the rules make.
@@ -397,6 +401,10 @@ def optimize_with_report(
             if walk is not None:
                 for graph in list(_all_graphs(ir_model)):
                     walk(graph, ir_model)
+            # The blocks this rule replaced are dead now: gone before the next rule, which
+            # would otherwise match their nodes (grid-sample the GridSamples of a fused
+            # deformable-attention block).
+            onnxscript.optimizer.remove_unused_nodes(ir_model)
     finally:
         _RECORDER.reset(token)
     onnxscript.optimizer.remove_unused_nodes(ir_model)
