@@ -10,7 +10,7 @@
 #     without separator (to wrap long text); an element "@..." is an entry of texts.
 #   inputs, outputs: arrays of {name, type (T for the kernel's element type, or float32,
 #     float64, int64, int32), doc, optional, variadic}; attributes: arrays of {name, type
-#     (int, float, string, ints, floats), default (missing: required), doc,
+#     (int, float, string, ints, floats), default (missing: required; "[]": an empty list), doc,
 #     also_ints_of_one}. An element "@..." is an entry of shared; {"like": "@...", key: value}
 #     is that entry with the keys given replaced.
 #   compat_differences: {domain: text}.

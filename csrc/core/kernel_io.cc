@@ -59,11 +59,13 @@ const char* StoredAttrType(const OrtKernelInfo* info, const char* name) {
   return nullptr;  // absent (or a type the C API cannot read, such as a tensor)
 }
 
-// A default list as the schema writes it ("1,1", "2.0,2.0"). from_chars, unlike strtof,
-// ignores the process locale (a host app may use "0,5").
+// A default list as the schema writes it ("1,1", "2.0,2.0", or "[]" for an empty list, as the
+// empty text means "required"). from_chars, unlike strtof, ignores the process locale (a host
+// app may use "0,5").
 template <typename T>
 std::vector<T> ParseList(std::string_view text) {
   std::vector<T> values;
+  if (text == "[]") return values;
   while (!text.empty()) {
     size_t comma = text.find(',');
     std::string_view item = text.substr(0, comma);

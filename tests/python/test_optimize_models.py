@@ -354,19 +354,23 @@ def test_rt_detr_decoder_attention_is_fused_with_the_same_outputs(
     assert_same(exported.output_names, exported.torch_outputs, run(rewritten, exported.feeds))
 
 
-def test_d_fine_attention_with_points_per_level_that_differ_is_left_alone(d_fine: Exported) -> None:
+def test_d_fine_attention_with_points_per_level_that_differ_is_fused(d_fine: Exported) -> None:
+    """D-FINE samples [3, 6, 3] points per level (the split/concat form): the node takes them as
+    its points_per_level attribute."""
     exported = d_fine
     blocks = attention_blocks(exported, 3)
     assert blocks == 2
     rewritten, report = optimize_with_report(exported.model)
-    assert not report.rewrites
-    assert [m.reason for m in report.near_misses] == [
-        "points per level differ: ortops::MultiScaleDeformableAttention takes one P"
-    ] * blocks
-    assert op_counts(rewritten) == op_counts(exported.model)
+    counts = op_counts(rewritten)
+    assert counts["ortops::MultiScaleDeformableAttention"] == blocks, report.lines()
+    assert "ai.onnx::GridSample" not in counts and not report.near_misses
+    fused = [n for n in rewritten.graph.node if n.op_type == "MultiScaleDeformableAttention"]
+    assert all(list(a.ints) == [3, 6, 3] for n in fused for a in n.attribute if a.name == "points_per_level") and all(
+        any(a.name == "points_per_level" for a in n.attribute) for n in fused
+    )
     before = run(exported.model, exported.feeds)
-    for a, b in zip(before, run(rewritten, exported.feeds)):
-        np.testing.assert_array_equal(b, a)
+    assert_same(exported.output_names, before, run(rewritten, exported.feeds))
+    assert_same(exported.output_names, exported.torch_outputs, run(rewritten, exported.feeds))
 
 
 # --- torchvision's two-stage detector -------------------------------------------------------------

@@ -336,13 +336,10 @@ def near_miss_models() -> list[tuple[str, onnx.ModelProto, str]]:
     args = tuple(torch.from_numpy(a) for a in attention_inputs(rng, 1, 10, 2, 4, shapes, 3))
     flat = tuple(torch.from_numpy(a) for a in attention_inputs(rng, 1, 10, 2, 4, shapes, 3, flat=True))
     plain = export(StackAttention(shapes), args, NAMES, 16)
-    uneven = list(flat)
-    uneven[1], uneven[2] = flat[1][:, :, :, :5], flat[2][:, :, :, :5]
     return [
         ("align-corners", export(StackAttention(shapes, align_corners=True), args, NAMES, 16), "align_corners=1"),
         ("padding-border", export(StackAttention(shapes, padding="border"), args, NAMES, 16), "padding_mode 'border'"),
         ("nearest", export(ConcatAttention(shapes, [3, 3], mode="nearest"), flat, NAMES, 16), "mode 'nearest'"),
-        ("points-differ", export(ConcatAttention(shapes, [2, 3]), tuple(uneven), NAMES, 16), "points per level differ"),
         (
             "split-not-h-times-w",
             edited(plain, "Split", set_constant_input(1, np.array([60, 20], np.int64))),
@@ -373,9 +370,27 @@ def test_near_misses_are_left_alone_with_the_reason(model: onnx.ModelProto, reas
     assert len(report.near_misses) == 1 and reason in report.near_misses[0].reason, report.lines()
 
 
-def test_points_differ_reason_names_the_node() -> None:
-    (miss,) = optimize_with_report(dict((m[0], m[1]) for m in NEAR_MISSES)["points-differ"], RULE)[1].near_misses
-    assert miss.reason == "points per level differ: ortops::MultiScaleDeformableAttention takes one P"
+@pytest.mark.parametrize(("exporter", "opset"), [("torchscript", 16), ("dynamo", 20)])
+def test_points_that_differ_per_level_become_points_per_level(exporter: str, opset: int) -> None:
+    """D-FINE's and DEIM's [3, 6, 3] points: the concat form's [N, Lq, M, sum(P_l), ...] go to
+    the node as they are, with the attribute."""
+    shapes, points_per_level = [(16, 16), (8, 8), (4, 4)], [3, 6, 3]
+    rng = np.random.default_rng(12)
+    value = attention_inputs(rng, 2, 30, 4, 8, shapes, 1)[0]
+    total = sum(points_per_level)
+    locations = rng.uniform(-0.1, 1.1, (2, 30, 4, total, 2)).astype(np.float32)
+    weights = rng.uniform(0, 1, (2, 30, 4, total)).astype(np.float32)
+    inputs = (value, locations, weights)
+    module = ConcatAttention(shapes, points_per_level)
+    args = tuple(torch.from_numpy(a) for a in inputs)
+    model = export(module, args, NAMES, opset, exporter == "dynamo")
+    rewritten, report = optimize_with_report(model, RULE)
+    assert len(report.rewrites) == 1 and not report.near_misses, report.lines()
+    (node,) = [n for n in rewritten.graph.node if n.op_type == "MultiScaleDeformableAttention"]
+    assert [(a.name, list(a.ints)) for a in node.attribute] == [("points_per_level", points_per_level)]
+    assert "ai.onnx::GridSample" not in op_counts(rewritten)
+    feeds = dict(zip(NAMES, inputs))
+    assert_close(run(rewritten, feeds), run(model, feeds))
 
 
 # --- the emulated device -------------------------------------------------------------------------

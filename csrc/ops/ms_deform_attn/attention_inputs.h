@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/custom_op.h"
 #include "core/host_device.h"
@@ -21,8 +22,28 @@ template <typename A>
 struct Level {
   int64_t height, width;
   A height_f, width_f;
-  int64_t start;  // first row of S
+  int64_t start;   // first row of S
+  int64_t points;  // the level's run of points, which follows the previous level's
 };
+
+// The attribute `points_per_level` of ortops' node (mmdeploy's has none): empty for one P per
+// level, read from the inputs' shapes; else P_l of each level, each at least 1, read and
+// checked once when the session is created.
+struct PointsPerLevel {
+  PointsPerLevel(const Attributes& attrs, bool mmdeploy);
+  std::vector<int64_t> counts;
+  int64_t total = 0;  // sum of P_l
+};
+
+inline PointsPerLevel::PointsPerLevel(const Attributes& attrs, bool mmdeploy) {
+  if (mmdeploy) return;
+  counts = attrs.Ints("points_per_level");
+  for (size_t l = 0; l < counts.size(); ++l) {
+    Check(counts[l] >= 1, "attribute 'points_per_level' must hold at least 1 point per level, got ", counts[l],
+          " at level ", l);
+    Check(!__builtin_add_overflow(total, counts[l], &total), "attribute 'points_per_level': the sum overflows int64");
+  }
+}
 
 // Where the sampling location (x, y), normalised to the level, reads. As mmcv: the pixel
 // coordinate loc * size - 0.5, in the compute type A, sampled by the zero-padding rule.
@@ -37,32 +58,54 @@ template <typename T>
 struct Inputs {
   ConstTensor<T> value;                 // [B, S, H, D]
   ConstTensor<int64_t> shapes, starts;  // [L, 2], [L]
-  ConstTensor<T> locations;             // [B, Q, H, L, P, 2]
-  ConstTensor<T> weights;               // [B, Q, H, L, P]
-  int64_t batch, keys, heads, dim, levels, queries, points;
+  ConstTensor<T> locations;             // [B, Q, H, L, P, 2], or [B, Q, H, sum(P_l), 2]
+  ConstTensor<T> weights;               // [B, Q, H, L, P], or [B, Q, H, sum(P_l)]
+  int64_t batch, keys, heads, dim, levels, queries;
+  const PointsPerLevel* points_per_level;
+  int64_t points;    // P, where every level has P points; else 0
+  int64_t samples;   // points per query and head, level after level (L * P or sum of P_l)
   int64_t channels;  // H * D
 };
 
 // The inputs of a KernelIO or a device::DeviceIO, their shapes checked.
 template <typename T, typename IO>
-Inputs<T> CheckedInputs(const IO& io) {
+Inputs<T> CheckedInputs(const IO& io, const PointsPerLevel& points_per_level) {
+  const bool flattened = !points_per_level.counts.empty();
   ConstTensor<T> value = io.template Input<T>(0, 4);
   ConstTensor<int64_t> shapes = io.template Input<int64_t>(1, 2);
   ConstTensor<int64_t> starts = io.template Input<int64_t>(2, 1);
-  ConstTensor<T> locations = io.template Input<T>(3, 6);
-  ConstTensor<T> weights = io.template Input<T>(4, 5);
+  ConstTensor<T> locations = io.template Input<T>(3, flattened ? 5 : 6);
+  ConstTensor<T> weights = io.template Input<T>(4, flattened ? 4 : 5);
   const int64_t batch = value.dim(0), keys = value.dim(1), heads = value.dim(2), dim = value.dim(3);
   Check(shapes.dim(1) == 2, "input 'value_spatial_shapes' must have shape [L, 2], got ", ShapeText{shapes.shape});
   const int64_t levels = shapes.dim(0);
   Check(starts.dim(0) == levels, "input 'value_level_start_index' must have shape [L] with L = ", levels,
         " (the levels of 'value_spatial_shapes'), got ", ShapeText{starts.shape});
-  Check(locations.dim(0) == batch && locations.dim(2) == heads && locations.dim(3) == levels && locations.dim(5) == 2,
-        "input 'sampling_locations' must have shape [B, Q, H, L, P, 2] with B = ", batch, ", H = ", heads,
-        " (from 'value' ", ShapeText{value.shape}, ") and L = ", levels, ", got ", ShapeText{locations.shape});
-  const int64_t queries = locations.dim(1), points = locations.dim(4);
-  const Shape expected{batch, queries, heads, levels, points};
-  Check(weights.shape == expected, "input 'attention_weights' must have shape ", ShapeText{expected},
-        " ([B, Q, H, L, P] of 'sampling_locations'), got ", ShapeText{weights.shape});
+  const int64_t queries = locations.dim(1);
+  int64_t points = 0, samples = 0;
+  Shape expected_weights;
+  if (flattened) {
+    const auto counts = static_cast<int64_t>(points_per_level.counts.size());
+    Check(counts == levels, "attribute 'points_per_level' has ", counts, " entries, but 'value_spatial_shapes' ",
+          ShapeText{shapes.shape}, " has L = ", levels, " levels");
+    samples = points_per_level.total;
+    Check(
+        locations.dim(0) == batch && locations.dim(2) == heads && locations.dim(3) == samples && locations.dim(4) == 2,
+        "input 'sampling_locations' must have shape [B, Q, H, sum(P_l), 2] with B = ", batch, ", H = ", heads,
+        " (from 'value' ", ShapeText{value.shape}, ") and sum(P_l) = ", samples, " (of 'points_per_level'), got ",
+        ShapeText{locations.shape});
+    expected_weights = {batch, queries, heads, samples};
+  } else {
+    Check(locations.dim(0) == batch && locations.dim(2) == heads && locations.dim(3) == levels && locations.dim(5) == 2,
+          "input 'sampling_locations' must have shape [B, Q, H, L, P, 2] with B = ", batch, ", H = ", heads,
+          " (from 'value' ", ShapeText{value.shape}, ") and L = ", levels, ", got ", ShapeText{locations.shape});
+    points = locations.dim(4);
+    samples = levels * points;  // fits: 'sampling_locations' holds twice as many elements
+    expected_weights = {batch, queries, heads, levels, points};
+  }
+  Check(weights.shape == expected_weights, "input 'attention_weights' must have shape ", ShapeText{expected_weights},
+        flattened ? " ([B, Q, H, sum(P_l)] of 'sampling_locations')" : " ([B, Q, H, L, P] of 'sampling_locations')",
+        ", got ", ShapeText{weights.shape});
   const int64_t channels = Product(heads, dim, "H * D of input 'value'");
   Product(Product(batch, queries, "the output size"), channels, "the output size");
   return {std::move(value),
@@ -76,7 +119,9 @@ Inputs<T> CheckedInputs(const IO& io) {
           dim,
           levels,
           queries,
+          &points_per_level,
           points,
+          samples,
           channels};
 }
 
@@ -98,7 +143,8 @@ void CheckLevels(const Inputs<T>& in, Level<A>* table) {
           "input 'value_level_start_index' must hold the running sums of H_l * W_l of 'value_spatial_shapes' "
           "(where each level starts in S): level ",
           l, " starts at ", total, ", got ", in.starts.data[l]);
-    table[l] = {height, width, static_cast<A>(height), static_cast<A>(width), total};
+    const int64_t points = in.points_per_level->counts.empty() ? in.points : in.points_per_level->counts[l];
+    table[l] = {height, width, static_cast<A>(height), static_cast<A>(width), total, points};
     total = next;
   }
   Check(total == in.keys, "input 'value' ", ShapeText{in.value.shape}, " has S = ", in.keys,

@@ -89,29 +89,28 @@ void SumTaps(const Tap<A>* taps, size_t count, int64_t dim, T* out) {
 // and all arithmetic is in A, so a float16 kernel computes what the float32 kernel does on
 // the same values, then rounds once on store.
 template <typename T, bool kMmdeploy>
-struct MsDeformAttnKernel : OpKernel<T, kSchemaOf<kMmdeploy>> {
+struct MsDeformAttnKernel : OpKernel<T, kSchemaOf<kMmdeploy>, ParsedWith<PointsPerLevel, kMmdeploy>> {
   // im2col_step (mmdeploy) is ignored; the adapter has checked its type.
-  using OpKernel<T, kSchemaOf<kMmdeploy>>::OpKernel;
+  using OpKernel<T, kSchemaOf<kMmdeploy>, ParsedWith<PointsPerLevel, kMmdeploy>>::OpKernel;
   using A = ComputeType<T>;
 
-  void Compute(const KernelIO& io) const {
-    const Inputs<T> in = CheckedInputs<T>(io);
+  void Compute(const KernelIO& io, const PointsPerLevel& points_per_level) const {
+    const Inputs<T> in = CheckedInputs<T>(io, points_per_level);
     const int64_t batch = in.batch, keys = in.keys, heads = in.heads, dim = in.dim, levels = in.levels;
-    const int64_t queries = in.queries, points = in.points, channels = in.channels;
+    const int64_t queries = in.queries, samples = in.samples, channels = in.channels;
     ScratchVector<Level<A>> table(static_cast<size_t>(levels), io.Allocator<Level<A>>());
     CheckLevels(in, table.data());
 
     T* output = io.Output<T>(0, {batch, queries, channels});
     const int64_t rows = batch * queries;
     if (rows == 0 || channels == 0) return;
-    if (levels == 0 || points == 0) {
+    if (levels == 0 || samples == 0) {
       std::fill_n(output, rows * channels, T(0));
       return;
     }
     Scratch<A> converted;
     const A* values = Upcast(io, in.value, converted);
     const ScratchVector<A> zeros = io.Vector<A>(static_cast<size_t>(dim));
-    const int64_t samples = levels * points;  // per query and head; fits, as the weights exist
     // Contiguous ranges of queries, so that neighbouring queries (which sample near one
     // another) share the cache.
     io.ParallelForRanges(static_cast<size_t>(rows), 256, [&](size_t begin, size_t end) {
@@ -122,7 +121,7 @@ struct MsDeformAttnKernel : OpKernel<T, kSchemaOf<kMmdeploy>> {
           const T* location = in.locations.data + (row * heads + h) * samples * 2;
           const T* weight = in.weights.data + (row * heads + h) * samples;
           const size_t count =
-              Gather(table, points, batch_values + h * dim, channels, zeros.data(), location, weight, taps.data());
+              Gather(table, batch_values + h * dim, channels, zeros.data(), location, weight, taps.data());
           SumTaps(taps.data(), count, dim, output + row * channels + h * dim);
         }
       }
@@ -133,12 +132,12 @@ struct MsDeformAttnKernel : OpKernel<T, kSchemaOf<kMmdeploy>> {
   // The taps of one query and head: its samples that read anything, in (level, point) order.
   // `head_values` is the head's D-vector at the batch item's first pixel; `stride` (H * D)
   // separates neighbouring pixels.
-  static size_t Gather(const ScratchVector<Level<A>>& table, int64_t points, const A* head_values, int64_t stride,
-                       const A* zeros, const T* location, const T* weight, Tap<A>* taps) {
+  static size_t Gather(const ScratchVector<Level<A>>& table, const A* head_values, int64_t stride, const A* zeros,
+                       const T* location, const T* weight, Tap<A>* taps) {
     size_t count = 0;
     for (const Level<A>& level : table) {
       const A* level_values = head_values + level.start * stride;
-      for (int64_t p = 0; p < points; ++p, location += 2, ++weight) {
+      for (int64_t p = 0; p < level.points; ++p, location += 2, ++weight) {
         const ZeroPaddedSample<A> s = SampleAt(level, location);
         if (!s.inside) continue;
         const auto attention = static_cast<A>(*weight);

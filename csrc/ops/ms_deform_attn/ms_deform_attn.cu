@@ -48,12 +48,13 @@ struct SampleSum {
   const T* locations;
   const T* weights;
   T* output;
-  int64_t queries, keys, heads, dim, level_count, points;
+  int64_t queries, keys, heads, dim, level_count;
+  int64_t samples;  // points per query and head, level after level
 
   ORTOPS_HD void operator()(int64_t i) const {
     const int64_t groups = dim / kChannels;
     const int64_t d = i % groups * kChannels, h = i / groups % heads, row = i / (groups * heads);
-    const int64_t channels = heads * dim, samples = level_count * points;
+    const int64_t channels = heads * dim;
     // The head's channel d at the batch item's first pixel; pixels are `channels` apart.
     const T* head_values = value + (row / queries) * keys * channels + h * dim + d;
     const T* location = locations + (row * heads + h) * samples * 2;
@@ -63,7 +64,7 @@ struct SampleSum {
     for (int64_t k = 0; k < kChannels; ++k) sum[k] = 0;
     levels.ForEach(level_count, [&](const Level<A>& level, int64_t) {
       const T* level_values = head_values + level.start * channels;
-      for (int64_t p = 0; p < points; ++p, location += 2, ++weight) {
+      for (int64_t p = 0; p < level.points; ++p, location += 2, ++weight) {
         const ZeroPaddedSample<A> s = SampleAt(level, location);
         if (!s.inside) continue;
         const auto attention = static_cast<A>(*weight);
@@ -92,9 +93,10 @@ struct SampleSum {
 };
 
 template <typename T, bool kMmdeploy>
-struct MsDeformAttnDeviceKernel : OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes, device::DeviceKernelBase> {
+struct MsDeformAttnDeviceKernel
+    : OpKernel<T, kSchemaOf<kMmdeploy>, ParsedWith<PointsPerLevel, kMmdeploy>, device::DeviceKernelBase> {
   // im2col_step (mmdeploy) is ignored; the adapter has checked its type.
-  using OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes, device::DeviceKernelBase>::OpKernel;
+  using OpKernel<T, kSchemaOf<kMmdeploy>, ParsedWith<PointsPerLevel, kMmdeploy>, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
 
   // The level shapes and start indices are read on the host, where they are checked (ONNX
@@ -103,15 +105,15 @@ struct MsDeformAttnDeviceKernel : OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes
     return index == 1 || index == 2 ? OrtMemTypeCPUInput : OrtMemTypeDefault;
   }
 
-  void Compute(const device::DeviceIO& io) const {
-    const Inputs<T> in = CheckedInputs<T>(io);
+  void Compute(const device::DeviceIO& io, const PointsPerLevel& points_per_level) const {
+    const Inputs<T> in = CheckedInputs<T>(io, points_per_level);
     std::vector<Level<A>> table(static_cast<size_t>(in.levels));
     CheckLevels(in, table.data());
 
     T* output = io.Output<T>(0, {in.batch, in.queries, in.channels});
     const int64_t rows = in.batch * in.queries;
     if (rows == 0 || in.channels == 0) return;
-    if (in.levels == 0 || in.points == 0) {
+    if (in.levels == 0 || in.samples == 0) {
       io.Fill(output, 0, static_cast<size_t>(rows * in.channels) * sizeof(T));  // zeros of every T are all-zero bits
       return;
     }
@@ -132,10 +134,10 @@ struct MsDeformAttnDeviceKernel : OpKernel<T, kSchemaOf<kMmdeploy>, NoAttributes
     if (in.dim % 4 == 0) {
       io.ForEach(outputs / 4,
                  SampleSum<T, 4, kInline>{in.value.data, levels, in.locations.data, in.weights.data, output, in.queries,
-                                          in.keys, in.heads, in.dim, in.levels, in.points});
+                                          in.keys, in.heads, in.dim, in.levels, in.samples});
     } else {
       io.ForEach(outputs, SampleSum<T, 1, kInline>{in.value.data, levels, in.locations.data, in.weights.data, output,
-                                                   in.queries, in.keys, in.heads, in.dim, in.levels, in.points});
+                                                   in.queries, in.keys, in.heads, in.dim, in.levels, in.samples});
     }
   }
 };

@@ -44,7 +44,6 @@ _FLOAT_TYPES = ("FLOAT", "DOUBLE", "FLOAT16")
 # Ops that only move (or re-type) data: the paths from value, locations and weights to the
 # GridSample and Mul nodes are made of them.
 _MOVEMENT = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Gather", "Split", "Slice", "Identity", "Cast")
-_POINTS_DIFFER = "points per level differ: ortops::MultiScaleDeformableAttention takes one P"
 
 
 class _Refused(Exception):
@@ -531,7 +530,8 @@ class _Block:
     sizes: list[tuple[Any, Any]]
     size_sources: list[ir.Value | None]
     levels: int
-    points: int
+    points: int  # P, where every level has P points; else 0
+    points_per_level: list[int]  # P_l where they differ (the node's attribute); else empty
     final: ir.Node
     nodes: list[ir.Node]
 
@@ -635,15 +635,17 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
             points.append(chunk.size)
             if not _equal(chunk.offset, sum(points[:-1])):
                 raise _Refused(f"level {level}'s grid does not take the points after those of the levels before it")
-    if any(not _equal(p, points[0]) for p in points):
-        raise _Refused(_POINTS_DIFFER)
-    per_level = points[0]
-    if not per_level.is_number:
+    if not all(p.is_number for p in points):
         raise _Refused("the number of points per level is not a constant")
-    if len(loc_layout) == 6 and not (_equal(g[3].size, levels) and _equal(g[4].size, per_level)):
+    # Different numbers of points per level (D-FINE, DEIM: only the concat form can hold them)
+    # become the node's points_per_level; one P keeps the node's [N, Lq, M, L, P] layout.
+    uniform = all(_equal(p, points[0]) for p in points)
+    per_level = points[0] if uniform else None
+    total_points = sp.expand(sum(points))
+    if len(loc_layout) == 6 and not (uniform and _equal(g[3].size, levels) and _equal(g[4].size, per_level)):
         raise _Refused(f"sampling_locations has {g[3].size} levels where {levels} are sampled")
-    if len(loc_layout) == 5 and not _equal(g[3].size, levels * per_level):
-        raise _Refused(f"sampling_locations has {g[3].size} points where {levels} levels of {per_level} are sampled")
+    if len(loc_layout) == 5 and not _equal(g[3].size, total_points):
+        raise _Refused(f"sampling_locations has {g[3].size} points where {levels} levels of {points} are sampled")
     for what, a, b in (("batch", g[0], n), ("heads", g[2], m)):
         if not _equal(a.size, b.size):
             raise _Refused(f"the {what} of sampling_locations ({a.size}) is not proven equal to value's ({b.size})")
@@ -657,12 +659,14 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
         "d": _Atom("s:d", d.size),
         "q": _Atom("s:q", g[1].size),
         "l": _Atom("s:l", sp.Integer(levels)),
-        "p": _Atom("s:p", per_level),
-        "lp": _Atom("s:lp", sp.Integer(levels) * per_level),
+        "p": _Atom("s:p", per_level if uniform else sp.Integer(0)),
+        "lp": _Atom("s:lp", total_points),
     }
     a = sample_atoms
     axis = int(attribute(join, "axis", 0))
     if stacked:
+        if not uniform:
+            raise _Refused("the levels' samples are stacked, but their numbers of points differ")
         if axis % 5 != 3 or any(tracer.axes(u.producer(), 1) not in ([3], [-2]) for u in join.inputs):
             raise _Refused("the levels are not stacked on axis -2 of [N * M, D, Lq, L, P]")
         tracer.layouts[id(joined)] = [(a["nm"],), (a["d"],), (a["q"],), (a["l"],), (a["p"],)]
@@ -724,8 +728,8 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
                 and _equal(w[1].size, g[1].size)
                 and _equal(w[2].size, m.size)
                 and (
-                    (len(w) == 5 and _equal(w[3].size, levels) and _equal(w[4].size, per_level))
-                    or (len(w) == 4 and _equal(w[3].size, levels * per_level))
+                    (len(w) == 5 and uniform and _equal(w[3].size, levels) and _equal(w[4].size, per_level))
+                    or (len(w) == 4 and _equal(w[3].size, total_points))
                 )
             )
             if not sizes_ok:
@@ -786,7 +790,8 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
         sizes=sizes,
         size_sources=sources,
         levels=levels,
-        points=int(per_level),
+        points=int(per_level) if uniform else 0,
+        points_per_level=[] if uniform else [int(p) for p in points],
         final=final,
         nodes=list(dict.fromkeys(nodes)),
     )
@@ -802,6 +807,8 @@ def _new(graph: Any, before: ir.Node, op: str, inputs: list[ir.Value], domain: s
     for name, v in attrs.items():
         if isinstance(v, np.ndarray):
             attributes.append(ir.AttrTensor(name, ir.tensor(v)))
+        elif isinstance(v, list):
+            attributes.append(ir.AttrInt64s(name, [int(x) for x in v]))
         else:
             attributes.append(ir.AttrInt64(name, int(v)))
     node = ir.Node(domain, op, inputs, attributes, num_outputs=1)
@@ -846,17 +853,19 @@ def _rewrite(graph: Any, block: _Block) -> ir.Node:
         # A float64 grid (HuggingFace's TorchScript exports) feeding a float value: the node
         # takes one element type, so the locations are cast to the value's.
         locations = _new(graph, before, "Cast", [locations], to=dtype.value)
-    if block.locations_rank == 5:
+    if block.locations_rank == 5 and not block.points_per_level:
         target = np.array([0, 0, 0, block.levels, block.points, 2], np.int64)
         locations = _new(graph, before, "Reshape", [locations, _constant(graph, before, target)])
     weights = block.weights
     if weights.dtype != dtype:
         weights = _new(graph, before, "Cast", [weights], to=dtype.value)
-    if block.weights_rank == 4:
+    if block.weights_rank == 4 and not block.points_per_level:
         target = np.array([0, 0, 0, block.levels, block.points], np.int64)
         weights = _new(graph, before, "Reshape", [weights, _constant(graph, before, target)])
     inputs = [block.value, spatial, starts, locations, weights]
-    output = _new(graph, before, "MultiScaleDeformableAttention", inputs, ORTOPS_DOMAIN)
+    # With points_per_level the node takes the concat form's [N, Lq, M, sum(P_l), ...] as they are.
+    points_per_level = {"points_per_level": block.points_per_level} if block.points_per_level else {}
+    output = _new(graph, before, "MultiScaleDeformableAttention", inputs, ORTOPS_DOMAIN, **points_per_level)
     old = block.final.outputs[0]
     output.shape, output.dtype = old.shape, old.dtype
     old_users = list(old.uses())
@@ -942,9 +951,10 @@ RULE = Rule(
         "the stack form (mmcv's and Deformable DETR's multi_scale_deformable_attn_pytorch, HuggingFace's "
         "Deformable DETR, Grounding DINO, Mask2Former, OneFormer, RT-DETR) and the concat form (RT-DETRv2, "
         "D-FINE, DEIM, Ultralytics), any number of levels, static or dynamic sizes, GridSample 'bilinear' "
-        "(opset 16-19) or 'linear' (20 on) or mmdeploy's grid_sampler, a float64 grid (cast to the value's type)",
+        "(opset 16-19) or 'linear' (20 on) or mmdeploy's grid_sampler, a float64 grid (cast to the value's type), "
+        "different numbers of points per level (the concat form; the node's points_per_level)",
         "left alone: align_corners 1, padding other than zeros, modes other than bilinear, split sizes not "
-        "H_l * W_l, sums over other axes, different numbers of points per level",
+        "H_l * W_l, sums over other axes",
     ),
     passes=_passes,
     walk=_walk,

@@ -60,6 +60,15 @@ def dtype_name(dtype: torch.dtype) -> str:
     return _TYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
 
 
+_ATTRIBUTE_TYPES = {
+    "int": onnx.AttributeProto.INT,
+    "float": onnx.AttributeProto.FLOAT,
+    "string": onnx.AttributeProto.STRING,
+    "ints": onnx.AttributeProto.INTS,
+    "floats": onnx.AttributeProto.FLOATS,
+}
+
+
 def _attribute(kind: str, value: Any) -> Any:
     """A Python value as the attribute type the manifest names (so helper stores that type)."""
     if kind == "int":
@@ -92,7 +101,11 @@ def _model(
     outputs = [helper.make_value_info(spec.name, onnx.TypeProto()) for spec in info.outputs]
     node = helper.make_node(onnx_op, names, [spec.name for spec in info.outputs], domain=_DOMAIN)
     kinds = {a.name: a.type for a in info.attributes}
-    node.attribute.extend(helper.make_attribute(name, _attribute(kinds[name], value)) for name, value in attributes)
+    # The manifest's type given explicitly: an empty list has no element to infer it from.
+    node.attribute.extend(
+        helper.make_attribute(name, _attribute(kinds[name], value), attr_type=_ATTRIBUTE_TYPES[kinds[name]])
+        for name, value in attributes
+    )
     graph = helper.make_graph([node], f"ortops_{onnx_op}", inputs, outputs)
     opsets = [helper.make_opsetid("", _DEFAULT_OPSET), helper.make_opsetid(_DOMAIN, 1)]
     return helper.make_model(graph, ir_version=_IR_VERSION, opset_imports=opsets).SerializeToString()

@@ -3,6 +3,8 @@ exported to ``ortops::MultiScaleDeformableAttention``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from ortops.torch._op import Arg, BadArgument, Op
@@ -37,6 +39,7 @@ def _reference(
     level_start_index: torch.Tensor,
     sampling_locations: torch.Tensor,
     attention_weights: torch.Tensor,
+    points_per_level: list[int],
 ) -> torch.Tensor:
     """The kernel's semantics in differentiable torch ops (non-CPU tensors and gradients).
 
@@ -46,10 +49,21 @@ def _reference(
     backward under ``torch.compile`` and AOT autograd).
     """
     batch, keys, heads, dim = value.shape
-    _, queries, _, levels, points, _ = sampling_locations.shape
-    level_shape = (1, 1, 1, levels, 1)
-    height, width = (spatial_shapes[:, i].view(level_shape) for i in (0, 1))
-    start = level_start_index.view(level_shape)
+    queries = sampling_locations.shape[1]
+    # Both layouts are runs of points level after level: [B, Q, H, samples], each point's level
+    # sizes and start gathered by its level.
+    if points_per_level:
+        counts = torch.tensor(points_per_level, device=value.device)
+    else:
+        levels, points = sampling_locations.shape[3:5]
+        counts = torch.full((levels,), points, dtype=torch.int64, device=value.device)
+        sampling_locations = sampling_locations.flatten(3, 4)
+        attention_weights = attention_weights.flatten(3, 4)
+    samples = sampling_locations.shape[3]
+    level_of_point = torch.repeat_interleave(torch.arange(len(counts), device=value.device), counts)
+    point_shape = (1, 1, 1, samples)
+    height, width = (spatial_shapes[level_of_point, i].view(point_shape) for i in (0, 1))
+    start = level_start_index[level_of_point].view(point_shape)
     # As the kernel: pixel (loc * size - 0.5); a point outside (-1, W_l) x (-1, H_l), NaN
     # included, reads nothing.
     x = sampling_locations[..., 0] * width.to(value.dtype) - 0.5
@@ -62,16 +76,16 @@ def _reference(
     x0, y0 = x0.long(), y0.long()
     # [B, heads, S + 1, D]: row S is zeros, which neighbours outside the map read.
     rows = torch.cat([value.transpose(1, 2), value.new_zeros((batch, heads, 1, dim))], 2)
-    count = queries * levels * points
+    count = queries * samples
     total = value.new_zeros((batch, heads, count, dim))
     for dy, dx, bilinear in ((0, 0, hy * hx), (0, 1, hy * lx), (1, 0, ly * hx), (1, 1, ly * lx)):
         yy, xx = y0 + dy, x0 + dx
         valid = inside & (yy >= 0) & (yy < height) & (xx >= 0) & (xx < width)
-        index = torch.where(valid, start + yy * width + xx, keys)  # [B, Q, heads, L, P]
+        index = torch.where(valid, start + yy * width + xx, keys)  # [B, Q, heads, samples]
         index = index.transpose(1, 2).reshape(batch, heads, count, 1).expand(batch, heads, count, dim)
         weight = torch.where(valid, bilinear * attention_weights, 0).transpose(1, 2).reshape(batch, heads, count, 1)
         total = total + rows.gather(2, index) * weight
-    out = total.view(batch, heads, queries, levels * points, dim).sum(3)  # [B, heads, Q, D]
+    out = total.view(batch, heads, queries, samples, dim).sum(3)  # [B, heads, Q, D]
     return out.transpose(1, 2).reshape(batch, queries, heads * dim)
 
 
@@ -98,12 +112,20 @@ MULTI_SCALE_DEFORMABLE_ATTENTION = Op(
             "sampling_locations",
             torch.Tensor,
             "``Tensor[B, Q, H, L, P, 2]`` points ``(x, y)`` normalised to each level (0 and 1 are its outer "
-            "edges); cast to ``value``'s dtype, as mmcv does.",
+            "edges), or ``Tensor[B, Q, H, sum(P_l), 2]`` with ``points_per_level``; cast to ``value``'s dtype, "
+            "as mmcv does.",
         ),
         Arg(
             "attention_weights",
             torch.Tensor,
-            "``Tensor[B, Q, H, L, P]`` (used as given: softmax them before); cast to ``value``'s dtype.",
+            "``Tensor[B, Q, H, L, P]`` (used as given: softmax them before), or ``Tensor[B, Q, H, sum(P_l)]`` "
+            "with ``points_per_level``; cast to ``value``'s dtype.",
+        ),
+        Arg(
+            "points_per_level",
+            list[int],
+            "``P_l`` of each level where they differ (D-FINE's and DEIM's ``[3, 6, 3]``): the points of "
+            "level ``l`` are the ``l``-th run of ``P_l``; empty: one ``P`` per level, from the shapes.",
         ),
     ],
     check=_check,
@@ -119,6 +141,7 @@ def multi_scale_deformable_attention(
     level_start_index: torch.Tensor,
     sampling_locations: torch.Tensor,
     attention_weights: torch.Tensor,
+    points_per_level: Sequence[int] = (),
 ) -> torch.Tensor:
     """Multi-scale deformable attention (Deformable DETR), mmcv's
     ``multi_scale_deformable_attn_pytorch`` as one op that exports to
@@ -137,4 +160,5 @@ def multi_scale_deformable_attention(
         level_start_index,
         sampling_locations.to(value.dtype),
         attention_weights.to(value.dtype),
+        list(points_per_level),
     )

@@ -116,6 +116,8 @@ def _default_value(attribute: dict[str, Any]) -> Any:
         return int(text)
     if kind == "float":
         return float(text)
+    if kind in ("ints", "floats") and text == "[]":  # how a schema writes an empty list
+        return []
     if kind == "ints":
         return [int(v) for v in text.split(",") if v]
     if kind == "floats":

@@ -13,7 +13,7 @@ from references import cached
 
 import ortops
 
-from ortest import exported_model, run, session
+from ortest import exported_model, make_model, run, session
 
 DOMAINS = [("ortops", "MultiScaleDeformableAttention"), ("mmdeploy", "MMCVMultiScaleDeformableAttention")]
 NAMES = ["value", "value_spatial_shapes", "value_level_start_index", "sampling_locations", "attention_weights"]
@@ -23,18 +23,23 @@ TOLERANCE = {np.float32: {"rtol": 1e-5, "atol": 1e-5}, np.float64: {"rtol": 1e-1
 
 
 @cached
-def reference(value: np.ndarray, shapes: np.ndarray, locations: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def reference_per_level(
+    value: np.ndarray, shapes: np.ndarray, locations: np.ndarray, weights: np.ndarray, points_per_level: list[int]
+) -> np.ndarray:
     """Point by point, in float64: bilinear samples with zero padding, weighted and summed.
-    A non-finite location contributes nothing."""
+    ``locations`` [B, Q, H, sum(P_l), 2] and ``weights`` [B, Q, H, sum(P_l)] hold level l's points
+    as the l-th run of P_l. A non-finite location contributes nothing."""
     value, locations, weights = (a.astype(np.float64) for a in (value, locations, weights))
     batch, _, heads, dim = value.shape
-    _, queries, _, levels, points, _ = locations.shape
+    queries = locations.shape[1]
     starts = np.concatenate([[0], np.cumsum([h * w for h, w in shapes])]).astype(int)
+    level_of_point = [level for level, count in enumerate(points_per_level) for _ in range(count)]
     out = np.zeros((batch, queries, heads, dim))
-    for b, q, h, level, p in np.ndindex(batch, queries, heads, levels, points):
+    for b, q, h, point in np.ndindex(batch, queries, heads, len(level_of_point)):
+        level = level_of_point[point]
         height, width = (int(v) for v in shapes[level])
-        x = locations[b, q, h, level, p, 0] * width - 0.5
-        y = locations[b, q, h, level, p, 1] * height - 0.5
+        x = locations[b, q, h, point, 0] * width - 0.5
+        y = locations[b, q, h, point, 1] * height - 0.5
         if not (-1 < y < height and -1 < x < width):  # NaN fails too
             continue
         y0, x0 = math.floor(y), math.floor(x)
@@ -43,8 +48,15 @@ def reference(value: np.ndarray, shapes: np.ndarray, locations: np.ndarray, weig
             if 0 <= yy < height and 0 <= xx < width:
                 weight = (1 - abs(y - yy)) * (1 - abs(x - xx))
                 sample += weight * value[b, starts[level] + yy * width + xx, h]
-        out[b, q, h] += weights[b, q, h, level, p] * sample
+        out[b, q, h] += weights[b, q, h, point] * sample
     return out.reshape(batch, queries, heads * dim)
+
+
+def reference(value: np.ndarray, shapes: np.ndarray, locations: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The reference for one P per level: [B, Q, H, L, P, ...] is L runs of P points."""
+    batch, queries, heads, levels, points, _ = locations.shape
+    flat = (batch, queries, heads, levels * points)
+    return reference_per_level(value, shapes, locations.reshape(*flat, 2), weights.reshape(flat), [points] * levels)
 
 
 def make_case(
@@ -332,3 +344,110 @@ def test_im2col_step_of_another_type_is_an_error() -> None:
 def test_both_nodes_are_registered() -> None:
     names = {(op.domain, op.name) for op in ortops.ops()}
     assert set(DOMAINS) <= names
+
+
+# A different number of points per level (ortops' node, attribute points_per_level): the
+# points in [B, Q, H, sum(P_l), ...], level after level.
+
+
+def make_per_level_case(
+    rng: np.random.Generator,
+    dtype: type,
+    points_per_level: list[int],
+    levels: tuple[tuple[int, int], ...] = ((6, 7), (3, 4), (2, 2)),
+    dim: int = 4,
+) -> dict[str, np.ndarray]:
+    """A case of make_case's value and levels with sum(P_l) points per query and head."""
+    case = make_case(rng, dtype, levels=levels, dim=dim, points=1)
+    batch, queries, heads = case["attention_weights"].shape[:3]
+    total = sum(points_per_level)
+    case["sampling_locations"] = rng.uniform(-0.15, 1.15, (batch, queries, heads, total, 2)).astype(dtype)
+    case["attention_weights"] = rng.uniform(0, 1, (batch, queries, heads, total)).astype(dtype)
+    return case
+
+
+def expected_per_level(case: dict[str, np.ndarray], points_per_level: list[int]) -> np.ndarray:
+    return reference_per_level(
+        case["value"],
+        case["value_spatial_shapes"],
+        case["sampling_locations"],
+        case["attention_weights"],
+        points_per_level,
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("points_per_level", [[3, 6, 3], [1, 1, 1], [7, 2, 1]])
+@pytest.mark.parametrize("dim", [4, 5])  # the device path: four channels per thread, or one
+def test_points_per_level_matches_reference(dtype: type, points_per_level: list[int], dim: int) -> None:
+    case = make_per_level_case(np.random.default_rng(sum(points_per_level) + dim), dtype, points_per_level, dim=dim)
+    got = attention(*DOMAINS[0], case, points_per_level=points_per_level)
+    assert got.dtype == dtype and got.shape == (2, 5, 3 * dim)
+    np.testing.assert_allclose(got, expected_per_level(case, points_per_level), **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("count", [8, 9])
+def test_points_per_level_with_many_levels(count: int) -> None:
+    """Up to 8 levels travel in the device kernel's arguments, more in device memory."""
+    levels = tuple((2 + level % 3, 3 + level % 2) for level in range(count))
+    points_per_level = [1 + level % 4 for level in range(count)]
+    case = make_per_level_case(np.random.default_rng(count), np.float32, points_per_level, levels=levels, dim=8)
+    got = attention(*DOMAINS[0], case, points_per_level=points_per_level)
+    np.testing.assert_allclose(got, expected_per_level(case, points_per_level), **TOLERANCE[np.float32])
+
+
+def test_equal_points_per_level_is_the_uniform_node() -> None:
+    """P_l all equal to P: the flattened layout gives the bits of [B, Q, H, L, P] without it."""
+    case = make_case(np.random.default_rng(12), np.float32)
+    uniform = attention(*DOMAINS[0], case)
+    batch, queries, heads, levels, points = case["attention_weights"].shape
+    flat = (batch, queries, heads, levels * points)
+    flattened = {
+        **case,
+        "sampling_locations": case["sampling_locations"].reshape(*flat, 2),
+        "attention_weights": case["attention_weights"].reshape(flat),
+    }
+    np.testing.assert_array_equal(attention(*DOMAINS[0], flattened, points_per_level=[points] * levels), uniform)
+    # An empty list is the default: one P per level, from the shapes.
+    model = make_model(DOMAINS[0][1], DOMAINS[0][0], [(k, v.dtype, v.ndim) for k, v in case.items()], ["output"])
+    (node,) = model.graph.node
+    node.attribute.append(helper.make_attribute("points_per_level", [], attr_type=onnx.AttributeProto.INTS))
+    np.testing.assert_array_equal(session(model).run(None, case)[0], uniform)
+
+
+def test_points_per_level_in_float16_is_float32_rounded_once() -> None:
+    case = make_per_level_case(np.random.default_rng(13), np.float16, [3, 6, 3], dim=32)
+    got = attention(*DOMAINS[0], case, points_per_level=[3, 6, 3])
+    as_float = {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in case.items()}
+    np.testing.assert_array_equal(got, attention(*DOMAINS[0], as_float, points_per_level=[3, 6, 3]).astype(np.float16))
+    np.testing.assert_allclose(got, expected_per_level(case, [3, 6, 3]), rtol=2e-3, atol=2e-3)
+
+
+def test_points_per_level_errors() -> None:
+    base = make_per_level_case(np.random.default_rng(14), np.float32, [3, 6, 3])
+    domain, op = DOMAINS[0]
+
+    def error(pattern: str, points_per_level: list[int], **inputs: np.ndarray) -> None:
+        with pytest.raises(Exception, match=rf"{domain}\.{op}: {pattern}"):
+            attention(domain, op, {**base, **inputs}, points_per_level=points_per_level)
+
+    error(r"attribute 'points_per_level' must hold at least 1 point per level, got 0 at level 1", [3, 0, 3])
+    error(r"attribute 'points_per_level' must hold at least 1 point per level, got -2 at level 0", [-2, 6, 8])
+    error(r"attribute 'points_per_level': the sum overflows int64", [1 << 62, 1 << 62, 1])
+    error(
+        r"attribute 'points_per_level' has 2 entries, but 'value_spatial_shapes' \[3, 2\] has L = 3 levels",
+        [6, 6],
+    )
+    error(
+        r"input 'sampling_locations' must have shape \[B, Q, H, sum\(P_l\), 2\] with B = 2, H = 3 .* "
+        r"and sum\(P_l\) = 13 \(of 'points_per_level'\), got \[2, 5, 3, 12, 2\]",
+        [3, 6, 4],
+    )
+    error(
+        r"input 'attention_weights' must have shape \[2, 5, 3, 12\] \(\[B, Q, H, sum\(P_l\)\] .*got \[2, 5, 3, 11\]",
+        [3, 6, 3],
+        attention_weights=base["attention_weights"][..., :11],
+    )
+    uniform = make_case(np.random.default_rng(15), np.float32)  # [B, Q, H, L, P, 2] with the attribute
+    with pytest.raises(Exception, match=rf"{domain}\.{op}: .*sampling_locations.*rank"):
+        attention(domain, op, uniform, points_per_level=[4, 4, 4])

@@ -57,7 +57,7 @@ def test_public_defaults_are_the_nodes(name: str) -> None:
             continue  # a name the public function maps to the attribute's number (method="linear")
         expected, got = defaults[arg.node_name], param.default
         if arg.type in (list[int], list[float]):  # "1,1"; the public function may take one int for both
-            values = [arg.type.__args__[0](v) for v in expected.split(",")]
+            values = [] if expected == "[]" else [arg.type.__args__[0](v) for v in expected.split(",")]
             got = list(got) if isinstance(got, (list, tuple)) else [got] * len(values)
             assert got == values, param.name
             continue

@@ -78,7 +78,7 @@ def test_torch_implementation_matches_the_composition() -> None:
 
     value, shapes, starts, locations, weights = case(torch.float64, seed=3)
     torch.testing.assert_close(
-        _reference(value, shapes, starts, locations, weights),
+        _reference(value, shapes, starts, locations, weights, []),
         grid_sample_composition(value, shapes, locations, weights),
         **TOLERANCE[torch.float64],
     )
@@ -266,3 +266,31 @@ def test_a_file_exported_as_mmdeploy_exports_it_runs() -> None:
     feeds = {i.name: a.numpy() for i, a in zip(session.get_inputs(), args)}
     (got,) = session.run(None, feeds)
     np.testing.assert_allclose(got, Model()(*args).numpy(), **TOLERANCE[torch.float32])
+
+
+def test_points_per_level_matches_the_composition_per_level() -> None:
+    """D-FINE's [3, 6, 3]: the kernel and the torch implementation against grid_sample run on
+    each level's run of points alone, summed."""
+    from ortops.torch.ms_deform_attn import _reference
+
+    value, shapes, starts, _, _ = case(torch.float64, seed=4)
+    points_per_level = [3, 6, 3][: len(shapes)] + [2] * max(0, len(shapes) - 3)
+    generator = torch.Generator().manual_seed(4)
+    batch, queries, heads = 2, 11, value.shape[2]
+    total = sum(points_per_level)
+    locations = torch.rand(batch, queries, heads, total, 2, generator=generator, dtype=torch.float64) * 1.2 - 0.1
+    weights = torch.rand(batch, queries, heads, total, generator=generator, dtype=torch.float64)
+    expected = torch.zeros(batch, queries, value.shape[2] * value.shape[3], dtype=torch.float64)
+    first = 0
+    for level, count in enumerate(points_per_level):
+        rows = slice(int(starts[level]), int(starts[level]) + int(shapes[level].prod()))
+        run = slice(first, first + count)
+        expected += grid_sample_composition(
+            value[:, rows], shapes[level : level + 1], locations[:, :, :, None, run], weights[:, :, :, None, run]
+        )
+        first += count
+    got = ortops.torch.multi_scale_deformable_attention(value, shapes, starts, locations, weights, points_per_level)
+    torch.testing.assert_close(got, expected, **TOLERANCE[torch.float64])
+    torch.testing.assert_close(
+        _reference(value, shapes, starts, locations, weights, points_per_level), expected, **TOLERANCE[torch.float64]
+    )
