@@ -145,3 +145,14 @@ def test_readme_links_resolve() -> None:
     targets = {t.split("#", 1)[0] for t in re.findall(r"\]\(([^)\s]+)\)", readme) if "://" not in t}
     missing = sorted(t for t in targets if t and not (ROOT / t).exists())
     assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_readme_optimize_timing_is_the_measured_one() -> None:
+    """The README's before/after of ortops optimize is a row of docs/optimize.md's Measured
+    table (bench_optimize.py's output), not a figure of its own."""
+    readme = (ROOT / "README.md").read_text()
+    stated = re.search(r"Faster R-CNN MobileNetV3-320 .*?: ([\d.]+) ms → ([\d.]+) ms", readme, re.S)
+    assert stated, "the README no longer states ortops optimize's before/after as this test reads it"
+    measured = (ROOT / "docs" / "optimize.md").read_text()
+    row = next(line for line in measured.splitlines() if line.startswith("| torchvision Faster R-CNN"))
+    assert f"| {stated[1]} → {stated[2]} |" in row, row
