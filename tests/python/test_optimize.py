@@ -6,9 +6,6 @@ from __future__ import annotations
 import io
 import itertools
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +14,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from optimizing import emulated_device_library, first_output_with_library, op_counts
 
 import ortops
 from ortops import _cli
@@ -53,21 +51,6 @@ def assert_same_outputs(original: onnx.ModelProto, rewritten: onnx.ModelProto, f
             np.testing.assert_array_equal(after, before)
         else:
             np.testing.assert_allclose(after, before, rtol=tolerance, atol=tolerance)
-
-
-def op_counts(model: onnx.ModelProto) -> Counter[str]:
-    """Node counts by domain::op_type over the model's graph and every subgraph in it."""
-    counts: Counter[str] = Counter()
-
-    def visit(graph: onnx.GraphProto) -> None:
-        for node in graph.node:
-            counts[f"{node.domain or 'ai.onnx'}::{node.op_type}"] += 1
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    visit(attr.g)
-
-    visit(model.graph)
-    return counts
 
 
 # --- group normalization --------------------------------------------------------------------
@@ -580,27 +563,11 @@ def test_without_onnxscript_the_command_says_what_to_install(tmp_path: Path) -> 
 
 def test_rewritten_file_runs_on_the_emulated_device(tmp_path: Path) -> None:
     """The device-on-CPU build runs ortops' device kernels (as on CUDA) for the nodes made."""
-    device_library = Path(ortops.get_library_path()).with_name("libortops_device_on_cpu.so")
-    if not device_library.exists():
+    device_library = emulated_device_library()
+    if device_library is None:
         pytest.skip("no emulated device library beside the library")
     feeds = {**roi_align_feeds(), "pool": np.array(True)}
     model = roi_align_model(in_if=True)
     expected = run(model, feeds)[0]
-    rewritten = tmp_path / "roi.onnx"
-    onnx.save(ortops.optimize(model), str(rewritten))
-    np.savez(tmp_path / "feeds.npz", **feeds)
-    code = (
-        "import sys, numpy as np, onnxruntime as ort, ortops;"
-        "s = ort.InferenceSession(sys.argv[1], ortops.session_options(), providers=['CPUExecutionProvider']);"
-        "np.save(sys.argv[3], s.run(None, dict(np.load(sys.argv[2])))[0])"
-    )
-    env = {**os.environ, "ORTOPS_LIBRARY": str(device_library)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(ortops.__file__).parents[1]), env.get("PYTHONPATH")]))
-    out = tmp_path / "y.npy"
-    subprocess.run(
-        [sys.executable, "-c", code, str(rewritten), str(tmp_path / "feeds.npz"), str(out)],
-        check=True,
-        env=env,
-        timeout=60,
-    )
-    np.testing.assert_allclose(np.load(out), expected, rtol=1e-5, atol=1e-5)
+    got = first_output_with_library(ortops.optimize(model), feeds, device_library, tmp_path)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

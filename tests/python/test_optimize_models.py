@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from optimizing import op_counts
 
 import ortops
 from ortops import _cli
@@ -121,23 +122,6 @@ def assert_same(names: Sequence[str], expected: Sequence[np.ndarray], actual: Se
     rounding (its own comparison function)."""
     assert len(actual) == len(expected)
     assert _cli._compare_outputs(names, expected, actual) == []
-
-
-def op_counts(model: onnx.ModelProto) -> Counter[str]:
-    """Node counts by domain::op_type over the graph and every subgraph in it."""
-    counts: Counter[str] = Counter()
-
-    def visit(graph: onnx.GraphProto) -> None:
-        for node in graph.node:
-            counts[f"{node.domain or 'ai.onnx'}::{node.op_type}"] += 1
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    visit(attr.g)
-                for sub in attr.graphs:
-                    visit(sub)
-
-    visit(model.graph)
-    return counts
 
 
 def rewrites_by_rule(report: OptimizeReport) -> Counter[str]:

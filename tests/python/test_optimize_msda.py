@@ -6,9 +6,6 @@ blocks it cannot prove are left alone and reported."""
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +14,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from optimizing import emulated_device_library, first_output_with_library
 
 import ortops
 from ortops._optimize import optimize_with_report
@@ -397,8 +395,8 @@ def test_points_that_differ_per_level_become_points_per_level(exporter: str, ops
 
 
 def test_rewritten_attention_runs_on_the_emulated_device(tmp_path: Path) -> None:
-    device_library = Path(ortops.get_library_path()).with_name("libortops_device_on_cpu.so")
-    if not device_library.exists():
+    device_library = emulated_device_library()
+    if device_library is None:
         pytest.skip("no emulated device library beside the library")
     shapes = [(8, 8), (4, 4), (2, 2)]
     inputs = attention_inputs(np.random.default_rng(11), 2, 40, 4, 8, shapes, 4, flat=True)
@@ -406,21 +404,8 @@ def test_rewritten_attention_runs_on_the_emulated_device(tmp_path: Path) -> None
     model = export(module, tuple(torch.from_numpy(a) for a in inputs), NAMES, 16)
     feeds = dict(zip(NAMES, inputs))
     expected = run(model, feeds)
-    path = tmp_path / "msda.onnx"
-    onnx.save(optimize_with_report(model, RULE)[0], str(path))
-    np.savez(tmp_path / "feeds.npz", **feeds)
-    code = (
-        "import sys, numpy as np, onnxruntime as ort, ortops;"
-        "s = ort.InferenceSession(sys.argv[1], ortops.session_options(), providers=['CPUExecutionProvider']);"
-        "np.save(sys.argv[3], s.run(None, dict(np.load(sys.argv[2])))[0])"
-    )
-    env = {**os.environ, "ORTOPS_LIBRARY": str(device_library)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(ortops.__file__).parents[1]), env.get("PYTHONPATH")]))
-    out = tmp_path / "y.npy"
-    subprocess.run(
-        [sys.executable, "-c", code, str(path), str(tmp_path / "feeds.npz"), str(out)], check=True, env=env, timeout=60
-    )
-    assert_close(np.load(out), expected)
+    rewritten = optimize_with_report(model, RULE)[0]
+    assert_close(first_output_with_library(rewritten, feeds, device_library, tmp_path), expected)
 
 
 class AttentionThenProjection(torch.nn.Module):
