@@ -15,6 +15,8 @@
 // stops (its later rows are neither tested nor kept).
 #pragma once
 
+#include <thrust/scan.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -225,6 +227,42 @@ struct OneSegment {
 template <typename Suppresses>
 void GreedyKeep(const DeviceIO& io, int64_t count, const Suppresses& suppresses, int64_t* kept, int64_t* kept_count) {
   GreedyKeepSegments(io, 1, count, nullptr, count, OneSegment<Suppresses>{suppresses}, kept, kept_count);
+}
+
+// Row first[s] - kept_count[s] + k is (b, c, box index) for the k-th kept position of segment
+// s = b classes + c (first: the inclusive scan of kept_count).
+struct WriteBatchClassBoxRows {
+  const int64_t* order;
+  const int64_t* kept;
+  const int64_t* kept_count;
+  const int64_t* first;
+  int64_t* out;
+  int64_t capacity, classes, count;
+  ORTOPS_HD void operator()(int64_t e) const {
+    const int64_t s = e / capacity, k = e % capacity;
+    if (k >= kept_count[s]) return;
+    int64_t* row = out + 3 * (first[s] - kept_count[s] + k);
+    row[0] = s / classes;
+    row[1] = s % classes;
+    row[2] = order[s * count + kept[e]] % count;
+  }
+};
+
+// ONNX NonMaxSuppression's layout of what GreedyKeepSegments kept, as output `output` [rows, 3]
+// int64, segment after segment: segment s = b classes + c keeps kept[s capacity + k] for
+// k < kept_count[s], positions into its order order[s count + .] (box indices modulo count).
+// The host waits once, for the number of rows it allocates.
+inline void OutputBatchClassBoxRows(const DeviceIO& io, size_t output, int64_t segments, int64_t classes, int64_t count,
+                                    int64_t capacity, const int64_t* order, const int64_t* kept,
+                                    const int64_t* kept_count) {
+  Scratch<int64_t> first = io.Allocate<int64_t>(static_cast<size_t>(segments));
+  thrust::inclusive_scan(io.policy(), kept_count, kept_count + segments, first.data());
+  int64_t rows = 0;
+  io.CopyToHost(&rows, first.data() + segments - 1, 1);
+  int64_t* out = io.Output<int64_t>(output, {rows, 3});
+  if (rows == 0) return;
+  io.ForEach(segments * capacity,
+             WriteBatchClassBoxRows{order, kept, kept_count, first.data(), out, capacity, classes, count});
 }
 
 }  // namespace ortops::device

@@ -3,7 +3,6 @@
 // pair's test the CPU kernel's own (nms_rotated::Suppresses: the exact IoU in float64, and in
 // mmdeploy's domain the original's float32 arithmetic for degenerate boxes), the kept boxes
 // at or below the score threshold left out afterwards; the same rows as the CPU kernel.
-#include <thrust/scan.h>
 
 #include "device/device_kernel.h"
 #include "device/greedy_nms.h"
@@ -63,24 +62,6 @@ struct EmittedOnly {
   }
 };
 
-// Row `first[s] + k` is (b, c, box) for the k-th emitted position of segment s = b C + c.
-struct WriteRows {
-  const int64_t* order;
-  const int64_t* kept;
-  const int64_t* kept_count;
-  const int64_t* first;  // inclusive scan of kept_count
-  int64_t* out;
-  int64_t classes, count;
-  ORTOPS_HD void operator()(int64_t i) const {
-    const int64_t segment = i / count, k = i % count;
-    if (k >= kept_count[segment]) return;
-    int64_t* row = out + 3 * (first[segment] - kept_count[segment] + k);
-    row[0] = segment / classes;
-    row[1] = segment % classes;
-    row[2] = order[segment * count + kept[i]] % count;
-  }
-};
-
 template <typename T>
 class NmsRotatedDeviceKernel : public device::DeviceKernelBase {
  public:
@@ -120,13 +101,8 @@ class NmsRotatedDeviceKernel : public device::DeviceKernelBase {
     io.ForEach(segments, EmittedOnly<T>{scores.data, order.data(), kept.data(), kept_count.data(), count,
                                         static_cast<T>(attributes_.score_threshold)});
 
-    Scratch<int64_t> first = io.Allocate<int64_t>(static_cast<size_t>(segments));
-    thrust::inclusive_scan(io.policy(), kept_count.data(), kept_count.data() + segments, first.data());
-    int64_t total = 0;
-    io.CopyToHost(&total, first.data() + segments - 1, 1);
-    int64_t* out = io.Output<int64_t>(0, {total, 3});
-    io.ForEach(segments * count,
-               WriteRows{order.data(), kept.data(), kept_count.data(), first.data(), out, classes, count});
+    device::OutputBatchClassBoxRows(io, 0, segments, classes, count, count, order.data(), kept.data(),
+                                    kept_count.data());
   }
 
  private:

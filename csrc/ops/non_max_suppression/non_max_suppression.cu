@@ -13,7 +13,6 @@
 // The optional inputs are host inputs (device::DeviceKernelWithHostInputs): the host reads and
 // checks them with the CPU kernel's code before anything runs, without a wait. The host waits
 // once, for the number of rows (the output's size).
-#include <thrust/scan.h>
 
 #include <limits>
 #include <type_traits>
@@ -118,25 +117,6 @@ struct OnnxSuppressesInSegment {
   }
 };
 
-// Kept slot e = s capacity + k, when k < kept_count[s]: row end[s] - kept_count[s] + k of the
-// output, (b, c, box index).
-struct WriteRows {
-  const int64_t* order;
-  const int64_t* kept;
-  const int64_t* kept_count;
-  const int64_t* end;  // inclusive scan of kept_count
-  int64_t* out;
-  int64_t capacity, classes, count;
-  ORTOPS_HD void operator()(int64_t e) const {
-    const int64_t s = e / capacity, k = e % capacity;
-    if (k >= kept_count[s]) return;
-    int64_t* row = out + 3 * (end[s] - kept_count[s] + k);
-    row[0] = s / classes;
-    row[1] = s % classes;
-    row[2] = order[s * count + kept[e]] % count;
-  }
-};
-
 // ONNX Runtime's NonMaxSuppression takes float32 only; so does this one (as the CPU kernel).
 template <typename T>
 class NonMaxSuppressionDeviceKernel
@@ -186,14 +166,8 @@ class NonMaxSuppressionDeviceKernel
                                OnnxSuppressesInSegment{sorted.data(), count, in.iou_threshold}, kept.data(),
                                kept_count.data());
 
-    Scratch<int64_t> end = io.Allocate<int64_t>(static_cast<size_t>(segments));
-    thrust::inclusive_scan(io.policy(), kept_count.data(), kept_count.data() + segments, end.data());
-    int64_t rows = 0;
-    io.CopyToHost(&rows, end.data() + segments - 1, 1);
-    int64_t* out = io.Output<int64_t>(0, {rows, 3});
-    if (rows == 0) return;
-    io.ForEach(segments * capacity,
-               WriteRows{order.data(), kept.data(), kept_count.data(), end.data(), out, capacity, in.classes, count});
+    device::OutputBatchClassBoxRows(io, 0, segments, in.classes, count, capacity, order.data(), kept.data(),
+                                    kept_count.data());
   }
 
  private:
