@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import math
 import warnings
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
@@ -131,6 +132,10 @@ def test_inconsistent_levels_are_an_error() -> None:
 
 
 class Attention(torch.nn.Module):
+    def __init__(self, points_per_level: Sequence[int] = ()) -> None:
+        super().__init__()
+        self.points_per_level = list(points_per_level)
+
     def forward(
         self,
         value: torch.Tensor,
@@ -139,7 +144,10 @@ class Attention(torch.nn.Module):
         locations: torch.Tensor,
         weights: torch.Tensor,
     ) -> torch.Tensor:
-        return ortops.torch.multi_scale_deformable_attention(value, shapes, starts, locations, weights) * 2
+        out = ortops.torch.multi_scale_deformable_attention(
+            value, shapes, starts, locations, weights, self.points_per_level
+        )
+        return out * 2
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
@@ -296,18 +304,6 @@ def test_points_per_level_matches_the_composition_per_level() -> None:
     )
 
 
-class RaggedAttention(torch.nn.Module):
-    def forward(
-        self,
-        value: torch.Tensor,
-        shapes: torch.Tensor,
-        starts: torch.Tensor,
-        locations: torch.Tensor,
-        weights: torch.Tensor,
-    ) -> torch.Tensor:
-        return ortops.torch.multi_scale_deformable_attention(value, shapes, starts, locations, weights, [3, 6, 3])
-
-
 def ragged_case(seed: int = 0) -> tuple[torch.Tensor, ...]:
     generator = torch.Generator().manual_seed(seed)
     shapes = torch.tensor([[8, 8], [4, 4], [2, 2]])
@@ -335,7 +331,7 @@ def ragged_case(seed: int = 0) -> tuple[torch.Tensor, ...]:
 )
 def test_points_per_level_export_roundtrip(exporter: str) -> None:
     args = ragged_case()
-    model = export(RaggedAttention(), args, exporter)
+    model = export(Attention([3, 6, 3]), args, exporter)
     assert custom_nodes(model) == ["ortops::MultiScaleDeformableAttention"]
     (got,) = run_onnx(model, args)
-    np.testing.assert_allclose(got, RaggedAttention()(*args).numpy(), **TOLERANCE[torch.float32])
+    np.testing.assert_allclose(got, Attention([3, 6, 3])(*args).numpy(), **TOLERANCE[torch.float32])
