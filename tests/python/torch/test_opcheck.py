@@ -72,6 +72,7 @@ def _cases() -> list[tuple[str, tuple, bool]]:
                 torch.tensor([0, 30]),
                 torch.rand(2, 7, 2, 2, 3, 2, generator=gen, **f64) * 1.2 - 0.1,
                 torch.rand(2, 7, 2, 2, 3, generator=gen, **f64),
+                [],  # points_per_level: one P for every level, from the shapes
             ),
             True,
         ),
