@@ -169,6 +169,9 @@ class Op:
         differentiable: positions of the arguments that get a gradient.
         public_args: docs of the public function's arguments that the torch op does not take
             (``output_size``, which becomes ``output_height`` and ``output_width``).
+        documented_layout: where an attribute selects another input layout than the manifest
+            documents, maps the node inputs' shapes (and the node's attributes) to the
+            documented layout, so that export binds the output's dims from them.
     """
 
     def __init__(
@@ -182,6 +185,7 @@ class Op:
         reference: Callable[..., Any] | None = None,
         differentiable: Sequence[int] = (),
         public_args: dict[str, str] | None = None,
+        documented_layout: Callable[[list[Any], dict[str, Any]], list[Any]] | None = None,
     ) -> None:
         self.name = name
         self.onnx_op = onnx_op
@@ -192,6 +196,7 @@ class Op:
         self.check_at_export = check_at_export
         self.reference = reference
         self.public_args = dict(public_args or {})
+        self.documented_layout = documented_layout
         self.function: Callable[..., Any] | None = None
         self._by_node_name = {a.node_name: a for a in self.args}
         self._positions = {a.name: i for i, a in enumerate(self.args)}
@@ -404,7 +409,11 @@ class Op:
                 sizes[symbol] = ctx.new_dynamic_size()
             return sizes[symbol]
 
-        shapes = self.output_shapes([t.shape for t in inputs], self._attributes(args), unknown)
+        attributes = self._attributes(args)
+        input_shapes: list[Any] = [t.shape for t in inputs]
+        if self.documented_layout is not None:
+            input_shapes = self.documented_layout(input_shapes, attributes)
+        shapes = self.output_shapes(input_shapes, attributes, unknown)
         if any(s is None for s in shapes):
             raise BadArgument(f"the inputs' shapes {[list(t.shape) for t in inputs]} have the wrong ranks")
         like = inputs[self._type_input]
@@ -429,7 +438,10 @@ class Op:
             outputs = g.op(f"{DOMAIN}::{self.onnx_op}", *values, **attributes, outputs=count)
             outputs = outputs if count > 1 else (outputs,)
             sizes = [symbolic_helper._get_tensor_sizes(v) for v in values]
-            shapes = self.output_shapes(sizes, self._attributes(args), _no_size)
+            node_attributes = self._attributes(args)
+            if self.documented_layout is not None:
+                sizes = self.documented_layout(sizes, node_attributes)
+            shapes = self.output_shapes(sizes, node_attributes, _no_size)
             like = values[self._type_input]
             shared = like.type().dtype() if like.type().scalarType() is not None else None
             results = [

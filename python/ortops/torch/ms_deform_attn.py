@@ -4,6 +4,7 @@ exported to ``ortops::MultiScaleDeformableAttention``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -89,6 +90,22 @@ def _reference(
     return out.transpose(1, 2).reshape(batch, queries, heads * dim)
 
 
+def _documented_layout(shapes: list[Any], attributes: dict[str, Any]) -> list[Any]:
+    """With ``points_per_level``, locations ``[B, Q, H, sum(P_l), 2]`` and weights
+    ``[B, Q, H, sum(P_l)]`` seen as the documented ``[B, Q, H, L, P, 2]`` and ``[B, Q, H, L, P]``
+    with one level of all the points: the output's ``[B, Q, H * D]`` binds the same."""
+    value, spatial_shapes, level_start_index, locations, weights = shapes
+    if not attributes.get("points_per_level") or locations is None or weights is None:
+        return shapes  # (None: a rank the exporter does not know)
+    return [
+        value,
+        spatial_shapes,
+        level_start_index,
+        [*locations[:3], 1, *locations[3:]],
+        [*weights[:3], 1, *weights[3:]],
+    ]
+
+
 MULTI_SCALE_DEFORMABLE_ATTENTION = Op(
     "multi_scale_deformable_attention",
     "MultiScaleDeformableAttention",
@@ -131,6 +148,7 @@ MULTI_SCALE_DEFORMABLE_ATTENTION = Op(
     check=_check,
     reference=_reference,
     differentiable=(0, 3, 4),
+    documented_layout=_documented_layout,
 )
 
 

@@ -314,21 +314,7 @@ def ragged_case(seed: int = 0) -> tuple[torch.Tensor, ...]:
     return value, shapes, starts, locations, weights
 
 
-@pytest.mark.parametrize(
-    "exporter",
-    [
-        "torchscript",
-        pytest.param(
-            "dynamo",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the op's fake implementation binds Q from the [B, Q, H, L, P, 2] layout only; "
-                "torch.export of points_per_level is not supported yet (ortops optimize writes such nodes "
-                "from exported files)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("exporter", EXPORTERS)
 def test_points_per_level_export_roundtrip(exporter: str) -> None:
     args = ragged_case()
     model = export(Attention([3, 6, 3]), args, exporter)
