@@ -94,11 +94,12 @@ class Node:
 
 class Bench:
     """Sessions and timing. On a GPU, every session runs on torch's current stream (the CUDA
-    provider's user_compute_stream) and returns as soon as its work is queued, as torch's ops
-    do, so ortops and every anchor are timed alike: CUDA events around `inner` back-to-back
-    runs on that one stream, the device time per run (a run that must wait for the device, as
-    NMS does for its output's size, waits inside the timed span). `latency_ms` times one run
-    from the call to its results on the host, ONNX Runtime's own cost per run included."""
+    provider's user_compute_stream), and a session with every node on the device returns as
+    soon as its work is queued, as torch's ops do, so ortops and every anchor are timed alike:
+    CUDA events around `inner` back-to-back runs on that one stream, the device time per run (a
+    run that must wait for the device, as NMS does for its output's size, waits inside the
+    timed span). `latency_ms` times one run from the call to its results on the host, ONNX
+    Runtime's own cost per run included."""
 
     def __init__(self, device: str, repeats: int, inner: int = 10) -> None:
         self.device = device
@@ -108,7 +109,12 @@ class Bench:
         default = ROOT / "build" / ("cuda/libortops.so" if self.cuda else "libortops_device_on_cpu.so")
         self.library = os.environ.get("ORTOPS_CUDA_LIBRARY", str(default))
         self.cpu_library = os.environ.get("ORTOPS_CPU_LIBRARY", str(ROOT / "build" / "libortops.so"))
-        self.run_options = ort.RunOptions()
+        # Runs of device-only sessions end without waiting for the stream, so that queued runs
+        # are timed as the device does them. Sessions with a node on the CPU wait as usual:
+        # without the wait ONNX Runtime frees their pinned staging buffers from a stream
+        # callback, where cudaFreeHost is not permitted (1.31.1 aborts the process, error 800).
+        self.queued_run_options = ort.RunOptions()
+        self.synced_run_options = ort.RunOptions()
         self.providers: list[Any] = ["CPUExecutionProvider"]
         if self.cuda:
             # ONNX Runtime's own CUDA kernels in float32, as the anchors and ortops compute (no
@@ -116,7 +122,7 @@ class Bench:
             stream = str(torch.cuda.current_stream().cuda_stream)
             cuda = ("CUDAExecutionProvider", {"use_tf32": "0", "user_compute_stream": stream})
             self.providers = [cuda, "CPUExecutionProvider"]
-            self.run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+            self.queued_run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
 
     def session(self, node: Node, library: str | None, only_device: bool) -> Callable[[], list[torch.Tensor]]:
         """A run function of `node` in a session with `library` registered; inputs and outputs
@@ -147,11 +153,13 @@ class Bench:
         for name in node.outputs:
             binding.bind_output(name, self.device)
 
+        run_options = self.queued_run_options if only_device else self.synced_run_options
+
         # The outputs stay where the binding put them: a timed run copies nothing (fetched()
         # brings them to torch for the checks).
         def run() -> list[ort.OrtValue]:
             assert inputs
-            session.run_with_iobinding(binding, self.run_options)
+            session.run_with_iobinding(binding, run_options)
             return binding.get_outputs()
 
         return run
@@ -739,6 +747,34 @@ def main() -> None:
     profiles: dict[str, list[str]] = {}
     all_counts: dict[str, dict[str, int]] = {}
     failed = False
+
+    def write_record() -> None:
+        """The JSON as far as the run got, rewritten after each case: a process that dies later
+        (a runtime's abort, the device time running out) keeps what it measured."""
+        if not args.json:
+            return
+        args.json.write_text(
+            json.dumps(
+                {
+                    "machine": {
+                        "gpu": gpu,
+                        "driver": driver_version() if bench.cuda else None,
+                        "onnxruntime": ort.__version__,
+                        "torch": torch.__version__,
+                        "cuda_architecture": (
+                            "sm_{}{}".format(*torch.cuda.get_device_capability()) if bench.cuda else None
+                        ),
+                        **provenance(),
+                    },
+                    "run_overhead_ms": overhead,
+                    "results": results,
+                    "profiles": profiles,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+
     for case in cases(bench):
         if args.only not in case.name:
             continue
@@ -787,6 +823,7 @@ def main() -> None:
         all_counts[case.name] = counts
         if args.profile and bench.cuda:
             profiles[case.name] = profile(run)
+        write_record()
     print("\nWhat one run of each ortops node asked of the device (device/device_io.h's counts):")
     for name, counts in all_counts.items():
         print(
@@ -795,28 +832,6 @@ def main() -> None:
     for name, lines in profiles.items():
         print(f"\n{name}: per run (calls x device time, kernel or CUDA call)")
         print("\n".join(lines))
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "machine": {
-                        "gpu": gpu,
-                        "driver": driver_version() if bench.cuda else None,
-                        "onnxruntime": ort.__version__,
-                        "torch": torch.__version__,
-                        "cuda_architecture": (
-                            "sm_{}{}".format(*torch.cuda.get_device_capability()) if bench.cuda else None
-                        ),
-                        **provenance(),
-                    },
-                    "run_overhead_ms": overhead,
-                    "results": results,
-                    "profiles": profiles,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
     print("\nevery target met" if not failed else "\nsome targets missed (see MISSED, DIFFERS)")
 
 

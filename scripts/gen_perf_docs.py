@@ -414,8 +414,8 @@ def speed_headline(cpu: dict[str, Any] | None = None, cuda: dict[str, Any] | Non
     fastest = max(torch_rows, key=lambda row: row["ratio"])
     lines.append(
         f"- **GPU** ({gpu['gpu']}, {gpu['date']}): a node on ONNX Runtime's CUDA provider against the same "
-        f"node left on the CPU, RoIAlign {ratio(cuda, 'RoIAlign', 'status quo')}, GridSample "
-        f"{ratio(cuda, 'GridSample', 'status quo')}, DeformConv2d {ratio(cuda, 'DeformConv2d', 'status quo')}; "
+        f"node left on the CPU, RoIAlign {ratio(cuda, 'RoIAlign 1000', 'status quo')}, GridSample "
+        f"{ratio(cuda, 'GridSample 8x', 'status quo')}, DeformConv2d {ratio(cuda, 'DeformConv2d', 'status quo')}; "
         f"against torch/torchvision on the same GPU from {ratio_text(slowest['ratio'])}x "
         f"({slowest['case'].split(',')[0]}) to {ratio_text(fastest['ratio'])}x ({fastest['case'].split(',')[0]}): "
         "the GPU kernels' speed is still being worked on"
