@@ -550,8 +550,12 @@ def cases(bench: Bench) -> list[Case]:
         "ortops",
         {
             "value": value,
-            "spatial_shapes": spatial,
-            "level_start_index": starts,
+            # In host memory, where a graph's constants are and where the kernel reads them:
+            # bound on the GPU, they would cost a copy to the host per run (and ONNX Runtime
+            # 1.31.1 frees its pinned staging from a stream callback when a run does not wait
+            # for the stream, which aborts the process).
+            "spatial_shapes": spatial.cpu(),
+            "level_start_index": starts.cpu(),
             "sampling_locations": locations,
             "attention_weights": weights,
         },
@@ -666,10 +670,12 @@ def run_overhead_ms(bench: Bench) -> float:
     return bench.time_ms(bench.session(node, None, only_device=True))
 
 
-def profile(run: Callable[[], Any], runs: int = 5) -> list[str]:
+def profile(run: Callable[[], Any], runs: int = 5) -> tuple[list[str], float]:
     """What one run does on the device, from torch's profiler (CUPTI sees every kernel in the
     process, ONNX Runtime's too): each kernel's launches and device time per run, and the CUDA
-    runtime calls that wait or copy (synchronisations, copies, allocations)."""
+    runtime calls that wait or copy (synchronisations, copies, allocations); and the device
+    time of all of it per run, in ms (the node's kernels without ONNX Runtime's cost of a run,
+    which bounds a one-node session's time where the kernels take less)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -679,8 +685,10 @@ def profile(run: Callable[[], Any], runs: int = 5) -> list[str]:
             run()
         torch.cuda.synchronize()
     lines = []
+    total_us = 0.0
     for event in sorted(prof.key_averages(), key=lambda e: -getattr(e, "self_device_time_total", 0)):
         device_us = getattr(event, "self_device_time_total", 0) / runs
+        total_us += device_us
         name = event.key
         calls = event.count / runs
         is_runtime = name.startswith(("cuda", "cu")) and device_us == 0
@@ -688,7 +696,7 @@ def profile(run: Callable[[], Any], runs: int = 5) -> list[str]:
             lines.append(f"    {calls:6.1f} x {device_us:9.1f} us  {name[:110]}")
         elif is_runtime:
             lines.append(f"    {calls:6.1f} x {'launch':>9}     {name}")
-    return lines
+    return lines, total_us / 1e3
 
 
 def driver_version() -> str | None:
@@ -788,6 +796,9 @@ def main() -> None:
                 differs[anchor] = str(error).splitlines()[0][:80]
         ours_ms = bench.time_ms(run)
         latency = bench.latency_ms(run)
+        device_ms = None
+        if args.profile and bench.cuda:
+            profiles[case.name], device_ms = profile(run)
         extra = ""
         if case.bytes_moved:
             extra = f"{case.bytes_moved / ours_ms / 1e6:.0f} GB/s"
@@ -810,6 +821,7 @@ def main() -> None:
                     case=case.name,
                     ortops_ms=ours_ms,
                     ortops_latency_ms=latency,
+                    ortops_device_ms=device_ms,
                     anchor=anchor,
                     anchor_ms=anchor_ms,
                     ratio=ratio,
@@ -821,8 +833,6 @@ def main() -> None:
                 )
             )
         all_counts[case.name] = counts
-        if args.profile and bench.cuda:
-            profiles[case.name] = profile(run)
         write_record()
     print("\nWhat one run of each ortops node asked of the device (device/device_io.h's counts):")
     for name, counts in all_counts.items():

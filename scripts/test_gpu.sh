@@ -22,7 +22,8 @@
 #         4. the CUDA benchmarks (benchmarks/bench_cuda.py, then whole models:
 #            benchmarks/bench_cuda_models.py);
 #       and writes its logs, the JUnit files and the benchmark's JSON to $OUT (or build/gpu-results).
-#       --quick skips 3 (racecheck alone can take longer than a session's device time).
+#       --quick skips 3 (racecheck alone can take longer than a session's device time); --bench
+#       runs 4 alone (a round that measures a kernel change).
 #
 # With the project's device tool (as on 2026-11-26, on an H200): `--stage` here, then five
 # calls back to back, each carrying .carry/K: `bash scripts/test_gpu.sh --receive 0 --build`,
@@ -114,8 +115,9 @@ if [[ "${1:-}" == --receive ]]; then
 fi
 [[ "${1:-}" == --define-only ]] && return 0
 
-QUICK=0
+QUICK=0 BENCH_ONLY=0
 [[ "${1:-}" == --quick ]] && QUICK=1
+[[ "${1:-}" == --bench ]] && BENCH_ONLY=1
 OUT=${OUT:-$ROOT/build/gpu-results}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
@@ -160,6 +162,7 @@ failed=0
 # A hung kernel must not eat the session's device time: pytest-timeout ends that test.
 PYTEST=("$PY" -m pytest -q -p no:cacheprovider --timeout 400 -rfE)
 
+if [[ $BENCH_ONLY == 0 ]]; then
 # --- 1. Every ONNX Runtime-level test, every node on the GPU ----------------------------------
 selection=(tests/python/ort)
 # The tests that are about the CPU library itself (instruction-set levels, its thread pool).
@@ -184,9 +187,10 @@ if [[ $QUICK == 0 ]]; then
   done
   log "compute-sanitizer done ($(elapsed))"
 fi
+fi  # BENCH_ONLY
 
 # --- 4. The CUDA benchmark --------------------------------------------------------------------
-"$PY" benchmarks/bench_cuda.py --profile --json "$OUT/bench-cuda.json" || failed=1
-"$PY" benchmarks/bench_cuda_models.py --json "$OUT/bench-cuda-models.json" || failed=1
+PYTHONUNBUFFERED=1 "$PY" benchmarks/bench_cuda.py --profile --json "$OUT/bench-cuda.json" || failed=1
+PYTHONUNBUFFERED=1 "$PY" benchmarks/bench_cuda_models.py --json "$OUT/bench-cuda-models.json" || failed=1
 log "all done in $(elapsed): $([[ $failed == 0 ]] && echo passed || echo FAILED)"
 exit "$failed"
