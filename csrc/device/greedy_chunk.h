@@ -39,21 +39,27 @@ ORTOPS_HD inline int BitCount(uint64_t bits) {
 #endif
 }
 
-// The greedy decision within one chunk: of the `live` rows (not removed by earlier chunks),
-// in order, each is kept unless a row kept before it in the chunk suppresses it;
-// diagonal[b] is row b's mask word over the chunk's own positions (bits after b only; read
-// for live rows only). At most `room` rows are kept. Returns the kept rows' bits.
-//
-// Only live rows that suppress a live row need a step of their own: every live row before
-// the next such one is kept at once (nothing in the chunk can remove it any more), and so is
-// every row left after the last. Rows are kept in order, so the first `room` of them are the
-// ones a walk that stops at `room` keeps.
-ORTOPS_HD inline uint64_t ResolveChunk(const uint64_t* diagonal, uint64_t live, int64_t room) {
+// The live rows of a chunk that suppress a live row of it (diagonal as in ResolveChunk).
+ORTOPS_HD inline uint64_t Suppressors(const uint64_t* diagonal, uint64_t live) {
   uint64_t suppressors = 0;
   for (uint64_t bits = live; bits != 0; bits &= bits - 1) {
     const int b = LowestBit(bits);
     if ((diagonal[b] & live) != 0) suppressors |= Bit(b);
   }
+  return suppressors;
+}
+
+// The greedy decision within one chunk: of the `live` rows (not removed by earlier chunks),
+// in order, each is kept unless a row kept before it in the chunk suppresses it;
+// diagonal[b] is row b's mask word over the chunk's own positions (bits after b only; read
+// for live rows only). At most `room` rows are kept. Returns the kept rows' bits.
+// `suppressors` is Suppressors(diagonal, live), which a GPU finds in two warp votes.
+//
+// Only live rows that suppress a live row need a step of their own: every live row before
+// the next such one is kept at once (nothing in the chunk can remove it any more), and so is
+// every row left after the last. Rows are kept in order, so the first `room` of them are the
+// ones a walk that stops at `room` keeps.
+ORTOPS_HD inline uint64_t ResolveChunk(const uint64_t* diagonal, uint64_t live, int64_t room, uint64_t suppressors) {
   uint64_t kept = 0;
   for (uint64_t active = live & suppressors; active != 0; active = live & suppressors) {
     const int b = LowestBit(active);
@@ -66,6 +72,21 @@ ORTOPS_HD inline uint64_t ResolveChunk(const uint64_t* diagonal, uint64_t live, 
   for (int64_t extra = BitCount(kept) - room; extra > 0; --extra) kept &= ~Bit(HighestBit(kept));
   return kept;
 }
+
+ORTOPS_HD inline uint64_t ResolveChunk(const uint64_t* diagonal, uint64_t live, int64_t room) {
+  return ResolveChunk(diagonal, live, room, Suppressors(diagonal, live));
+}
+
+#if defined(__CUDACC__)
+// Suppressors(diagonal, live) by a whole warp (every lane calls it, and every lane gets it):
+// lane l tests rows l and l + 32 at once, where the loop tests 64 rows one after another.
+__device__ inline uint64_t SuppressorsInWarp(const uint64_t* diagonal, uint64_t live) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const bool low = (live >> lane & 1) != 0 && (diagonal[lane] & live) != 0;
+  const bool high = (live >> (lane + 32) & 1) != 0 && (diagonal[lane + 32] & live) != 0;
+  return uint64_t{__ballot_sync(0xffffffffu, low)} | uint64_t{__ballot_sync(0xffffffffu, high)} << 32;
+}
+#endif
 
 // Word w of the removed set once the kept rows `kept_bits` of a chunk have suppressed theirs:
 // `word` OR-ed with tile[b] for every kept row b. The tile is read 32 rows (256 bytes) at a

@@ -127,9 +127,10 @@ inline constexpr int kKeepThreads = 512;
 // KeepRows on a GPU (GPU only; KeepRows is its twin, which the emulated device runs and the
 // tests check, with the same ResolveChunk and RemovedAfter): one block per segment. Per chunk,
 // the first 64 threads put its diagonal in shared memory (loaded during the chunk before),
-// every thread resolves the chunk from it (the same answer in each, so nothing is
-// broadcast), and then each thread ORs the kept rows into its share of the later words. Two
-// barriers per chunk.
+// every warp resolves the chunk from it (the same answer in each, so nothing is broadcast;
+// the rows that suppress another are found by two warp votes, not a loop over 64 rows), and
+// then each thread ORs the kept rows into its share of the later words. Two barriers per
+// chunk; the block's threads are a multiple of 32, so every lane takes part in the votes.
 static __global__ void __launch_bounds__(kKeepThreads) KeepRowsInBlock(KeepRows keep, bool shared_removed) {
   extern __shared__ uint64_t removed_in_shared[];
   __shared__ uint64_t diagonal[kMaskBits];
@@ -155,7 +156,8 @@ static __global__ void __launch_bounds__(kKeepThreads) KeepRowsInBlock(KeepRows 
     if (t < kMaskBits) diagonal[t] = next_diagonal;
     next_diagonal = diagonal_word(c + 1);
     __syncthreads();  // the diagonal, and the removed words of the chunk before
-    const uint64_t kept_bits = ResolveChunk(diagonal, GreedyBand::LiveBits(removed, c, end_row), band.limit - k);
+    const uint64_t live = GreedyBand::LiveBits(removed, c, end_row);
+    const uint64_t kept_bits = ResolveChunk(diagonal, live, band.limit - k, SuppressorsInWarp(diagonal, live));
     if (t < kMaskBits && (kept_bits & Bit(t)) != 0) kept[k + BitCount(kept_bits & (Bit(t) - 1))] = c * kMaskBits + t;
     if (kept_bits != 0) {
       for (int64_t w = c + 1 + t; w < band.words; w += threads) {
