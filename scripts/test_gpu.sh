@@ -23,7 +23,10 @@
 #            benchmarks/bench_cuda_models.py);
 #       and writes its logs, the JUnit files and the benchmark's JSON to $OUT (or build/gpu-results).
 #       --quick skips 3 (racecheck alone can take longer than a session's device time); --bench
-#       runs 4 alone (a round that measures a kernel change).
+#       runs 4 alone (a round that measures a kernel change). A round after a change to a few
+#       kernels can narrow 1 and 4: ORTOPS_GPU_SUITE="tests/python/ort/test_nms.py ..." (the
+#       files of step 1) and ORTOPS_GPU_BENCH_ONLY=NMS (bench_cuda.py's --only; the whole-model
+#       benchmark is then left out).
 #
 # With the project's device tool (as on 2026-11-26, on an H200): `--stage` here, then five
 # calls back to back, each carrying .carry/K: `bash scripts/test_gpu.sh --receive 0 --build`,
@@ -164,7 +167,7 @@ PYTEST=("$PY" -m pytest -q -p no:cacheprovider --timeout 400 -rfE)
 
 if [[ $BENCH_ONLY == 0 ]]; then
 # --- 1. Every ONNX Runtime-level test, every node on the GPU ----------------------------------
-selection=(tests/python/ort)
+read -r -a selection <<<"${ORTOPS_GPU_SUITE:-tests/python/ort}"
 # The tests that are about the CPU library itself (instruction-set levels, its thread pool).
 deselect=(--ignore=tests/python/ort/test_isa.py)
 ORTOPS_FUZZ_JOBS=4 ORTOPS_TEST_PROVIDERS=CUDAExecutionProvider "${PYTEST[@]}" -n 8 --maxfail 200 "${selection[@]}" "${deselect[@]}" \
@@ -190,7 +193,10 @@ fi
 fi  # BENCH_ONLY
 
 # --- 4. The CUDA benchmark --------------------------------------------------------------------
-PYTHONUNBUFFERED=1 "$PY" benchmarks/bench_cuda.py --profile --json "$OUT/bench-cuda.json" || failed=1
-PYTHONUNBUFFERED=1 "$PY" benchmarks/bench_cuda_models.py --json "$OUT/bench-cuda-models.json" || failed=1
+PYTHONUNBUFFERED=1 "$PY" benchmarks/bench_cuda.py --profile --only "${ORTOPS_GPU_BENCH_ONLY:-}" \
+  --json "$OUT/bench-cuda.json" || failed=1
+if [[ -z "${ORTOPS_GPU_BENCH_ONLY:-}" ]]; then
+  PYTHONUNBUFFERED=1 "$PY" benchmarks/bench_cuda_models.py --json "$OUT/bench-cuda-models.json" || failed=1
+fi
 log "all done in $(elapsed): $([[ $failed == 0 ]] && echo passed || echo FAILED)"
 exit "$failed"

@@ -84,11 +84,14 @@ struct MaskWord {
     const int64_t size = band.SizeOf(segment);
     if (row >= band.EndRow(size) || w < row / kMaskBits || band.kept_count[segment] >= band.limit) return;
     if (IsSet(band.RemovedOf(segment), row)) return;
-    uint64_t bits = 0;
+    // The word's positions after the row and inside the segment, as 32-bit offsets: the
+    // loop below is the pass's hottest, and its bounds no longer need a test per position.
     const int64_t first = w * kMaskBits;
-    for (int64_t u = 0; u < kMaskBits; ++u) {
-      const int64_t j = first + u;
-      if (j > row && j < size && suppresses(segment, row, j)) bits |= Bit(u);
+    const int begin = row + 1 > first ? static_cast<int>(row + 1 - first) : 0;
+    const int end = size - first < kMaskBits ? static_cast<int>(size - first) : static_cast<int>(kMaskBits);
+    uint64_t bits = 0;
+    for (int u = begin; u < end; ++u) {
+      if (suppresses(segment, row, first + u)) bits |= uint64_t{1} << u;
     }
     mask[i] = bits;
   }
