@@ -25,7 +25,7 @@
 #       --quick skips 3 (racecheck alone can take longer than a session's device time); --bench
 #       runs 4 alone (a round that measures a kernel change). A round after a change to a few
 #       kernels can narrow 1 and 4: ORTOPS_GPU_SUITE="tests/python/ort/test_nms.py ..." (the
-#       files of step 1) and ORTOPS_GPU_BENCH_ONLY=NMS (bench_cuda.py's --only; the whole-model
+#       files of step 1) and ORTOPS_GPU_BENCH_ONLY=NMS,NonMax (bench_cuda.py's --only; the whole-model
 #       benchmark is then left out).
 #
 # With the project's device tool (as on 2026-11-26, on an H200): `--stage` here, then five
