@@ -343,8 +343,12 @@ def cases(bench: Bench) -> list[Case]:
             {
                 "boxes": boxes[None, :, [1, 0, 3, 2]].contiguous(),
                 "scores": scores[None, None].contiguous(),
-                "max": torch.tensor([len(boxes)], device=dev),
-                "iou": torch.tensor([iou], device=dev),
+                # In host memory, where ONNX Runtime's kernel reads them (a graph's constants):
+                # bound on the GPU, each run would copy them to the host through pinned
+                # staging, which ONNX Runtime 1.31.1 frees from a stream callback when a run
+                # does not wait for the stream, aborting the process.
+                "max": torch.tensor([len(boxes)]),
+                "iou": torch.tensor([iou]),
             },
             ["selected"],
         )
@@ -550,10 +554,8 @@ def cases(bench: Bench) -> list[Case]:
         "ortops",
         {
             "value": value,
-            # In host memory, where a graph's constants are and where the kernel reads them:
-            # bound on the GPU, they would cost a copy to the host per run (and ONNX Runtime
-            # 1.31.1 frees its pinned staging from a stream callback when a run does not wait
-            # for the stream, which aborts the process).
+            # In host memory, where a graph's constants are and where the kernel reads them
+            # (see ORT NonMaxSuppression's parameters).
             "spatial_shapes": spatial.cpu(),
             "level_start_index": starts.cpu(),
             "sampling_locations": locations,

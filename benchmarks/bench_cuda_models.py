@@ -35,6 +35,7 @@ from typing import Any
 import onnx
 import torch
 import torchvision
+from bench import RECORDS
 from bench_cuda import Bench, Node, close, fetched
 from compositions import ms_deform_attn_composition
 
@@ -155,7 +156,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--small", action="store_true", help="smaller inputs (a quick check of the plumbing)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="write the results into docs/data/bench-cuda.json (its 'models'), beside bench_cuda.py's record",
+    )
     args = parser.parse_args()
+    if args.record and (args.small or args.device != "cuda"):
+        parser.error("--record takes a full run on the GPU: leave out --small and --device cpu")
     if args.device == "cuda":
         import onnxruntime as ort
 
@@ -240,6 +248,11 @@ def main() -> None:
         results.append(dict(model=name, ortops_ms=ours_ms, status_quo_ms=quo_ms, eager_ms=eager_ms, note=note))
         if args.json:  # after each model: a process that dies later keeps what it measured
             args.json.write_text(json.dumps({"device": gpu, "results": results}, indent=2))
+    if args.record:
+        record_path = RECORDS / "bench-cuda.json"
+        record = json.loads(record_path.read_text())
+        record["models"] = {"device": gpu, "results": results}
+        record_path.write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":

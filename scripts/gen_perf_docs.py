@@ -237,6 +237,30 @@ def results_table(rows: list[dict[str, Any]], with_threads: bool = False) -> lis
     return lines
 
 
+def models_table(models: dict[str, Any] | None) -> list[str]:
+    """The whole models of benchmarks/bench_cuda_models.py (the record's 'models'), if any."""
+    if not models:
+        return []
+    lines = [
+        f"### Whole models on the GPU ({models['device']})",
+        "",
+        "`benchmarks/bench_cuda_models.py`: the same file with ortops-gpu, with the CPU library (the",
+        "status quo: ONNX Runtime places the custom nodes on the CPU) and the PyTorch model eager on",
+        "the GPU; ratios are the other's time / ortops-gpu's.",
+        "",
+        "| model | ortops-gpu ms | status quo ms | ratio | PyTorch eager ms | ratio | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in models["results"]:
+        ours = row["ortops_ms"]
+        lines.append(
+            f"| {cell(row['model'])} | {ms_text(ours)} | {ms_text(row['status_quo_ms'])} | "
+            f"{ratio_text(row['status_quo_ms'] / ours)} | {ms_text(row['eager_ms'])} | "
+            f"{ratio_text(row['eager_ms'] / ours)} | {cell(row.get('note', ''))} |"
+        )
+    return [*lines, ""]
+
+
 HOW_MEASURED = """\
 `benchmarks/bench.py` (run by `scripts/bench.sh`) builds one-node models, checks that ortops
 and each anchor agree on the same inputs, then times both at 1 thread and at all cores: in
@@ -370,11 +394,13 @@ def performance_page(cpu: dict[str, Any], cuda: dict[str, Any]) -> tuple[str, di
         "",
         *results_table(cuda["results"]),
         "",
+        *models_table(cuda.get("models")),
         "## Updating these figures",
         "",
         "```bash",
         "scripts/bench.sh --record                              # or: .venv/bin/python benchmarks/bench.py --record",
         "python benchmarks/bench_cuda.py --record               # on a GPU machine (scripts/test_gpu.sh builds it)",
+        "python benchmarks/bench_cuda_models.py --record        # then the whole models, into the same record",
         ".venv/bin/python scripts/gen_perf_docs.py --readme     # this page, its charts and the README's headline",
         "```",
         "",

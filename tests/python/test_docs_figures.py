@@ -70,6 +70,7 @@ CUDA_ROW_KEYS = {
     "case",
     "ortops_ms",
     "ortops_latency_ms",
+    "ortops_device_ms",
     "anchor",
     "anchor_ms",
     "ratio",
