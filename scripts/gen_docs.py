@@ -32,12 +32,8 @@ GENERATED_END = "<!-- End of the generated list. -->"
 NAV_BEGIN = "  # nav-operators-begin\n"
 NAV_END = "  # nav-operators-end\n"
 
-# Which build has each provider's kernels: the manifest lists every provider a node has a
-# kernel for in some build, and the CPU wheel has no CUDA kernels (ortops.library_providers()).
-PROVIDER_BUILDS = {
-    "CPUExecutionProvider": "every build",
-    "CUDAExecutionProvider": "ortops-gpu build only",
-}
+# Which build has each provider's kernels, as `ortops ops` says it.
+PROVIDER_BUILDS = ortops._PROVIDER_BUILDS
 
 
 @dataclass(frozen=True)

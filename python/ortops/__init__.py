@@ -243,6 +243,15 @@ def domains() -> tuple[str, ...]:
     return tuple(_manifest()["domains"])
 
 
+# Which builds have each provider's kernels (the manifest lists every provider a node has a
+# kernel for in some build; the CPU wheel has none of CUDA's): what `ortops ops`/`inspect` and
+# the op pages say beside a provider.
+_PROVIDER_BUILDS = {
+    "CPUExecutionProvider": "every build",
+    "CUDAExecutionProvider": "the ortops-gpu build only",
+}
+
+
 def library_providers() -> tuple[str, ...]:
     """The execution providers the library that ``get_library_path()`` names has kernels
     for: ``("CPUExecutionProvider",)``, and ``"CUDAExecutionProvider"`` in the CUDA build (the

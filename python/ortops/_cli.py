@@ -115,16 +115,17 @@ def _ops_by_name() -> dict[tuple[str, str], OpInfo]:
 
 
 # The build that has a provider's kernels where the installed library lacks them.
-_ONLY_IN_BUILD = {"CUDAExecutionProvider": "the ortops-gpu build"}
-
-
 def _providers_text(op: OpInfo) -> str:
     """The providers this install registers the op for, then those only another build has:
     "CPUExecutionProvider (CUDAExecutionProvider: in the ortops-gpu build only)"."""
+    import ortops
+
     text = ", ".join(op.registered_providers)
     elsewhere = [p for p in op.execution_providers if p not in op.registered_providers]
     if elsewhere:
-        text += " (" + "; ".join(f"{p}: in {_ONLY_IN_BUILD.get(p, 'another build')} only" for p in elsewhere) + ")"
+        text += (
+            " (" + "; ".join(f"{p}: in {ortops._PROVIDER_BUILDS.get(p, 'another build only')}" for p in elsewhere) + ")"
+        )
     return text
 
 

@@ -35,7 +35,7 @@ def test_op_pages_say_which_build_has_cuda_kernels() -> None:
     that only the ortops-gpu build has it."""
     for page in (ROOT / "docs" / "ops").glob("*.md"):
         text = page.read_text()
-        bare = text.count("`CUDAExecutionProvider`") - text.count("`CUDAExecutionProvider` (ortops-gpu build only)")
+        bare = text.count("`CUDAExecutionProvider`") - text.count("`CUDAExecutionProvider` (the ortops-gpu build only)")
         # The index's introduction names it once, in the sentence that says so.
         allowed = 1 if page.name == "index.md" else 0
         assert bare == allowed, f"{page} names CUDAExecutionProvider without saying it is the ortops-gpu build's"
