@@ -622,3 +622,63 @@ def test_mmcv_style_encoder_layer_is_fused_with_the_same_outputs(models_dir: Pat
     before = run(exported.model, exported.feeds)
     assert_same(exported.output_names, before, run(rewritten, exported.feeds))
     assert_same(exported.output_names, exported.torch_outputs, run(rewritten, exported.feeds))
+
+
+# --- group norm as the TorchScript exporter writes it, and the forms it must leave alone ------------
+
+
+class AdaptiveGroupNorm(torch.nn.Module):
+    """A diffusion model's adaptive group norm: GroupNorm without its own affine (torch writes
+    a Mul by ones and an Add of zeros), then a scale and shift per image and channel."""
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        return F.group_norm(x, 4) * (1 + scale[:, :, None, None]) + shift[:, :, None, None]
+
+
+class GroupNormOfInputs(torch.nn.Module):
+    """GroupNorm whose weight and bias are the model's inputs, not constants."""
+
+    def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return F.group_norm(x, 4, weight, bias)
+
+
+def group_norm_inputs(seed: int) -> tuple[torch.Tensor, ...]:
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.normal(size=(2, 8, 5, 5)).astype(np.float32))
+    return x, *(torch.from_numpy(rng.normal(size=shape).astype(np.float32)) for shape in ((2, 8), (2, 8)))
+
+
+def test_adaptive_group_norm_fuses_the_norm_and_keeps_the_per_image_scale(models_dir: Path) -> None:
+    exported = export(models_dir, "ada_gn", AdaptiveGroupNorm(), group_norm_inputs(1), ["x", "scale", "shift"], 17)
+    rewritten, report = optimize_with_report(exported.model)
+    assert rewrites_by_rule(report) == {"group-norm": 1} and not report.near_misses
+    counts = op_counts(rewritten)
+    assert counts["ortops::GroupNorm"] == 1 and "ai.onnx::InstanceNormalization" not in counts
+    # The per-image scale and shift (model inputs) stay ONNX ops after the fused node.
+    assert counts["ai.onnx::Mul"] >= 1 and counts["ai.onnx::Add"] >= 1
+    assert_same(exported.output_names, run(exported.model, exported.feeds), run(rewritten, exported.feeds))
+
+
+def test_group_norm_of_input_weights_fuses_the_norm_only(models_dir: Path) -> None:
+    x, _, _ = group_norm_inputs(2)
+    weight, bias = torch.linspace(0.5, 1.5, 8), torch.linspace(-0.2, 0.2, 8)
+    exported = export(models_dir, "gn_inputs", GroupNormOfInputs(), (x, weight, bias), ["x", "weight", "bias"], 17)
+    rewritten, report = optimize_with_report(exported.model)
+    assert rewrites_by_rule(report) == {"group-norm": 1}
+    (rewrite,) = report.rewrites
+    # Reshape, InstanceNormalization, Reshape: the Mul and Add by the inputs are not constants.
+    assert len(rewrite.replaced) == 3
+    assert_same(exported.output_names, run(exported.model, exported.feeds), run(rewritten, exported.feeds))
+
+
+def test_group_norm_with_a_dynamic_channel_count_is_left_alone_and_reported(models_dir: Path) -> None:
+    torch.manual_seed(0)
+    norm = torch.nn.GroupNorm(4, 8)
+    dynamic = {"x": {0: "n", 1: "c", 2: "h", 3: "w"}}
+    x = group_norm_inputs(3)[0]
+    exported = export(models_dir, "gn_dynamic_c", norm, (x,), ["x"], 17, dynamic_axes=dynamic)
+    rewritten, report = optimize_with_report(exported.model)
+    assert not report.rewrites
+    (miss,) = report.near_misses
+    assert miss.rule == "group-norm" and "channel count" in miss.reason
+    assert op_counts(rewritten) == op_counts(exported.model)
