@@ -682,3 +682,44 @@ def test_group_norm_with_a_dynamic_channel_count_is_left_alone_and_reported(mode
     (miss,) = report.near_misses
     assert miss.rule == "group-norm" and "channel count" in miss.reason
     assert op_counts(rewritten) == op_counts(exported.model)
+
+
+# --- files passed through a simplifier -------------------------------------------------------------
+
+
+def simplified(model: onnx.ModelProto, simplifier: str) -> onnx.ModelProto:
+    """``model`` as onnxslim or onnx-simplifier (onnxsim) rewrites it: constants folded, shape
+    computations collapsed, nodes renamed or merged."""
+    if simplifier == "onnxslim":
+        onnxslim = pytest.importorskip("onnxslim")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return onnxslim.slim(onnx.ModelProto.FromString(model.SerializeToString()))
+    onnxsim = pytest.importorskip("onnxsim")
+    result, ok = onnxsim.simplify(onnx.ModelProto.FromString(model.SerializeToString()))
+    assert ok
+    return result
+
+
+@pytest.mark.parametrize("simplifier", ["onnxslim", "onnxsim"])
+@pytest.mark.parametrize("name", ["rt_detr", "rt_detr_v2", "faster_rcnn", "deformable_detr"])
+def test_a_simplified_file_gets_the_rewrites_of_the_exported_one(
+    request: pytest.FixtureRequest, name: str, simplifier: str
+) -> None:
+    """RT-DETR (stack form), RT-DETRv2 (split/concat), Faster R-CNN (NMS in If bodies, RoiAlign)
+    and Deformable DETR (float64 grids: ONNX Runtime cannot run it, so PyTorch's outputs are the
+    reference) after onnxslim or onnxsim: the same rewrites and near-misses as the file as
+    exported, and the simplified file's outputs. The simplifiers fold the grids of Deformable
+    DETR's first decoder layer (its queries are learned embeddings) into constants, which the
+    node then takes as its sampling locations."""
+    exported: Exported = request.getfixturevalue(name)
+    _, as_exported = optimize_with_report(exported.model)
+    model = simplified(exported.model, simplifier)
+    rewritten, report = optimize_with_report(model)
+    assert rewrites_by_rule(report) == rewrites_by_rule(as_exported), report.lines()
+    assert Counter(m.rule for m in report.near_misses) == Counter(m.rule for m in as_exported.near_misses)
+    after = run(rewritten, exported.feeds)
+    if name == "deformable_detr":
+        assert_same(exported.output_names, exported.torch_outputs, after)
+    else:
+        assert_same(exported.output_names, run(model, exported.feeds), after)

@@ -391,6 +391,65 @@ def test_points_that_differ_per_level_become_points_per_level(exporter: str, ops
     assert_close(run(rewritten, feeds), run(model, feeds))
 
 
+class ConstantQueries(torch.nn.Module):
+    """A decoder layer whose queries are learned embeddings: its sampling locations and
+    attention weights are constants, which the exporter's constant folding (or onnxslim /
+    onnxsim) turns into a constant grid per level and a constant weight tensor."""
+
+    def __init__(self, shapes: list[tuple[int, int]], locations: np.ndarray, weights: np.ndarray, points=None) -> None:
+        super().__init__()
+        self.shapes, self.points = shapes, points
+        self.register_buffer("locations", torch.from_numpy(locations))
+        self.register_buffer("weights", torch.from_numpy(weights))
+
+    def forward(self, value):
+        if self.points is None:
+            return stack_form(value, self.shapes, self.locations, self.weights)
+        return concat_form(value, self.shapes, self.locations, self.weights, self.points)
+
+
+@pytest.mark.parametrize("points_per_level", [None, [3, 6, 3]], ids=["stack", "concat-3-6-3"])
+def test_constant_grids_and_weights_become_the_nodes_inputs(points_per_level: list[int] | None) -> None:
+    shapes = [(16, 16), (8, 8), (4, 4)]
+    rng = np.random.default_rng(21)
+    value, locations, weights = attention_inputs(rng, 2, 20, 4, 8, shapes, 4, flat=points_per_level is not None)
+    if points_per_level is not None:
+        total = sum(points_per_level)
+        locations = rng.uniform(-0.1, 1.1, (2, 20, 4, total, 2)).astype(np.float32)
+        weights = rng.uniform(0, 1, (2, 20, 4, total)).astype(np.float32)
+    module = ConstantQueries(shapes, locations, weights, points_per_level)
+    model = export(module, (torch.from_numpy(value),), ["value"], 17)
+    # The exporter folded 2 * loc - 1: each level's grid (stack form), or the grid before its
+    # Split (concat form).
+    assert "ai.onnx::Sub" not in op_counts(model)
+    rewritten, report = optimize_with_report(model, RULE)
+    assert len(report.rewrites) == 1 and not report.near_misses, report.lines()
+    assert "ai.onnx::GridSample" not in op_counts(rewritten)
+    feeds = {"value": value}
+    # To the bit where ONNX Runtime's GridSample reads the same pixel positions; the sum's
+    # order differs.
+    assert_close(run(rewritten, feeds), run(model, feeds))
+    with torch.no_grad():
+        assert_close(run(rewritten, feeds), module(torch.from_numpy(value)).numpy())
+
+
+def test_constant_grids_with_a_dynamic_batch_are_left_alone() -> None:
+    shapes = [(8, 8), (4, 4)]
+    rng = np.random.default_rng(22)
+    value, locations, weights = attention_inputs(rng, 1, 10, 2, 8, shapes, 2)
+    model = export(
+        ConstantQueries(shapes, locations, weights),
+        (torch.from_numpy(value),),
+        ["value"],
+        17,
+        dynamic={"value": {0: "n"}},
+    )
+    rewritten, report = optimize_with_report(model, RULE)
+    assert not report.rewrites and "ortops::MultiScaleDeformableAttention" not in op_counts(rewritten)
+    (miss,) = report.near_misses
+    assert "constants" in miss.reason, report.lines()
+
+
 # --- the emulated device -------------------------------------------------------------------------
 
 

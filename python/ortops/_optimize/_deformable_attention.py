@@ -457,10 +457,14 @@ def _follow(tracer: _Tracer, path: _Path, end: ir.Value) -> _Layout:
     return tracer.layouts[id(end)]
 
 
-def _grid_root(grid: ir.Value) -> tuple[_Path, ir.Value]:
-    """The path from ``2 * loc - 1`` to the GridSample's grid, and ``loc``."""
+def _grid_root(grid: ir.Value) -> tuple[_Path, ir.Value, bool]:
+    """The path from ``2 * loc - 1`` to the GridSample's grid, and ``loc``; or, where the
+    exporter or a simplifier folded ``2 * loc - 1`` into a constant, the path from that constant
+    and the constant itself (True: the value is the grid, not ``loc``)."""
     path = _path_back(grid)
     affine = path[-1][1] if path else grid
+    if constant(affine) is not None:
+        return path, affine, True
     node = affine.producer()
     scalars = {}
     if node is not None and node.op_type in ("Sub", "Add") and node.domain in _ONNX_DOMAINS:
@@ -484,7 +488,7 @@ def _grid_root(grid: ir.Value) -> tuple[_Path, ir.Value]:
     loc = scalars["loc"]
     if loc.shape is not None and max(scalars["ranks"]) > len(loc.shape):
         raise _Refused("the constants of 2 * loc - 1 have a higher rank than the locations")
-    return path, loc
+    return path, loc, False
 
 
 def _data_users(value: ir.Value) -> list[ir.Node]:
@@ -523,9 +527,9 @@ def _size_source(tracer: _Tracer, sampler: ir.Node, level: int) -> ir.Node:
 @dataclass
 class _Block:
     value: ir.Value
-    locations: ir.Value
+    locations: ir.Value | np.ndarray  # an array: made of constant grids, in value's element type
     locations_rank: int
-    weights: ir.Value
+    weights: ir.Value | np.ndarray  # an array: a constant re-laid out, in value's element type
     weights_rank: int
     sizes: list[tuple[Any, Any]]
     size_sources: list[ir.Value | None]
@@ -538,6 +542,111 @@ class _Block:
 
 def _same_atoms(actual: tuple[_Atom, ...], expected: list[_Atom]) -> bool:
     return _names(actual) == _names(expected)
+
+
+def _folded_grid(sampler: ir.Node, opset: int) -> np.ndarray | None:
+    """The GridSample's grid where the file fixes it: a constant, or a constant (2 * loc - 1,
+    folded by the exporter or a simplifier) moved to the level by movement ops whose
+    parameters are constants, evaluated here as ONNX defines them; None where it is computed."""
+    grid = sampler.inputs[1]
+    folded = constant(grid)
+    if folded is not None:
+        return folded
+    path, root, is_constant = _grid_root(grid) if _path_back(grid) else ([], grid, False)
+    if not is_constant:
+        return None
+    folded = constant(root)
+    for node, source, output_index in reversed(path):
+        folded = _evaluated(node, source, folded, output_index, opset)
+    return folded
+
+
+def _evaluated(node: ir.Node, source: ir.Value, data: np.ndarray, output_index: int, opset: int) -> np.ndarray:
+    """Output ``output_index`` of ``node`` given ``data`` as its input ``source`` (its other
+    inputs must be constants), by ONNX's reference implementation at the file's opset."""
+    import onnx
+    import onnx_ir as ir
+    from onnx.reference import ReferenceEvaluator
+
+    proto = ir.serde.serialize_node(node)
+    feeds, names = {}, []
+    for k, value in enumerate(node.inputs):
+        if value is None:
+            names.append("")
+            continue
+        array = data if value is source else constant(value)
+        if array is None:
+            raise _Refused(f"the constant grid is moved by a {node.op_type} whose parameters are not constants")
+        names.append(f"x{k}")
+        feeds[f"x{k}"] = array
+    del proto.input[:], proto.output[:]
+    proto.input.extend(names)
+    proto.output.extend(f"y{i}" for i in range(len(node.outputs)))
+    graph = onnx.helper.make_graph(
+        [proto],
+        "fold",
+        [
+            onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            for n, a in feeds.items()
+        ],
+        [onnx.helper.make_value_info(f"y{i}", onnx.TypeProto()) for i in range(len(node.outputs))],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    return np.asarray(ReferenceEvaluator(model).run(None, feeds)[output_index])
+
+
+def _locations_of_constant_grids(
+    grids: list[np.ndarray], n: _Atom, m: _Atom, value: ir.Value
+) -> tuple[np.ndarray, list[_Atom], list[Any]]:
+    """The node's sampling locations made of each level's constant grid [N * M, Lq, P_l, 2]:
+    [N, Lq, M, L, P, 2] where every level has P points, else [N, Lq, M, sum(P_l), 2]; with
+    their axes (as atoms) and the points per level.
+
+    GridSample (align_corners=0) reads pixel ((g + 1) W - 1) / 2, the node loc W - 0.5: with loc
+    = (g + 1) / 2, rounded as GridSample rounds g + 1, both are the same number to the bit
+    (halving and doubling are exact)."""
+    sp = _sympy()
+    if not (n.size.is_number and m.size.is_number) or value.dtype is None:
+        raise _Refused("the grids are constants, but value's batch, heads or element type is not known")
+    batch, heads = int(n.size), int(m.size)
+    queries = grids[0].shape[1] if grids[0].ndim == 4 else -1
+    for level, grid in enumerate(grids):
+        shape_ok = grid.ndim == 4 and grid.shape[0] == batch * heads and grid.shape[1] == queries
+        if not shape_ok or grid.shape[3] != 2 or grid.dtype.kind != "f":
+            raise _Refused(f"level {level}'s grid is a constant of shape {list(grid.shape)}, not [N * M, Lq, P, 2]")
+    one, two = (grids[0].dtype.type(v) for v in (1, 2))
+    per_level = [
+        ((grid + one) / two).reshape(batch, heads, queries, grid.shape[2], 2).transpose(0, 2, 1, 3, 4) for grid in grids
+    ]
+    points = [sp.Integer(grid.shape[2]) for grid in grids]
+    uniform = len({grid.shape[2] for grid in grids}) == 1
+    locations = np.stack(per_level, axis=3) if uniform else np.concatenate(per_level, axis=3)
+    locations = np.ascontiguousarray(locations.astype(value.dtype.numpy()))
+    axes = [_Atom(f"g{i}", sp.Integer(size)) for i, size in enumerate(locations.shape)]
+    return locations, axes, points
+
+
+def _weights_of_constant(
+    weights: np.ndarray, n: _Atom, m: _Atom, queries: _Atom, total_points: Any, per_level: Any, value: ir.Value
+) -> tuple[np.ndarray, list[_Atom]]:
+    """The node's attention weights made of the constant that multiplies the samples, [N * M, 1,
+    Lq, sum(P_l)]: [N, Lq, M, L, P] where every level has P points, else [N, Lq, M, sum(P_l)];
+    with their axes (as atoms)."""
+    sp = _sympy()
+    sizes = (n.size, m.size, queries.size, total_points)
+    if not all(size.is_number for size in sizes) or value.dtype is None:
+        raise _Refused("the attention weights are a constant, but the samples' sizes are not all known")
+    batch, heads, count, points = (int(size) for size in sizes)
+    if weights.shape != (batch * heads, 1, count, points) or weights.dtype.kind != "f":
+        raise _Refused(
+            f"the attention weights are a constant of shape {list(weights.shape)}, not [N * M, 1, Lq, L * P] "
+            f"= {[batch * heads, 1, count, points]}"
+        )
+    laid_out = weights.reshape(batch, heads, count, points).transpose(0, 2, 1, 3)
+    if per_level is not None:
+        laid_out = laid_out.reshape(batch, count, heads, points // int(per_level), int(per_level))
+    laid_out = np.ascontiguousarray(laid_out.astype(value.dtype.numpy()))
+    return laid_out, [_Atom(f"w{i}", sp.Integer(size)) for i, size in enumerate(laid_out.shape)]
 
 
 def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) -> _Block:
@@ -603,38 +712,48 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
     if any(sampler.inputs[0].dtype != value.dtype for sampler in samplers):
         raise _Refused("the levels are sampled in another element type than value's (a Cast on the way)")
 
-    # Locations: [N, Lq, M, L, P, 2] picked per level, or [N, Lq, M, L * P, 2] split per level.
-    grid_paths, locs = zip(*(_grid_root(sp_node.inputs[1]) for sp_node in samplers))
-    if any(loc is not locs[0] for loc in locs):
-        raise _Refused("the levels' grids do not come from one sampling_locations tensor")
-    loc = locs[0]
-    loc_layout = tracer.root(loc, "g")
-    if len(loc_layout) not in (5, 6):
-        raise _Refused("sampling_locations is neither [N, Lq, M, L, P, 2] nor [N, Lq, M, L * P, 2]")
-    g = [ax[0] for ax in loc_layout]
-    points = []
-    for level, (sampler, path) in enumerate(zip(samplers, grid_paths)):
-        tracer.picked.pop(g[3].name, None)
-        if path:
-            # 2 * loc - 1 (with scalars) keeps loc's layout.
-            tracer.layouts[id(path[-1][1])] = loc_layout
-        layout = _follow(tracer, list(path), sampler.inputs[1]) if path else loc_layout
-        if len(layout) != 4 or not _same_atoms(layout[0], [g[0], g[2]]) or not _same_atoms(layout[1], [g[1]]):
-            raise _Refused(f"level {level}'s grid is not sampling_locations' [N * M, Lq, P, 2]")
-        if not _same_atoms(layout[3], [g[-1]]) or not _equal(g[-1].size, 2):
-            raise _Refused(f"level {level}'s grid does not end in the (x, y) axis of sampling_locations")
-        point_atoms = [a for a in layout[2] if not _is_unit(a)]
-        if len(loc_layout) == 6:
-            if tracer.picked.get(g[3].name) != level or _names(point_atoms) != _names([g[4]]):
-                raise _Refused(f"level {level}'s grid is not level {level} of sampling_locations")
-            points.append(g[4].size)
-        else:
-            chunk = point_atoms[0] if len(point_atoms) == 1 else None
-            if chunk is None or chunk.parent is not g[3]:
-                raise _Refused(f"level {level}'s grid is not a chunk of sampling_locations' points")
-            points.append(chunk.size)
-            if not _equal(chunk.offset, sum(points[:-1])):
-                raise _Refused(f"level {level}'s grid does not take the points after those of the levels before it")
+    # Locations: [N, Lq, M, L, P, 2] picked per level, or [N, Lq, M, L * P, 2] split per level;
+    # or, where a simplifier folded them (a decoder layer whose queries are learned embeddings),
+    # each level's grid a constant.
+    grids = [_folded_grid(sampler, opset) for sampler in samplers]
+    loc: ir.Value | np.ndarray
+    if all(grid is not None for grid in grids):
+        loc, g, points = _locations_of_constant_grids(grids, n, m, value)
+        grid_paths = tuple([] for _ in samplers)
+        loc_rank = loc.ndim
+    else:
+        grid_paths, locs, folded = zip(*(_grid_root(sp_node.inputs[1]) for sp_node in samplers))
+        if any(loc is not locs[0] for loc in locs) or any(folded):
+            raise _Refused("the levels' grids do not come from one sampling_locations tensor")
+        loc = locs[0]
+        loc_layout = tracer.root(loc, "g")
+        if len(loc_layout) not in (5, 6):
+            raise _Refused("sampling_locations is neither [N, Lq, M, L, P, 2] nor [N, Lq, M, L * P, 2]")
+        g = [ax[0] for ax in loc_layout]
+        points = []
+        for level, (sampler, path) in enumerate(zip(samplers, grid_paths)):
+            tracer.picked.pop(g[3].name, None)
+            if path:
+                # 2 * loc - 1 (with scalars) keeps loc's layout.
+                tracer.layouts[id(path[-1][1])] = loc_layout
+            layout = _follow(tracer, list(path), sampler.inputs[1]) if path else loc_layout
+            if len(layout) != 4 or not _same_atoms(layout[0], [g[0], g[2]]) or not _same_atoms(layout[1], [g[1]]):
+                raise _Refused(f"level {level}'s grid is not sampling_locations' [N * M, Lq, P, 2]")
+            if not _same_atoms(layout[3], [g[-1]]) or not _equal(g[-1].size, 2):
+                raise _Refused(f"level {level}'s grid does not end in the (x, y) axis of sampling_locations")
+            point_atoms = [a for a in layout[2] if not _is_unit(a)]
+            if len(loc_layout) == 6:
+                if tracer.picked.get(g[3].name) != level or _names(point_atoms) != _names([g[4]]):
+                    raise _Refused(f"level {level}'s grid is not level {level} of sampling_locations")
+                points.append(g[4].size)
+            else:
+                chunk = point_atoms[0] if len(point_atoms) == 1 else None
+                if chunk is None or chunk.parent is not g[3]:
+                    raise _Refused(f"level {level}'s grid is not a chunk of sampling_locations' points")
+                points.append(chunk.size)
+                if not _equal(chunk.offset, sum(points[:-1])):
+                    raise _Refused(f"level {level}'s grid does not take the points after those of the levels before it")
+        loc_rank = len(loc_layout)
     if not all(p.is_number for p in points):
         raise _Refused("the number of points per level is not a constant")
     # Different numbers of points per level (D-FINE, DEIM: only the concat form can hold them)
@@ -642,14 +761,14 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
     uniform = all(_equal(p, points[0]) for p in points)
     per_level = points[0] if uniform else None
     total_points = sp.expand(sum(points))
-    if len(loc_layout) == 6 and not (uniform and _equal(g[3].size, levels) and _equal(g[4].size, per_level)):
+    if loc_rank == 6 and not (uniform and _equal(g[3].size, levels) and _equal(g[4].size, per_level)):
         raise _Refused(f"sampling_locations has {g[3].size} levels where {levels} are sampled")
-    if len(loc_layout) == 5 and not _equal(g[3].size, total_points):
+    if loc_rank == 5 and not _equal(g[3].size, total_points):
         raise _Refused(f"sampling_locations has {g[3].size} points where {levels} levels of {points} are sampled")
     for what, a, b in (("batch", g[0], n), ("heads", g[2], m)):
         if not _equal(a.size, b.size):
             raise _Refused(f"the {what} of sampling_locations ({a.size}) is not proven equal to value's ({b.size})")
-    if loc.dtype is None or loc.dtype.name not in _FLOAT_TYPES:
+    if not isinstance(loc, np.ndarray) and (loc.dtype is None or loc.dtype.name not in _FLOAT_TYPES):
         raise _Refused(f"sampling_locations' element type {loc.dtype}")
 
     # The join: stacked (Unsqueeze + Concat, then levels and points merged) or concatenated.
@@ -702,6 +821,12 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
     weights_operand = mul.inputs[1] if mul.inputs[0] is current else mul.inputs[0]
     weight_path = _path_back(weights_operand)
     weight_candidates = [src for _, src, _ in reversed(weight_path)] + [weights_operand]
+    folded_weights = constant(weights_operand)
+    if folded_weights is not None:
+        # Folded by a simplifier (with the grids, where the queries are constants): re-laid out
+        # for the node, the same numbers.
+        weight_path, weight_candidates = [], []
+        weights, w = _weights_of_constant(folded_weights, n, m, g[1], total_points, per_level, value)
     last_error = "the attention weights are not [N, Lq, M, L, P] laid out as [N * M, 1, Lq, L * P]"
     for candidate in weight_candidates:
         try:
@@ -739,8 +864,9 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
         except _Refused as refusal:
             last_error = str(refusal)
     else:
-        raise _Refused(last_error)
-    if weights.dtype is None or weights.dtype.name not in _FLOAT_TYPES:
+        if folded_weights is None:
+            raise _Refused(last_error)
+    if not isinstance(weights, np.ndarray) and (weights.dtype is None or weights.dtype.name not in _FLOAT_TYPES):
         raise _Refused(f"the attention weights' element type {weights.dtype}")
 
     # The sum over levels and points, and the reshape to [N, Lq, M * D].
@@ -784,7 +910,7 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
     return _Block(
         value=value,
         locations=loc,
-        locations_rank=len(loc_layout),
+        locations_rank=loc_rank,
         weights=weights,
         weights_rank=len(w),
         sizes=sizes,
@@ -848,7 +974,10 @@ def _rewrite(graph: Any, block: _Block) -> ir.Node:
         heights, widths = (_new(graph, before, "Gather", [spatial, c], axis=1) for c in column)
         areas = _new(graph, before, "Mul", [heights, widths])
         starts = _new(graph, before, "CumSum", [areas, column[0]], exclusive=1)
-    locations = block.locations
+    if isinstance(block.locations, np.ndarray):
+        locations = _constant(graph, before, block.locations)
+    else:
+        locations = block.locations
     if locations.dtype != dtype:
         # A float64 grid (HuggingFace's TorchScript exports) feeding a float value: the node
         # takes one element type, so the locations are cast to the value's.
@@ -856,7 +985,7 @@ def _rewrite(graph: Any, block: _Block) -> ir.Node:
     if block.locations_rank == 5 and not block.points_per_level:
         target = np.array([0, 0, 0, block.levels, block.points, 2], np.int64)
         locations = _new(graph, before, "Reshape", [locations, _constant(graph, before, target)])
-    weights = block.weights
+    weights = _constant(graph, before, block.weights) if isinstance(block.weights, np.ndarray) else block.weights
     if weights.dtype != dtype:
         weights = _new(graph, before, "Cast", [weights], to=dtype.value)
     if block.weights_rank == 4 and not block.points_per_level:
