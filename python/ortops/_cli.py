@@ -114,7 +114,6 @@ def _ops_by_name() -> dict[tuple[str, str], OpInfo]:
     return {(op.domain, op.name): op for op in ops()}
 
 
-# The build that has a provider's kernels where the installed library lacks them.
 def _providers_text(op: OpInfo) -> str:
     """The providers this install registers the op for, then those only another build has:
     "CPUExecutionProvider (CUDAExecutionProvider: in the ortops-gpu build only)"."""
