@@ -502,41 +502,57 @@ def cases(bench: Bench) -> list[Case]:
             )
         )
 
-    # DCNv2 of a ResNet stage: 2x256x64x64, 3x3, 256 -> 256.
-    x = rand(2, 256, 64, 64, low=-1, high=1)
-    offset = rand(2, 18, 64, 64, low=-2, high=2)
-    mask = rand(2, 9, 64, 64)
-    weight = rand(256, 256, 3, 3, low=-0.05, high=0.05)
-    bias = rand(256, low=-0.1, high=0.1)
-    node = Node(
-        "DeformConv2d",
-        "ortops",
-        {"input": x, "offset": offset, "weight": weight, "bias": bias, "mask": mask},
-        ["Y"],
-        dict(padding=[1, 1]),
-    )
-    ort_dcn = Node(
-        "DeformConv",
-        "",
-        {"X": x, "W": weight, "offset": offset, "B": bias, "mask": mask},
-        ["Y"],
-        dict(pads=[1, 1, 1, 1]),
-        opset=19,
-    )
-    out.append(
-        Case(
-            "DeformConv2d 2x256x64x64, 3x3, 256 -> 256",
-            node,
-            {
-                "torchvision": lambda: torchvision.ops.deform_conv2d(x, offset, weight, bias, padding=1, mask=mask),
-                "ORT DeformConv": bench.session(ort_dcn, None, only_device=True),
-                "status quo": status_quo(node),
-            },
-            {"torchvision": close(1e-3), "ORT DeformConv": close(1e-3)},
-            {"torchvision": 1.5, "ORT DeformConv": 1.0, "status quo": 1.0},
-            flops=2 * 2 * 256 * 64 * 64 * 256 * 9,
+    # DCNv2 of a ResNet stage: 2x256x64x64, 3x3, 256 -> 256, in float32 (against torchvision and
+    # ONNX Runtime's DeformConv, which has no float16) and float16 (torchvision in float16).
+    x32 = rand(2, 256, 64, 64, low=-1, high=1)
+    offset32 = rand(2, 18, 64, 64, low=-2, high=2)
+    mask32 = rand(2, 9, 64, 64)
+    weight32 = rand(256, 256, 3, 3, low=-0.05, high=0.05)
+    bias32 = rand(256, low=-0.1, high=0.1)
+    for kind, half in (("", False), (" float16", True)):
+        x, offset, mask, weight, bias = (t.half() if half else t for t in (x32, offset32, mask32, weight32, bias32))
+        node = Node(
+            "DeformConv2d",
+            "ortops",
+            {"input": x, "offset": offset, "weight": weight, "bias": bias, "mask": mask},
+            ["Y"],
+            dict(padding=[1, 1]),
         )
-    )
+        anchors: dict[str, Callable[[], Any]] = {
+            f"torchvision{kind}": lambda x=x, offset=offset, weight=weight, bias=bias, mask=mask: (
+                torchvision.ops.deform_conv2d(x, offset, weight, bias, padding=1, mask=mask)
+            )
+        }
+        same: dict[str, Callable[[Any, Any], None]] = {f"torchvision{kind}": close(1e-3)}
+        if half:
+            # torchvision's float16 kernel accumulates in float16 (off by 4e-2 here, where ortops,
+            # which sums in float, is within float16 rounding): checked against float32's result.
+            exact = torchvision.ops.deform_conv2d(x32, offset32, weight32, bias32, padding=1, mask=mask32)
+            same = {f"torchvision{kind}": lambda ours, _, exact=exact: close(1e-3)(ours, exact)}
+        targets = {f"torchvision{kind}": 1.5, "status quo": 1.0}
+        if not half:
+            ort_dcn = Node(
+                "DeformConv",
+                "",
+                {"X": x, "W": weight, "offset": offset, "B": bias, "mask": mask},
+                ["Y"],
+                dict(pads=[1, 1, 1, 1]),
+                opset=19,
+            )
+            anchors["ORT DeformConv"] = bench.session(ort_dcn, None, only_device=True)
+            same["ORT DeformConv"] = close(1e-3)
+            targets["ORT DeformConv"] = 1.0
+        anchors["status quo"] = status_quo(node)
+        out.append(
+            Case(
+                f"DeformConv2d{kind} 2x256x64x64, 3x3, 256 -> 256",
+                node,
+                anchors,
+                same,
+                targets,
+                flops=2 * 2 * 256 * 64 * 64 * 256 * 9,
+            )
+        )
 
     # Multi-scale deformable attention (Deformable DETR's encoder) against its grid_sample
     # composition in torch.
@@ -549,38 +565,35 @@ def cases(bench: Bench) -> list[Case]:
     weights = torch.softmax(rand(2, queries, heads, len(shapes) * points), -1).view(
         2, queries, heads, len(shapes), points
     )
-    node = Node(
-        "MultiScaleDeformableAttention",
-        "ortops",
-        {
-            "value": value,
-            # In host memory, where a graph's constants are and where the kernel reads them
-            # (see ORT NonMaxSuppression's parameters).
-            "spatial_shapes": spatial.cpu(),
-            "level_start_index": starts.cpu(),
-            "sampling_locations": locations,
-            "attention_weights": weights,
-        },
-        ["Y"],
-    )
-    anchors: dict[str, Callable[[], Any]] = {
-        "torch grid_sample composition": lambda: ms_deform_attn_composition(value, shapes, locations, weights)
-    }
-    same: dict[str, Callable[[Any, Any], None]] = {"torch grid_sample composition": close(1e-3)}
-    direct = direct_attention_kernel(value, spatial, starts, locations, weights) if bench.cuda else None
-    if direct is not None:
-        anchors["direct kernel (original design)"] = direct
-        same["direct kernel (original design)"] = close(1e-4)
-    anchors["status quo"] = status_quo(node)
-    out.append(
-        Case(
-            "MultiScaleDeformableAttention, 4 levels, 2000 queries",
-            node,
-            anchors,
-            same,
-            {"torch grid_sample composition": 5.0, "direct kernel (original design)": 1.5, "status quo": 1.0},
+    for kind, half in (("", False), (" float16", True)):
+        value_k, locations_k, weights_k = (t.half() if half else t for t in (value, locations, weights))
+        node = Node(
+            "MultiScaleDeformableAttention",
+            "ortops",
+            {
+                "value": value_k,
+                # In host memory, where a graph's constants are and where the kernel reads them
+                # (see ORT NonMaxSuppression's parameters).
+                "spatial_shapes": spatial.cpu(),
+                "level_start_index": starts.cpu(),
+                "sampling_locations": locations_k,
+                "attention_weights": weights_k,
+            },
+            ["Y"],
         )
-    )
+        composition = f"torch grid_sample composition{kind}"
+        anchors = {
+            composition: lambda v=value_k, loc=locations_k, w=weights_k: ms_deform_attn_composition(v, shapes, loc, w)
+        }
+        same = {composition: close(1e-2 if half else 1e-3)}
+        targets = {composition: 5.0, "status quo": 1.0}
+        direct = None if half or not bench.cuda else direct_attention_kernel(value, spatial, starts, locations, weights)
+        if direct is not None:
+            anchors["direct kernel (original design)"] = direct
+            same["direct kernel (original design)"] = close(1e-4)
+            targets["direct kernel (original design)"] = 1.5
+        anchors["status quo"] = status_quo(node)
+        out.append(Case(f"MultiScaleDeformableAttention{kind}, 4 levels, 2000 queries", node, anchors, same, targets))
     return out
 
 
