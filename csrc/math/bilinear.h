@@ -33,9 +33,8 @@ struct BilinearTap {
   // skipped unless all are NaN (CUDA's fmaxf, as the plugin's max).
   template <typename Element>
   ORTOPS_HD T ReadMaxOfCorners(const Element* plane) const {
-    using std::fmax;
-    return fmax(fmax(fmax(weight[0] * plane[offset[0]], weight[1] * plane[offset[1]]), weight[2] * plane[offset[2]]),
-                weight[3] * plane[offset[3]]);
+    const T first = MaxSkippingNaN(weight[0] * plane[offset[0]], weight[1] * plane[offset[1]]);
+    return MaxSkippingNaN(MaxSkippingNaN(first, weight[2] * plane[offset[2]]), weight[3] * plane[offset[3]]);
   }
 };
 

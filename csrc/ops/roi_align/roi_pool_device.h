@@ -88,10 +88,7 @@ struct MaxOfCorners {
   ORTOPS_HD A Read(const BilinearTap<A>& tap, const T* map) const {
     return tap.ReadMaxOfCorners(map);
   }
-  ORTOPS_HD void Add(State& state, A value) const {
-    using std::fmax;
-    state.best = fmax(state.best, value);
-  }
+  ORTOPS_HD void Add(State& state, A value) const { state.best = MaxSkippingNaN(state.best, value); }
   ORTOPS_HD A Finish(const State& state, int64_t samples) const { return samples == 0 ? A(0) : state.best; }
 };
 

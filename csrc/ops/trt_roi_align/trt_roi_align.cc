@@ -73,7 +73,7 @@ struct TrtRoiAlignKernel : OpKernel<T, kSchema, TrtAttributes> {
       A best = 0;
       if (map != nullptr && per_bin > 0) {
         best = taps[0].ReadMaxOfCorners(map);
-        for (int64_t s = 1; s < per_bin; ++s) best = std::fmax(best, taps[s].ReadMaxOfCorners(map));
+        for (int64_t s = 1; s < per_bin; ++s) best = MaxSkippingNaN(best, taps[s].ReadMaxOfCorners(map));
       }
       out[bin] = static_cast<T>(best);
     }

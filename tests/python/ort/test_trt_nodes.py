@@ -1096,6 +1096,27 @@ def test_roi_align_max_takes_the_largest_weighted_corner() -> None:
     assert run_roi_align(x, roi, np.zeros(1, np.int32), mode=1, **attributes).item() == 5
 
 
+def test_roi_align_max_skips_a_nan_corner_as_cudas_fmaxf() -> None:
+    """A NaN corner is skipped (w_i * v_i of the others: 2), unless every corner is NaN; and a
+    NaN sample is skipped among a bin's samples."""
+    roi = np.array([[0, 0, 2, 2]], np.float32)
+    attributes = dict(output_height=1, output_width=1, sampling_ratio=1, mode=0)
+    for nan_at in range(4):  # first and last corner included: a plain comparison fails one of them
+        one_nan = np.array([4, 4, 4, 8], np.float32)
+        one_nan[nan_at] = math.nan
+        expected = 1 if nan_at == 3 else 2
+        got = run_roi_align(one_nan.reshape(1, 1, 2, 2), roi, np.zeros(1, np.int32), **attributes).item()
+        assert got == expected, nan_at
+    all_nan = np.full((1, 1, 2, 2), math.nan, np.float32)
+    assert math.isnan(run_roi_align(all_nan, roi, np.zeros(1, np.int32), **attributes).item())
+    # Two samples per axis over a 4x4 map whose left half is NaN: the right samples decide.
+    half_nan = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    half_nan[..., :2] = math.nan
+    wide = np.array([[0, 0, 4, 4]], np.float32)
+    value = run_roi_align(half_nan, wide, np.zeros(1, np.int32), **{**attributes, "sampling_ratio": 2}).item()
+    assert not math.isnan(value) and value > 0
+
+
 @pytest.mark.parametrize(
     ("x", "rois", "indices", "message"),
     [
