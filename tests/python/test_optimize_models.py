@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from optimizing import op_counts
+from optimizing import op_counts, stack_form
 
 import ortops
 from ortops import _cli
@@ -528,38 +528,6 @@ def test_mmcv_style_roi_align_avg_is_rewritten_and_max_left_alone(models_dir: Pa
 # --- an mmcv-style encoder layer ----------------------------------------------------------------
 
 
-def multi_scale_deformable_attn_pytorch(
-    value: torch.Tensor,
-    value_spatial_shapes: torch.Tensor,
-    sampling_locations: torch.Tensor,
-    attention_weights: torch.Tensor,
-) -> torch.Tensor:
-    """mmcv.ops.multi_scale_deform_attn's PyTorch version, as mmcv writes it: value
-    [bs, S, heads, dims], spatial shapes [L, 2] (a tensor), locations [bs, Lq, heads, L, P, 2],
-    weights [bs, Lq, heads, L, P] -> [bs, Lq, heads * dims]."""
-    bs, _, num_heads, embed_dims = value.shape
-    _, num_queries, num_heads, num_levels, num_points, _ = sampling_locations.shape
-    value_list = value.split([H_ * W_ for H_, W_ in value_spatial_shapes], dim=1)
-    sampling_grids = 2 * sampling_locations - 1
-    sampling_value_list = []
-    for level, (H_, W_) in enumerate(value_spatial_shapes):
-        value_l_ = value_list[level].flatten(2).transpose(1, 2).reshape(bs * num_heads, embed_dims, H_, W_)
-        sampling_grid_l_ = sampling_grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
-        sampling_value_l_ = F.grid_sample(
-            value_l_, sampling_grid_l_, mode="bilinear", padding_mode="zeros", align_corners=False
-        )
-        sampling_value_list.append(sampling_value_l_)
-    attention_weights = attention_weights.transpose(1, 2).reshape(
-        bs * num_heads, 1, num_queries, num_levels * num_points
-    )
-    output = (
-        (torch.stack(sampling_value_list, dim=-2).flatten(-2) * attention_weights)
-        .sum(-1)
-        .view(bs, num_heads * embed_dims, num_queries)
-    )
-    return output.transpose(1, 2).contiguous()
-
-
 class MMCVEncoderLayer(torch.nn.Module):
     """mmcv's MultiScaleDeformableAttention (value projection, sampling offsets and weights
     from the query, reference points on each map's grid) with a residual, LayerNorm and FFN,
@@ -600,7 +568,7 @@ class MMCVEncoderLayer(torch.nn.Module):
         weights = weights.softmax(-1).view(bs, num_query, self.heads, self.levels, self.points)
         offset_normalizer = torch.stack([spatial_shapes[..., 1], spatial_shapes[..., 0]], -1)
         locations = reference_points[:, :, None, :, None, :] + offsets / offset_normalizer[None, None, None, :, None, :]
-        attended = multi_scale_deformable_attn_pytorch(value, spatial_shapes, locations, weights)
+        attended = stack_form(value, spatial_shapes, locations, weights)  # mmcv's, shapes a tensor
         query = self.norm(query + self.output_proj(attended))
         return query + self.ffn(query)
 

@@ -14,56 +14,18 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from optimizing import emulated_device_library, first_output_with_library
+from optimizing import concat_form, emulated_device_library, first_output_with_library, stack_form
 
 import ortops
 from ortops._optimize import optimize_with_report
 
 pytest.importorskip("onnxscript")
 torch = pytest.importorskip("torch")
-F = torch.nn.functional
 
 RULE = ["deformable-attention"]
 
 
 # --- the two forms, as the projects write them ------------------------------------------------
-
-
-def stack_form(value, spatial_shapes, sampling_locations, attention_weights, align_corners=False, padding="zeros"):
-    """mmcv's / Deformable DETR's ``multi_scale_deformable_attn_pytorch`` (also HuggingFace's
-    Deformable DETR, Grounding DINO, Mask2Former, RT-DETR v1): value [N, S, M, D], locations
-    [N, Lq, M, L, P, 2], weights [N, Lq, M, L, P] -> [N, Lq, M * D]."""
-    batch, _, heads, channels = value.shape
-    _, queries, _, levels, points, _ = sampling_locations.shape
-    value_list = value.split([h * w for h, w in spatial_shapes], dim=1)
-    sampling_grids = 2 * sampling_locations - 1
-    samples = []
-    for level, (h, w) in enumerate(spatial_shapes):
-        value_l = value_list[level].flatten(2).transpose(1, 2).reshape(batch * heads, channels, h, w)
-        grid_l = sampling_grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
-        samples.append(
-            F.grid_sample(value_l, grid_l, mode="bilinear", padding_mode=padding, align_corners=align_corners)
-        )
-    weights = attention_weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels * points)
-    output = (torch.stack(samples, dim=-2).flatten(-2) * weights).sum(-1).view(batch, heads * channels, queries)
-    return output.transpose(1, 2).contiguous()
-
-
-def concat_form(value, spatial_shapes, sampling_locations, attention_weights, points_per_level, mode="bilinear"):
-    """RT-DETRv2's ``deformable_attention_core_func_v2`` (D-FINE, DEIM, Ultralytics): locations
-    [N, Lq, M, sum(P_l), 2], weights [N, Lq, M, sum(P_l)], one split per level."""
-    batch, _, heads, channels = value.shape
-    queries = sampling_locations.shape[1]
-    value_list = value.permute(0, 2, 3, 1).flatten(0, 1).split([h * w for h, w in spatial_shapes], dim=-1)
-    sampling_grids = (2 * sampling_locations - 1).permute(0, 2, 1, 3, 4).flatten(0, 1)
-    grid_list = sampling_grids.split(points_per_level, dim=-2)
-    samples = []
-    for level, (h, w) in enumerate(spatial_shapes):
-        value_l = value_list[level].reshape(batch * heads, channels, h, w)
-        samples.append(F.grid_sample(value_l, grid_list[level], mode=mode, padding_mode="zeros", align_corners=False))
-    weights = attention_weights.permute(0, 2, 1, 3).reshape(batch * heads, 1, queries, sum(points_per_level))
-    output = (torch.concat(samples, dim=-1) * weights).sum(-1).reshape(batch, heads * channels, queries)
-    return output.permute(0, 2, 1)
 
 
 class StackAttention(torch.nn.Module):

@@ -13,6 +13,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from optimizing import stack_form
 
 import ortops
 from ortops._optimize import optimize_with_report
@@ -20,7 +21,6 @@ from ortops._optimize import optimize_with_report
 pytest.importorskip("onnxscript")
 torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
-F = torch.nn.functional
 
 IR_VERSION = 8
 ELEMENT_TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.float16: TensorProto.FLOAT16}
@@ -151,21 +151,7 @@ class TwoLevelAttention(torch.nn.Module):
         self.align_corners = align_corners
 
     def forward(self, value: torch.Tensor, locations: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        shapes = [(6, 6), (3, 3)]
-        batch, _, heads, channels = value.shape
-        _, queries, _, levels, points, _ = locations.shape
-        value_list = value.split([h * w for h, w in shapes], dim=1)
-        grids = 2 * locations - 1
-        samples = []
-        for level, (h, w) in enumerate(shapes):
-            value_l = value_list[level].flatten(2).transpose(1, 2).reshape(batch * heads, channels, h, w)
-            grid_l = grids[:, :, :, level].transpose(1, 2).flatten(0, 1)
-            samples.append(
-                F.grid_sample(value_l, grid_l, mode="bilinear", padding_mode="zeros", align_corners=self.align_corners)
-            )
-        weights = weights.transpose(1, 2).reshape(batch * heads, 1, queries, levels * points)
-        output = (torch.stack(samples, dim=-2).flatten(-2) * weights).sum(-1).view(batch, heads * channels, queries)
-        return output.transpose(1, 2).contiguous()
+        return stack_form(value, [(6, 6), (3, 3)], locations, weights, align_corners=self.align_corners)
 
 
 def test_grid_samples_of_a_deformable_attention_near_miss_are_rewritten_one_by_one() -> None:
