@@ -69,8 +69,22 @@ class Rule:
     name: str
     summary: str
     handles: tuple[str, ...]
-    passes: Callable[[], Sequence[pattern.RewriteRule]]
+    passes: Callable[[], Sequence[pattern.RewriteRule]] = tuple  # none: a rule that only walks
     walk: Callable[[Any, ir.Model], None] | None = None
+
+
+def one_pattern(
+    target: Callable[..., Any], replacement: Callable[..., Any], condition: Callable[..., Any], name: str
+) -> Callable[[], list[pattern.RewriteRule]]:
+    """The ``passes`` of a rule that is one onnxscript pattern (imported when the rule runs:
+    onnxscript comes with the ``ortops[optimize]`` extra)."""
+
+    def passes() -> list[pattern.RewriteRule]:
+        from onnxscript.rewriter import pattern
+
+        return [pattern.RewriteRule(target, replacement, condition, name=name)]
+
+    return passes
 
 
 @dataclass(frozen=True)

@@ -1068,10 +1068,6 @@ def _walk(graph: Any, model: ir.Model) -> None:
         record_rewrite(graph, replaced, made_node)
 
 
-def _passes() -> list[Any]:
-    return []
-
-
 RULE = Rule(
     name="deformable-attention",
     summary="multi-scale deformable attention (per-level GridSample, weighted sum) into "
@@ -1085,6 +1081,5 @@ RULE = Rule(
         "left alone: align_corners 1, padding other than zeros, modes other than bilinear, split sizes not "
         "H_l * W_l, sums over other axes",
     ),
-    passes=_passes,
     walk=_walk,
 )

@@ -17,11 +17,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ortops._optimize import ORTOPS_DOMAIN, Rule, accept, attribute, made, opset_version, proven, refuse, static_shape
+from ortops._optimize import (
+    ORTOPS_DOMAIN,
+    Rule,
+    accept,
+    attribute,
+    made,
+    one_pattern,
+    opset_version,
+    proven,
+    refuse,
+    static_shape,
+)
 
 if TYPE_CHECKING:
     import onnx_ir as ir
-    from onnxscript.rewriter import pattern
 
 # ortops' attribute values, by the mode and padding names of ONNX opsets 16 to 19 ('bilinear',
 # 'bicubic') and 20 on ('linear', 'cubic').
@@ -121,12 +131,6 @@ def _rewrite(op: Any, x: ir.Value, grid: ir.Value, **_: Any) -> ir.Value:
     )
 
 
-def _passes() -> list[pattern.RewriteRule]:
-    from onnxscript.rewriter import pattern
-
-    return [pattern.RewriteRule(_pattern, _rewrite, _check, name="grid-sample")]
-
-
 RULE = Rule(
     name="grid-sample",
     summary="ONNX GridSample (opset 16 on, 4-D) into ortops::GridSample where ortops' kernel is faster",
@@ -137,5 +141,5 @@ RULE = Rule(
         "left alone: nearest with reflection padding (ONNX Runtime rounds reflected half-pixel points otherwise), "
         "inputs of another rank or unknown rank, a case not in FASTER_CASES",
     ),
-    passes=_passes,
+    passes=one_pattern(_pattern, _rewrite, _check, "grid-sample"),
 )

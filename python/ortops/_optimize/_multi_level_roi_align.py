@@ -91,6 +91,5 @@ RULE = Rule(
         "left alone and reported: torchvision's per-level RoiAlign + ScatterElements merge (TorchScript exporter), "
         "whose LevelMapper puts its eps outside the log where ortops::MultiLevelRoIAlign (mmdet's) puts it inside",
     ),
-    passes=lambda: [],
     walk=_walk,
 )

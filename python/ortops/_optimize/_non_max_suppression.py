@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ortops._optimize import ORTOPS_DOMAIN, Rule, accept, attribute, made, opset_version, proven, refuse
+from ortops._optimize import ORTOPS_DOMAIN, Rule, accept, attribute, made, one_pattern, opset_version, proven, refuse
 
 if TYPE_CHECKING:
     import onnx_ir as ir
-    from onnxscript.rewriter import pattern
 
 # The element type each input must have: ONNX Runtime's NonMaxSuppression takes float32 boxes,
 # scores and thresholds only, and so does ortops'.
@@ -61,12 +60,6 @@ def _rewrite(op: Any, boxes: ir.Value, scores: ir.Value, **_: Any) -> ir.Value:
     )
 
 
-def _passes() -> list[pattern.RewriteRule]:
-    from onnxscript.rewriter import pattern
-
-    return [pattern.RewriteRule(_pattern, _rewrite, _check, name="non-max-suppression")]
-
-
 RULE = Rule(
     name="non-max-suppression",
     summary="ONNX NonMaxSuppression (opset 10 on) into ortops::NonMaxSuppression, in If and Loop bodies too",
@@ -76,5 +69,5 @@ RULE = Rule(
         "left alone: element types other than ONNX Runtime's (float32 boxes, scores and thresholds, int64 "
         "max_output_boxes_per_class) or not known",
     ),
-    passes=_passes,
+    passes=one_pattern(_pattern, _rewrite, _check, "non-max-suppression"),
 )

@@ -17,11 +17,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ortops._optimize import ORTOPS_DOMAIN, Rule, accept, attribute, made, opset_version, proven, refuse, static_shape
+from ortops._optimize import (
+    ORTOPS_DOMAIN,
+    Rule,
+    accept,
+    attribute,
+    made,
+    one_pattern,
+    opset_version,
+    proven,
+    refuse,
+    static_shape,
+)
 
 if TYPE_CHECKING:
     import onnx_ir as ir
-    from onnxscript.rewriter import pattern
 
 # ONNX Runtime's RoiAlign kernels take float and double; ortops::RoIAlign takes both.
 _FLOAT_TYPES = ("FLOAT", "DOUBLE")
@@ -104,12 +114,6 @@ def _rewrite(op: Any, x: ir.Value, rois: ir.Value, batch_indices: ir.Value, **_:
     )
 
 
-def _passes() -> list[pattern.RewriteRule]:
-    from onnxscript.rewriter import pattern
-
-    return [pattern.RewriteRule(_pattern, _rewrite, _check, name="roi-align")]
-
-
 RULE = Rule(
     name="roi-align",
     summary="ONNX RoiAlign (opset 10 and 16) in avg mode into ortops::RoIAlign",
@@ -118,5 +122,5 @@ RULE = Rule(
         "mode avg, float or double, any sampling_ratio (0: adaptive), output size and spatial_scale",
         "left alone: mode max (ONNX Runtime computes it otherwise than ortops)",
     ),
-    passes=_passes,
+    passes=one_pattern(_pattern, _rewrite, _check, "roi-align"),
 )
