@@ -90,8 +90,10 @@ constexpr OpDef kOpTable[] = {
   {kOrtopsDomain,   "BatchedNMS",                1,     OnCuda(batched_nms::MakeDevice),   &batched_nms::kSchema,           &batched_nms::Make},
   {kMmdeployDomain, "TRTBatchedNMS",             1,     OnCuda(batched_nms::MakeTrtDevice),   &batched_nms::kTrtSchema,        &batched_nms::MakeTrt,        kCompat},
   {kMmdeployDomain, "TRTBatchedRotatedNMS",      1,     OnCuda(batched_nms::MakeTrtRotatedDevice),   &batched_nms::kTrtRotatedSchema, &batched_nms::MakeTrtRotated, kCompat},
-  // FPN RoI extractors: mmdet's SingleRoIExtractor and mmdeploy's TensorRT plugins for it.
+  // FPN RoI extractors: mmdet's SingleRoIExtractor, torchvision's MultiScaleRoIAlign (levels
+  // given) and mmdeploy's TensorRT plugins.
   {kOrtopsDomain,   "MultiLevelRoIAlign",            1, OnCuda(multi_level_roi_align::MakeDevice), &multi_level_roi_align::kSchema,                &multi_level_roi_align::Make},
+  {kOrtopsDomain,   "RoIAlignByLevel",               1, OnCuda(multi_level_roi_align::MakeByLevelDevice), &multi_level_roi_align::kByLevelSchema,  &multi_level_roi_align::MakeByLevel},
   {kMmdeployDomain, "MMCVMultiLevelRoiAlign",        1, OnCuda(multi_level_roi_align::MakeMmdeployDevice), &multi_level_roi_align::kMmdeploySchema,        &multi_level_roi_align::MakeMmdeploy,        kCompat},
   {kMmdeployDomain, "MMCVMultiLevelRotatedRoiAlign", 1, OnCuda(multi_level_roi_align::MakeMmdeployRotatedDevice), &multi_level_roi_align::kMmdeployRotatedSchema, &multi_level_roi_align::MakeMmdeployRotated, kCompat},
   // TensorRT's plugin nodes, as TensorRT's exporters write them.

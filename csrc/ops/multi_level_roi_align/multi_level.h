@@ -1,4 +1,4 @@
-// What the multi-level nodes' CPU kernel and device path share: what the three nodes differ
+// What the multi-level nodes' CPU kernel and device path share: what the four nodes differ
 // in, their attributes and input checks, each roi's level, and its geometry on that level.
 // Functions marked ORTOPS_HD also run on the device.
 #pragma once
@@ -28,8 +28,9 @@ ORTOPS_HD int64_t MapLevel(A area, int64_t finest_scale, int64_t levels) {
   return static_cast<int64_t>(level);
 }
 
-// What the three nodes differ in: the roi layout, how a roi's level and rescaled box follow
-// from it, the lower bound on its sides, and how the pool mode is stored.
+// What the four nodes differ in: the roi layout, whether a roi's level is an input or follows
+// from its box, how the box is rescaled, the lower bound on its sides, and how the pool mode and
+// the levels' scales are stored.
 
 // The box (x1, y1, x2, y2) given new half sides about its centre.
 template <typename A>
@@ -41,17 +42,25 @@ ORTOPS_HD void ResizeAboutCentre(A* box, A half_w, A half_h) {
   box[3] = cy + half_h;
 }
 
+// ortops' `avg` or `max` in the string attribute `name`: max starts from -infinity, and a bin
+// without samples gives 0 (as ortops::RoIAlign).
+template <typename A>
+roi_pooling::PoolMode<A> ReadAvgOrMax(const Attributes& attrs, const char* name) {
+  const std::string mode = attrs.String(name);
+  Check(mode == "avg" || mode == "max", "attribute '", name, "' must be \"avg\" or \"max\", got \"", mode, "\"");
+  return {.max = mode == "max", .max_start = -std::numeric_limits<A>::infinity(), .empty_bin = A(0)};
+}
+
 // ortops::MultiLevelRoIAlign: mmdet's SingleRoIExtractor over mmcv's RoIAlign.
 struct OrtopsNode {
   static constexpr const OpSchema& kSchema = multi_level_roi_align::kSchema;
   static constexpr bool kRotated = false;
   static constexpr bool kPlugin = false;
+  static constexpr bool kLevelsInput = false;
 
   template <typename A>
   static roi_pooling::PoolMode<A> ReadPoolMode(const Attributes& attrs) {
-    const std::string mode = attrs.String("pool_mode");
-    Check(mode == "avg" || mode == "max", "attribute 'pool_mode' must be \"avg\" or \"max\", got \"", mode, "\"");
-    return {.max = mode == "max", .max_start = -std::numeric_limits<A>::infinity(), .empty_bin = A(0)};
+    return ReadAvgOrMax<A>(attrs, "pool_mode");
   }
   // mmcv's RoIAlign: sides of at least 1 only for legacy (not aligned) rois.
   template <typename A>
@@ -66,11 +75,32 @@ struct OrtopsNode {
   }
 };
 
+// ortops::RoIAlignByLevel: each roi's level is input 'levels' (torchvision's MultiScaleRoIAlign
+// after its LevelMapper); the pooling is ortops::RoIAlign's.
+struct GivenLevelNode {
+  static constexpr const OpSchema& kSchema = multi_level_roi_align::kByLevelSchema;
+  static constexpr bool kRotated = false;
+  static constexpr bool kPlugin = false;
+  static constexpr bool kLevelsInput = true;
+
+  template <typename A>
+  static roi_pooling::PoolMode<A> ReadPoolMode(const Attributes& attrs) {
+    return ReadAvgOrMax<A>(attrs, "mode");
+  }
+  template <typename A>
+  static A MinSide(bool aligned) {
+    return OrtopsNode::MinSide<A>(aligned);
+  }
+  template <typename A>
+  static ORTOPS_HD void Rescale(A, A*) {}
+};
+
 // mmdeploy::MMCVMultiLevelRoiAlign: trt_multi_level_roi_align_kernel.cu.
 struct MmdeployNode {
   static constexpr const OpSchema& kSchema = multi_level_roi_align::kMmdeploySchema;
   static constexpr bool kRotated = false;
   static constexpr bool kPlugin = true;
+  static constexpr bool kLevelsInput = false;
 
   template <typename A>
   static roi_pooling::PoolMode<A> ReadPoolMode(const Attributes& attrs) {
@@ -98,6 +128,7 @@ struct MmdeployRotatedNode {
   static constexpr const OpSchema& kSchema = multi_level_roi_align::kMmdeployRotatedSchema;
   static constexpr bool kRotated = true;
   static constexpr bool kPlugin = true;
+  static constexpr bool kLevelsInput = false;
 
   template <typename A>
   static roi_pooling::PoolMode<A> ReadPoolMode(const Attributes&) {
@@ -130,6 +161,10 @@ template <typename Node>
 inline constexpr const char* kRoiLayout =
     Node::kRotated ? "(batch_index, cx, cy, w, h, theta)" : "(batch_index, x1, y1, x2, y2)";
 
+// Inputs of a node: rois, then 'levels' where the node is given them, then the features.
+template <typename Node>
+inline constexpr size_t kFirstFeatureInput = Node::kLevelsInput ? 2 : 1;
+
 // The level of roi `roi` (batch_index, box...) among `levels`, from its box before rescaling
 // (mmdet's map_roi_levels).
 template <typename Node, typename A>
@@ -137,6 +172,22 @@ ORTOPS_HD int64_t LevelOf(const A* roi, int64_t finest_scale, int64_t levels) {
   const A* box = roi + 1;
   const A area = Node::kRotated ? box[2] * box[3] : (box[2] - box[0]) * (box[3] - box[1]);
   return MapLevel(area, finest_scale, levels);
+}
+
+// A given level (RoIAlignByLevel's input 'levels'), or kNoLevel for one outside [0, levels):
+// such a roi is not pooled and gives zeros, as torchvision's merge leaves it.
+inline constexpr int64_t kNoLevel = -1;
+ORTOPS_HD inline int64_t GivenLevel(int64_t level, int64_t levels) {
+  return level >= 0 && level < levels ? level : kNoLevel;
+}
+
+// Input 'levels' of a node given them: [R] int64, one per roi of rois [R, ...].
+template <typename IO>
+ConstTensor<int64_t> LevelsInput(const IO& io, int64_t roi_count) {
+  const ConstTensor<int64_t> levels = io.template Input<int64_t>(1, 1);
+  Check(levels.dim(0) == roi_count, "input 'levels' must hold one level per roi, shape [", roi_count, "], got ",
+        ShapeText{levels.shape});
+  return levels;
 }
 
 // The geometry of roi `roi` (batch_index, box...) on a level of spatial scale `scale`: its box
@@ -165,15 +216,24 @@ struct LevelGeometry {
 template <typename Node, typename A>
 struct LevelAttributes {
   explicit LevelAttributes(const Attributes& attrs)
-      : pooling(attrs, nullptr),
-        strides(attrs.Floats("featmap_strides")),
-        finest_scale(attrs.Int("finest_scale")),
-        roi_scale_factor(attrs.Float("roi_scale_factor")),
-        mode(Node::template ReadPoolMode<A>(attrs)) {
+      : pooling(attrs, nullptr), mode(Node::template ReadPoolMode<A>(attrs)) {
+    if constexpr (Node::kLevelsInput) {
+      for (float scale : attrs.Floats("spatial_scales")) {
+        Check(std::isfinite(scale), "attribute 'spatial_scales' must hold finite scales, got ", scale);
+        scales.push_back(static_cast<A>(scale));
+      }
+      Check(!scales.empty(), "attribute 'spatial_scales' must list the scale of each level, got an empty list");
+      return;
+    }
+    const std::vector<float> strides = attrs.Floats("featmap_strides");
+    finest_scale = attrs.Int("finest_scale");
+    roi_scale_factor = attrs.Float("roi_scale_factor");
     Check(!strides.empty(), "attribute 'featmap_strides' must list the stride of each level, got an empty list");
     for (float stride : strides) {
       Check(std::isfinite(stride) && stride > 0, "attribute 'featmap_strides' must hold positive finite strides, got ",
             stride);
+      // As mmdet computes it: 1 / stride in double, then in A.
+      scales.push_back(static_cast<A>(1.0 / static_cast<double>(stride)));
     }
     Check(std::isfinite(roi_scale_factor), "attribute 'roi_scale_factor' must be finite, got ", roi_scale_factor);
     if constexpr (!Node::kPlugin) {
@@ -187,18 +247,18 @@ struct LevelAttributes {
     }
   }
 
-  // Level l's spatial scale as mmdet computes it: 1 / stride in double, then in A.
-  A Scale(int64_t level) const { return static_cast<A>(1.0 / static_cast<double>(strides[level])); }
+  A Scale(int64_t level) const { return scales[static_cast<size_t>(level)]; }
 
   LevelGeometry<Node, A> Geometry() const {
     return {static_cast<A>(roi_scale_factor), Node::template MinSide<A>(pooling.aligned != 0), clockwise != 0, pooling};
   }
 
   roi_pooling::PoolingAttributes pooling;
-  std::vector<float> strides;
-  int64_t finest_scale;
-  float roi_scale_factor;
   roi_pooling::PoolMode<A> mode;
+  // Each level's spatial scale: given, or 1 / its stride.
+  std::vector<A> scales;
+  int64_t finest_scale = 0;
+  float roi_scale_factor = 1.0f;
   int64_t clockwise = 0;
 };
 
@@ -206,16 +266,18 @@ struct LevelAttributes {
 // the attributes and each other.
 template <typename T, typename Node, typename IO, typename A>
 std::vector<ConstTensor<T>> FeatureInputs(const IO& io, const LevelAttributes<Node, A>& attributes) {
-  const auto levels = static_cast<int64_t>(io.InputCount()) - 1;
+  constexpr size_t kFirst = kFirstFeatureInput<Node>;
+  const auto levels = static_cast<int64_t>(io.InputCount()) - static_cast<int64_t>(kFirst);
   Check(levels >= 1, "needs at least one input 'features'");
-  // The plugins keep the first strides and ignore the rest; ortops' own node wants one per level.
-  const auto strides = static_cast<int64_t>(attributes.strides.size());
-  Check(Node::kPlugin ? strides >= levels : strides == levels, "attribute 'featmap_strides' lists ", strides,
-        " strides, but the node has ", levels, " inputs 'features'");
+  // The plugins keep the first strides and ignore the rest; ortops' own nodes want one per level.
+  const auto scales = static_cast<int64_t>(attributes.scales.size());
+  Check(Node::kPlugin ? scales >= levels : scales == levels, "attribute '",
+        Node::kLevelsInput ? "spatial_scales' lists " : "featmap_strides' lists ", scales,
+        Node::kLevelsInput ? " scales" : " strides", ", but the node has ", levels, " inputs 'features'");
   std::vector<ConstTensor<T>> features;
   features.reserve(static_cast<size_t>(levels));
   for (int64_t l = 0; l < levels; ++l) {
-    features.push_back(io.template Input<T>(static_cast<size_t>(1 + l), 4));
+    features.push_back(io.template Input<T>(kFirst + static_cast<size_t>(l), 4));
     const Shape& shape = features.back().shape;
     const Shape& first = features.front().shape;
     Check(shape[0] == first[0] && shape[1] == first[1], "every level needs the same N and C, but input 'features[", l,

@@ -1,6 +1,7 @@
 // Multi-level RoIAlign: an FPN RoI extractor (mmdet's SingleRoIExtractor, mmrotate's
-// RotatedSingleRoIExtractor) as one node. Each roi goes to one pyramid level by its scale and
-// is pooled there with RoIAlign's (or RoIAlignRotated's) math from roi_pooling.h.
+// RotatedSingleRoIExtractor, torchvision's MultiScaleRoIAlign) as one node. Each roi goes to one
+// pyramid level, by its scale or as input 'levels' says, and is pooled there with RoIAlign's (or
+// RoIAlignRotated's) math from roi_pooling.h.
 #include "ops/multi_level_roi_align/multi_level_roi_align.h"
 
 #include <algorithm>
@@ -32,18 +33,28 @@ struct MultiLevelKernel : OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, Com
     const auto levels = static_cast<int64_t>(features.size());
     Scratch<A> roi_storage;
     const ConstTensor<A> rois{Upcast(io, roi_input, roi_storage), roi_input.shape};
-    roi_pooling::CheckRois(rois, kColumns, kRoiLayout<Node>, features[0].shape, "features[0]");
+    roi_pooling::CheckRoisShape(rois, kColumns, kRoiLayout<Node>);
     const int64_t roi_count = rois.dim(0), channels = features[0].dim(1), bins = pooling.bins();
-    T* output = io.Output<T>(0, {roi_count, channels, pooling.output_height, pooling.output_width});
-    if (roi_count == 0 || channels == 0) return;
+    ConstTensor<int64_t> given_levels;
+    if constexpr (Node::kLevelsInput) given_levels = LevelsInput(io, roi_count);
 
-    // Each roi's level, from the roi before rescaling (mmdet's map_roi_levels), and the rois per level.
+    // Each roi's level: given, or from the roi before rescaling (mmdet's map_roi_levels); the
+    // rois per level. Only rois on a level are checked: the others are not read.
     ScratchVector<int64_t> level = io.Vector<int64_t>(static_cast<size_t>(roi_count));
     ScratchVector<int64_t> per_level = io.Vector<int64_t>(static_cast<size_t>(levels));
     for (int64_t r = 0; r < roi_count; ++r) {
-      level[r] = LevelOf<Node>(rois.data + kColumns * r, attributes.finest_scale, levels);
+      const A* roi = rois.data + kColumns * r;
+      if constexpr (Node::kLevelsInput) {
+        level[r] = GivenLevel(given_levels.data[r], levels);
+        if (level[r] == kNoLevel) continue;
+      }
+      roi_pooling::CheckRoi(roi, r, kColumns, features[0].shape, "features[0]");
+      if constexpr (!Node::kLevelsInput) level[r] = LevelOf<Node>(roi, attributes.finest_scale, levels);
       ++per_level[level[r]];
     }
+    T* output = io.Output<T>(0, {roi_count, channels, pooling.output_height, pooling.output_width});
+    if (roi_count == 0 || channels == 0) return;
+
     // Each level is read from a channels-last copy where that pays for the rois it pools.
     std::vector<Scratch<A>> copies(static_cast<size_t>(levels));
     std::vector<roi_pooling::PoolSource<T, A>> sources;
@@ -70,6 +81,10 @@ struct MultiLevelKernel : OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, Com
         const int64_t r = order[position];
         const A* roi = rois.data + kColumns * r;
         const int64_t l = level[r];
+        if (l == kNoLevel) {
+          std::fill_n(output + r * channels * bins, channels * bins, T(0));
+          continue;
+        }
         const roi_pooling::PoolSource<T, A>& source = sources[l];
         const auto g = geometry(roi, attributes.Scale(l));
         roi_pooling::CheckGrid(g, pooling);
@@ -86,6 +101,7 @@ struct MultiLevelKernel : OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, Com
 // a variadic input when the op is registered for several element types (its type inference
 // looks for a kernel type constraint per node input, and kernels have one per declared input).
 std::vector<OpPtr> Make(const OpDef& def) { return MakeOps<MultiLevelKernel, OrtopsNode, float>(def); }
+std::vector<OpPtr> MakeByLevel(const OpDef& def) { return MakeOps<MultiLevelKernel, GivenLevelNode, float>(def); }
 std::vector<OpPtr> MakeMmdeploy(const OpDef& def) { return MakeOps<MultiLevelKernel, MmdeployNode, float>(def); }
 std::vector<OpPtr> MakeMmdeployRotated(const OpDef& def) {
   return MakeOps<MultiLevelKernel, MmdeployRotatedNode, float>(def);

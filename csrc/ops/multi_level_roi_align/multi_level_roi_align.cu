@@ -26,22 +26,38 @@ struct LevelRois {
   using A = ComputeType<T>;
   static constexpr int64_t kColumns = multi_level_roi_align::kColumns<Node>;
   const T* rois;
-  const Level<T>* levels;  // device memory
+  const int64_t* given_levels;  // device memory; nullptr where the node finds the levels
+  const Level<T>* levels;       // device memory
   int64_t level_count, images, channels, finest_scale;
   LevelGeometry<Node, A> geometry;
 
   ORTOPS_HD void Read(int64_t r, A* roi) const {
     for (int64_t k = 0; k < kColumns; ++k) roi[k] = static_cast<A>(rois[kColumns * r + k]);
   }
+  ORTOPS_HD int64_t LevelOfRoi(int64_t r, const A* roi) const {
+    if constexpr (Node::kLevelsInput) {
+      return GivenLevel(given_levels[r], level_count);
+    } else {
+      return LevelOf<Node>(roi, finest_scale, level_count);
+    }
+  }
   ORTOPS_HD bool Valid(int64_t r) const {
     A roi[kColumns];
     Read(r, roi);
-    return roi_pooling::RoiIsValid(roi, kColumns, images);
+    return LevelOfRoi(r, roi) == kNoLevel || roi_pooling::RoiIsValid(roi, kColumns, images);
   }
   ORTOPS_HD auto Locate(int64_t r) const {
     A roi[kColumns];
     Read(r, roi);
-    const Level<T> level = levels[LevelOf<Node>(roi, finest_scale, level_count)];
+    const int64_t l = LevelOfRoi(r, roi);
+    if (l == kNoLevel) {
+      // No samples on an empty map: zeros, whatever the roi holds.
+      for (int64_t k = 0; k < kColumns; ++k) roi[k] = A(0);
+      auto g = geometry(roi, A(0));
+      g.grid_h = g.grid_w = 0;
+      return roi_pooling::RoiOnMap<T, decltype(g)>{g, levels[0].features, 0, 0};
+    }
+    const Level<T> level = levels[l];
     const auto image = static_cast<int64_t>(roi[0]);
     return roi_pooling::RoiOnMap<T, decltype(geometry(roi, level.scale))>{
         geometry(roi, level.scale), level.features + image * channels * level.height * level.width, level.height,
@@ -62,6 +78,8 @@ class MultiLevelDeviceKernel
     const ConstTensor<T> rois = io.Input<T>(0, 2);
     const std::vector<ConstTensor<T>> features = FeatureInputs<T>(io, attributes);
     roi_pooling::CheckRoisShape(rois, kColumns, kRoiLayout<Node>);
+    ConstTensor<int64_t> given_levels;
+    if constexpr (Node::kLevelsInput) given_levels = LevelsInput(io, rois.dim(0));
     const auto level_count = static_cast<int64_t>(features.size());
     std::vector<Level<T>> host_levels;
     host_levels.reserve(features.size());
@@ -74,15 +92,20 @@ class MultiLevelDeviceKernel
 
     const int64_t count = rois.dim(0), channels = features[0].dim(1);
     const LevelGeometry<Node, A> geometry = attributes.Geometry();
-    const LevelRois<T, Node> located{rois.data, levels.data(),           level_count, features[0].dim(0),
-                                     channels,  attributes.finest_scale, geometry};
+    const LevelRois<T, Node> located{rois.data,          given_levels.data, levels.data(),           level_count,
+                                     features[0].dim(0), channels,          attributes.finest_scale, geometry};
     device::CheckEach(io, rois.data, count, kColumns,
                       roi_pooling::RoiFails<LevelRois<T, Node>>{located, pooling.bins(), channels > 0},
                       [&](int64_t r, const T* values) {
                         A roi[kColumns];
                         for (int64_t k = 0; k < kColumns; ++k) roi[k] = static_cast<A>(values[k]);
                         roi_pooling::CheckRoi(roi, r, kColumns, features[0].shape, "features[0]");
-                        const int64_t l = LevelOf<Node>(roi, attributes.finest_scale, level_count);
+                        int64_t l = 0;
+                        if constexpr (Node::kLevelsInput) {
+                          io.CopyToHost(&l, given_levels.data + r, 1);  // a failing roi has a level
+                        } else {
+                          l = LevelOf<Node>(roi, attributes.finest_scale, level_count);
+                        }
                         roi_pooling::CheckGrid(geometry(roi, attributes.Scale(l)), pooling);
                       });
     T* output = io.Output<T>(0, {count, channels, pooling.output_height, pooling.output_width});
@@ -95,6 +118,9 @@ class MultiLevelDeviceKernel
 
 // float32 only, as the CPU kernels (multi_level_roi_align.cc says why).
 std::vector<OpPtr> MakeDevice(const OpDef& def) { return MakeOps<MultiLevelDeviceKernel, OrtopsNode, float>(def); }
+std::vector<OpPtr> MakeByLevelDevice(const OpDef& def) {
+  return MakeOps<MultiLevelDeviceKernel, GivenLevelNode, float>(def);
+}
 std::vector<OpPtr> MakeMmdeployDevice(const OpDef& def) {
   return MakeOps<MultiLevelDeviceKernel, MmdeployNode, float>(def);
 }

@@ -6,6 +6,10 @@ namespace ortops::multi_level_roi_align {
 // ortops::MultiLevelRoIAlign: mmdet's SingleRoIExtractor over RoIAlign as one node.
 extern const OpSchema kSchema;
 KernelFactory Make, MakeDevice;
+// ortops::RoIAlignByLevel: the same pooling with each roi's level given (torchvision's
+// MultiScaleRoIAlign after its LevelMapper).
+extern const OpSchema kByLevelSchema;
+KernelFactory MakeByLevel, MakeByLevelDevice;
 // mmdeploy::MMCVMultiLevelRoiAlign: mmdeploy's TensorRT plugin of the same.
 extern const OpSchema kMmdeploySchema;
 KernelFactory MakeMmdeploy, MakeMmdeployDevice;

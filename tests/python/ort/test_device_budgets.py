@@ -97,6 +97,7 @@ BUDGETS: dict[str, Budget] = {
     "ortops.GroupNorm": Budget(0, 5, 2, 0),
     "ortops.MatrixInverse": Budget(1, 2, 3, 0),
     "ortops.MultiLevelRoIAlign": Budget(1, 2, 1, 1),
+    "ortops.RoIAlignByLevel": Budget(1, 2, 1, 1),
     "ortops.MultiScaleDeformableAttention": Budget(0, 1, 1, 1),
     "ortops.NMS": Budget(1, 9, 10, 0),
     "ortops.NMSMatch": Budget(3, 18, 18, 0),

@@ -382,10 +382,12 @@ def make_case(
 
     ``mutate=False`` leaves out the hostile mutations (a valid case, unless its random sizes
     or values are refused); ``size_pool`` replaces the sizes a shape symbol is drawn from.
+    An op's cases are drawn from its name and its own case count, so that adding an op to the
+    library changes no other op's cases.
     """
     table = table if table is not None else _op_table()
     op = table[index % len(table)]
-    rng = random.Random(f"{seed}:{index}")
+    rng = random.Random(f"{seed}:{op['domain']}::{op['name']}:{index // len(table)}")
     attributes: dict[str, list[Any]] = {}
     for a in op["attributes"]:
         if a["default"] is None or rng.random() < 0.6:  # required ones always, the rest often

@@ -198,6 +198,13 @@ CASES = [
         [(F, ["R", 256, 5, 7])],
     ),
     (
+        "ortops",
+        "RoIAlignByLevel",
+        [("r", F, ["R", 5]), ("l", I64, ["R"]), ("p2", F, [2, 256, 200, 334]), ("p3", F, [2, 256, 100, 167])],
+        {"spatial_scales": [0.25, 0.125], "output_height": 7, "output_width": 7},
+        [(F, ["R", 256, 7, 7])],
+    ),
+    (
         "mmdeploy",
         "MMCVMultiLevelRoiAlign",
         [("r", F, [9, 5]), ("p2", F, ["N", "C", "H", "W"])],
