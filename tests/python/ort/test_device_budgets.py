@@ -84,7 +84,7 @@ BUDGETS: dict[str, Budget] = {
     "mmdeploy.NMSRotated": Budget(3, 14, 15, 0),
     "mmdeploy.ScaledDotProductAttentionTRT": Budget(0, 3, 0, 0),
     "mmdeploy.TRTBatchedNMS": Budget(1, 3, 3, 0),
-    "mmdeploy.TRTBatchedRotatedNMS": Budget(0, 2, 3, 0),
+    "mmdeploy.TRTBatchedRotatedNMS": Budget(3, 32, 39, 0),
     "mmdeploy.TRTBicubicInterpolate": Budget(0, 1, 0, 0),
     "mmdeploy.TRTInstanceNormalization": Budget(0, 5, 2, 0),
     "mmdeploy.grid_sampler": Budget(0, 1, 0, 0),
