@@ -248,9 +248,12 @@ def test_multi_scale_roi_align_fuses_every_level() -> None:
     args = tuple(torch.from_numpy(a) for a in (p2, p3, boxes))
     model = export(Pool(), args, 16, input_names=["p2", "p3", "boxes"])
     rewritten, report = optimize_with_report(model)
-    levels = op_counts(model)["ai.onnx::RoiAlign"]
-    assert levels == 2 and op_counts(rewritten)["ortops::RoIAlign"] == levels
-    assert "ai.onnx::RoiAlign" not in op_counts(rewritten)
+    assert op_counts(model)["ai.onnx::RoiAlign"] == 2
+    assert [r.rule for r in report.rewrites] == ["multi-level-roi-align"]
+    counts = op_counts(rewritten)
+    assert counts["ortops::RoIAlignByLevel"] == 1 and not {"ai.onnx::RoiAlign", "ai.onnx::ScatterElements"} & set(
+        counts
+    )
     assert_same_outputs(model, rewritten, {"p2": p2, "p3": p3, "boxes": boxes})
 
 

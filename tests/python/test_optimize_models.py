@@ -394,12 +394,11 @@ def test_faster_rcnn_every_roi_align_and_nms_is_rewritten_with_the_same_detectio
     assert roi_aligns == 2 and nms_nodes >= 2  # two FPN levels; RPN and box head
     rewritten, report = optimize_with_report(exported.model)
     counts = op_counts(rewritten)
-    assert counts["ortops::RoIAlign"] == roi_aligns and counts["ortops::NonMaxSuppression"] == nms_nodes
-    assert not {"ai.onnx::RoiAlign", "ai.onnx::NonMaxSuppression"} & set(counts)
-    # The levels' merge (ScatterElements) stays: ortops' multi-level node maps rois to levels
-    # with mmdet's formula, not torchvision's, and the report says so.
-    assert [m.rule for m in report.near_misses] == ["multi-level-roi-align"], report.lines()
-    assert rewrites_by_rule(report) == {"roi-align": roi_aligns, "non-max-suppression": nms_nodes}
+    # The levels' RoiAligns and their ScatterElements merge are one node; the LevelMapper stays.
+    assert counts["ortops::RoIAlignByLevel"] == 1 and counts["ortops::NonMaxSuppression"] == nms_nodes
+    assert not {"ai.onnx::RoiAlign", "ai.onnx::ScatterElements", "ai.onnx::NonMaxSuppression"} & set(counts)
+    assert not report.near_misses, report.lines()
+    assert rewrites_by_rule(report) == {"multi-level-roi-align": 1, "non-max-suppression": nms_nodes}
     before, after = run(exported.model, exported.feeds), run(rewritten, exported.feeds)
     assert before[0].shape[0] > 0, "the detector found nothing: the test would prove little"
     np.testing.assert_array_equal(after[1], before[1])  # labels
@@ -414,7 +413,7 @@ def test_cli_optimizes_faster_rcnn_with_verify(faster_rcnn: Exported, tmp_path: 
     assert code == _cli.OK, capsys.readouterr().err
     assert "verified: 3 outputs equal" in capsys.readouterr().err
     counts = op_counts(onnx.load(str(target)))
-    assert counts["ortops::RoIAlign"] == 2 and "ai.onnx::NonMaxSuppression" not in counts
+    assert counts["ortops::RoIAlignByLevel"] == 1 and "ai.onnx::NonMaxSuppression" not in counts
 
 
 class TinyBackbone(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""``ortops optimize``'s grid-sample and multi-level roi-align rules: rewritten files give the
+"""``ortops optimize``'s grid-sample and multi-level-roi-align rules: rewritten files give the
 original's outputs in ONNX Runtime (the original runs ONNX Runtime's own kernels); near-misses
 are left alone and reported with their reasons."""
 
@@ -225,17 +225,106 @@ def pooler_model() -> onnx.ModelProto:
     return export(FourLevelPooler(), args, POOLER_NAMES, 16, {"boxes": {0: "rois"}})
 
 
-def test_multi_scale_roi_align_merge_is_a_near_miss_and_each_level_is_rewritten(pooler_model) -> None:
+def test_multi_scale_roi_align_merge_is_one_node_with_the_same_values(pooler_model) -> None:
     rewritten, report = optimize_with_report(pooler_model)
-    assert [(m.rule, m.node) for m in report.near_misses] == [
-        ("multi-level-roi-align", "/pool/ScatterElements_3 (ScatterElements)")
-    ]
-    assert "over 4 levels" in report.near_misses[0].reason and "1e-6" in report.near_misses[0].reason
+    assert [r.rule for r in report.rewrites] == ["multi-level-roi-align"] and not report.near_misses
+    assert report.rewrites[0].made == "/pool/ScatterElements_3/ortops_RoIAlignByLevel (ortops::RoIAlignByLevel)"
     counts = op_counts(rewritten)
-    assert counts["ortops::RoIAlign"] == 4 and counts["ai.onnx::ScatterElements"] == 4
-    assert "ortops::MultiLevelRoIAlign" not in counts
+    assert counts["ortops::RoIAlignByLevel"] == 1
+    assert not {"ai.onnx::RoiAlign", "ai.onnx::ScatterElements", "ai.onnx::NonZero", "ortops::RoIAlign"} & set(counts)
+    # The LevelMapper stays: ONNX Runtime computes each roi's level as before.
+    assert counts["ai.onnx::Log"] == 1 and counts["ai.onnx::Floor"] == 1
+    # Every level, rois at a level boundary (where mmdet's formula would choose another map),
+    # a roi past the image, one roi and none.
+    boxes = np.concatenate([random_boxes(60), boundary_boxes(), [[-50, -50, 400, 400]]])
+    for count in (len(boxes), 1, 0):
+        feeds = pooler_inputs(boxes[:count])
+        np.testing.assert_array_equal(run(rewritten, feeds)[0], run(pooler_model, feeds)[0])
+
+
+class TwoImagePooler(FourLevelPooler):
+    """FourLevelPooler on a batch of two images, each with its own boxes."""
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        *maps, first, second = args
+        return self.pool(dict(zip(["0", "1", "2", "3"], maps)), [first, second], [(256, 256), (256, 200)])
+
+
+def test_a_merge_over_two_images_is_one_node_with_the_same_values() -> None:
+    """The rois of two images' boxes, and their levels, are joined image after image; the rule
+    proves both joins the same."""
+    rng = np.random.default_rng(5)
+    maps = [rng.normal(size=(2, 3, 64 >> level, 64 >> level)).astype(np.float32) for level in range(4)]
+    names = ["f0", "f1", "f2", "f3", "first", "second"]
+    boxes = random_boxes(30).astype(np.float32)
+    feeds = dict(zip(names, [*maps, boxes[:18], boxes[18:]]))
+    args = tuple(torch.from_numpy(feeds[name]) for name in names)
+    model = export(TwoImagePooler(), args, names, 16, {"first": {0: "r1"}, "second": {0: "r2"}})
+    rewritten, report = optimize_with_report(model)
+    assert [r.rule for r in report.rewrites] == ["multi-level-roi-align"] and not report.near_misses
+    for first, second in ((18, 30), (0, 30), (18, 18)):
+        feeds = dict(zip(names, [*maps, boxes[:first], boxes[first:second]]))
+        np.testing.assert_array_equal(run(rewritten, feeds)[0], run(model, feeds)[0])
+
+
+def with_nodes_changed(model: onnx.ModelProto, op_type: str, change: object) -> onnx.ModelProto:
+    """A copy of ``model`` with ``change(node)`` applied to each of its ``op_type`` nodes."""
+    changed = onnx.ModelProto()
+    changed.CopyFrom(model)
+    for node in changed.graph.node:
+        if node.op_type == op_type:
+            change(node)  # type: ignore[operator]
+    return changed
+
+
+def max_mode(node: onnx.NodeProto) -> None:
+    node.attribute.append(helper.make_attribute("mode", "max"))
+
+
+def level_seven(node: onnx.NodeProto) -> None:
+    """The Equal that picks level 1's rois compares with 7 instead (no roi's level)."""
+    if node.name == "/pool/Equal_1":
+        node.input[1] = "seven"
+
+
+@pytest.mark.parametrize(
+    ("op_type", "change", "reason", "roi_aligns"),
+    [
+        ("RoiAlign", max_mode, "a level's RoiAlign: mode 'max'", 0),
+        ("Equal", level_seven, "the levels compared with are [0, 2, 3, 7], not 0 to 3", 4),
+    ],
+)
+def test_a_merge_that_is_not_proven_is_left_alone_and_reported(
+    pooler_model, op_type: str, change: object, reason: str, roi_aligns: int
+) -> None:
+    model = with_nodes_changed(pooler_model, op_type, change)
+    model.graph.initializer.append(helper.make_tensor("seven", TensorProto.INT64, [], [7]))
+    rewritten, report = optimize_with_report(model)
+    misses = [(m.rule, m.node, m.reason) for m in report.near_misses if m.rule == "multi-level-roi-align"]
+    assert len(misses) == 1 and misses[0][1] == "/pool/ScatterElements_3 (ScatterElements)"
+    assert misses[0][2].startswith(f"torchvision's MultiScaleRoIAlign over 4 levels: {reason}")
+    counts = op_counts(rewritten)
+    assert counts["ai.onnx::ScatterElements"] == 4 and "ortops::RoIAlignByLevel" not in counts
+    assert counts["ortops::RoIAlign"] == roi_aligns  # roi-align still takes each level it can
     feeds = pooler_inputs(random_boxes(20))
-    np.testing.assert_array_equal(run(rewritten, feeds)[0], run(pooler_model, feeds)[0])
+    np.testing.assert_array_equal(run(rewritten, feeds)[0], run(model, feeds)[0])
+
+
+def test_levels_that_are_not_the_rois_rows_are_a_near_miss(pooler_model) -> None:
+    """The node needs one level per roi; a merge whose levels come from elsewhere (here a model
+    input of the same rank) is not proven to have them."""
+    model = onnx.ModelProto()
+    model.CopyFrom(pooler_model)
+    levels = next(n.input[0] for n in model.graph.node if n.name == "/pool/Equal")
+    for node in model.graph.node:
+        if node.op_type == "Equal" and node.input[0] == levels:
+            node.input[0] = "given_levels"
+    model.graph.input.append(helper.make_tensor_value_info("given_levels", TensorProto.INT64, ["rois"]))
+    rewritten, report = optimize_with_report(model)
+    assert [m.reason.split(": ", 1)[1] for m in report.near_misses if m.rule == "multi-level-roi-align"] == [
+        "the levels and the rois are not proven to have the same rows"
+    ]
+    assert "ortops::RoIAlignByLevel" not in op_counts(rewritten)
 
 
 def boundary_boxes() -> np.ndarray:
@@ -246,9 +335,10 @@ def boundary_boxes() -> np.ndarray:
 
 
 def test_ortops_multi_level_roi_align_really_maps_boundary_rois_to_other_levels(pooler_model) -> None:
-    """Why the merge is a near-miss: ortops::MultiLevelRoIAlign with torchvision's scales
-    (finest_scale 56 for level 2, strides 4 to 32, legacy sampling) pools some rois just under a
-    level boundary from another map than torchvision's export does."""
+    """Why the merge becomes RoIAlignByLevel with the file's levels, not MultiLevelRoIAlign:
+    that node with torchvision's scales (finest_scale 56 for level 2, strides 4 to 32, legacy
+    sampling) pools some rois just under a level boundary from another map than torchvision's
+    export does."""
     merged = helper.make_node(
         "MultiLevelRoIAlign",
         ["rows", "f0", "f1", "f2", "f3"],

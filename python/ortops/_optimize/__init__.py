@@ -29,9 +29,9 @@ OPTIMIZE_EXTRA = 'pip install "ortops[optimize]"'
 #: The modules that define rules, each with ``RULE`` (a :class:`Rule`), in the order the rules run.
 RULE_MODULES: tuple[str, ...] = (
     "ortops._optimize._group_norm",
-    "ortops._optimize._roi_align",
-    # After roi-align: the merge it reports keeps the per-level RoIAligns that rule made.
+    # Before roi-align, which then rewrites the RoiAligns of the merges it could not prove.
     "ortops._optimize._multi_level_roi_align",
+    "ortops._optimize._roi_align",
     "ortops._optimize._deformable_attention",
     "ortops._optimize._non_max_suppression",
     # After deformable-attention, which takes whole blocks of GridSamples first.
@@ -270,6 +270,89 @@ def attribute(node: ir.Node, name: str, default: Any) -> Any:
     if attr is None:
         return default
     return attr.value
+
+
+# --- editing a graph, for the rules' walks -------------------------------------------------------
+
+
+def insert_node(
+    graph: Any, before: ir.Node, op: str, inputs: Sequence[ir.Value], domain: str = "", **attrs: Any
+) -> ir.Value:
+    """A new node ``domain::op`` of ``inputs`` put in ``graph`` before ``before``; its output.
+    Attributes: numpy arrays become tensors, strings strings, floats and lists of floats
+    float32s, ints and lists of ints int64s."""
+    import numpy as np
+    import onnx_ir as ir
+
+    attributes = []
+    for name, v in attrs.items():
+        if isinstance(v, np.ndarray):
+            attributes.append(ir.AttrTensor(name, ir.tensor(v)))
+        elif isinstance(v, str):
+            attributes.append(ir.AttrString(name, v))
+        elif isinstance(v, float):
+            attributes.append(ir.AttrFloat32(name, v))
+        elif isinstance(v, list) and any(isinstance(x, float) for x in v):
+            attributes.append(ir.AttrFloat32s(name, [float(x) for x in v]))
+        elif isinstance(v, list):
+            attributes.append(ir.AttrInt64s(name, [int(x) for x in v]))
+        else:
+            attributes.append(ir.AttrInt64(name, int(v)))
+    node = ir.Node(domain, op, list(inputs), attributes, num_outputs=1)
+    graph.insert_before(before, node)
+    return node.outputs[0]
+
+
+def insert_constant(graph: Any, before: ir.Node, array: np.ndarray) -> ir.Value:
+    """A Constant node holding ``array``, put before ``before``; its output, whose value the
+    later checks can read (:func:`constant`)."""
+    import onnx_ir as ir
+
+    value = insert_node(graph, before, "Constant", [], value=array)
+    value.const_value = ir.tensor(array)
+    return value
+
+
+def replace_value(graph: Any, old: ir.Value, new: ir.Value) -> None:
+    """Every reader of ``old`` reads ``new`` instead, which takes ``old``'s type and shape (and
+    its name and place, when ``old`` is a graph output)."""
+    new.shape, new.dtype = old.shape, old.dtype
+    for user, index in list(old.uses()):
+        user.replace_input_with(index, new)
+    if old.is_graph_output():
+        outputs = graph.outputs
+        for i, v in enumerate(outputs):
+            if v is old:
+                outputs[i] = new
+        name = old.name
+        old.name = f"{name}_replaced"
+        new.name = name
+
+
+def dead_nodes(graph: Any) -> set[int]:
+    """The ids of the nodes of ``graph`` whose outputs nothing reads (directly or through other
+    such nodes)."""
+    gone: set[int] = set()
+    nodes = list(graph)
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(nodes):
+            if id(node) in gone:
+                continue
+            if all(not o.is_graph_output() and all(id(u) in gone for u, _ in o.uses()) for o in node.outputs):
+                gone.add(id(node))
+                changed = True
+    return gone
+
+
+def record_replacement(graph: Any, dead_before: set[int], node: ir.Node) -> None:
+    """Records, for a walk, that ``node`` replaced the nodes that have died since
+    ``dead_before`` (:func:`dead_nodes` before the rewrite): the block's own, less those still
+    read elsewhere, plus the shape computations only the block read. Constants are not listed."""
+    dead_after = dead_nodes(graph)
+    replaced = [n for n in graph if id(n) in dead_after - dead_before and n.op_type != "Constant"]
+    record_rewrite(graph, replaced, node)
 
 
 # --- running ------------------------------------------------------------------------------------

@@ -29,7 +29,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ortops._optimize import ORTOPS_DOMAIN, Rule, attribute, constant, record_near_miss, record_rewrite
+from ortops._optimize import (
+    ORTOPS_DOMAIN,
+    Rule,
+    attribute,
+    constant,
+    dead_nodes,
+    insert_constant,
+    insert_node,
+    record_near_miss,
+    record_replacement,
+    replace_value,
+)
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -926,88 +937,54 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
 # --- the rewrite ---------------------------------------------------------------------------------
 
 
-def _new(graph: Any, before: ir.Node, op: str, inputs: list[ir.Value], domain: str = "", **attrs: Any) -> ir.Value:
-    import onnx_ir as ir
-
-    attributes = []
-    for name, v in attrs.items():
-        if isinstance(v, np.ndarray):
-            attributes.append(ir.AttrTensor(name, ir.tensor(v)))
-        elif isinstance(v, list):
-            attributes.append(ir.AttrInt64s(name, [int(x) for x in v]))
-        else:
-            attributes.append(ir.AttrInt64(name, int(v)))
-    node = ir.Node(domain, op, inputs, attributes, num_outputs=1)
-    graph.insert_before(before, node)
-    return node.outputs[0]
-
-
-def _constant(graph: Any, before: ir.Node, array: np.ndarray) -> ir.Value:
-    import onnx_ir as ir
-
-    value = _new(graph, before, "Constant", [], value=array)
-    value.const_value = ir.tensor(array)
-    return value
-
-
 def _rewrite(graph: Any, block: _Block) -> ir.Node:
     before = block.final
     dtype = block.value.dtype
     if all(src is None for src in block.size_sources):
         shapes = np.array([[int(h), int(w)] for h, w in block.sizes], np.int64)
-        spatial = _constant(graph, before, shapes)
+        spatial = insert_constant(graph, before, shapes)
         areas = shapes[:, 0] * shapes[:, 1]
-        starts = _constant(graph, before, np.concatenate([[0], np.cumsum(areas)[:-1]]).astype(np.int64))
+        starts = insert_constant(graph, before, np.concatenate([[0], np.cumsum(areas)[:-1]]).astype(np.int64))
     else:
         # Dynamic sizes: each level's (H_l, W_l) is read from the target of the Reshape that
         # made its [N * M, D, H_l, W_l] map (entries 2 and 3, proven equal to H_l and W_l).
         rows = []
         for (h, w), reshape in zip(block.sizes, block.size_sources):
             if reshape is None:
-                rows.append(_constant(graph, before, np.array([int(h), int(w)], np.int64)))
+                rows.append(insert_constant(graph, before, np.array([int(h), int(w)], np.int64)))
             else:
-                two, four, zero = (_constant(graph, before, np.array([v], np.int64)) for v in (2, 4, 0))
-                rows.append(_new(graph, before, "Slice", [reshape.inputs[1], two, four, zero]))
-        pairs = _new(graph, before, "Concat", rows, axis=0)
-        spatial = _new(graph, before, "Reshape", [pairs, _constant(graph, before, np.array([-1, 2], np.int64))])
-        column = [_constant(graph, before, np.array(v, np.int64)) for v in (0, 1)]
-        heights, widths = (_new(graph, before, "Gather", [spatial, c], axis=1) for c in column)
-        areas = _new(graph, before, "Mul", [heights, widths])
-        starts = _new(graph, before, "CumSum", [areas, column[0]], exclusive=1)
+                two, four, zero = (insert_constant(graph, before, np.array([v], np.int64)) for v in (2, 4, 0))
+                rows.append(insert_node(graph, before, "Slice", [reshape.inputs[1], two, four, zero]))
+        pairs = insert_node(graph, before, "Concat", rows, axis=0)
+        spatial = insert_node(
+            graph, before, "Reshape", [pairs, insert_constant(graph, before, np.array([-1, 2], np.int64))]
+        )
+        column = [insert_constant(graph, before, np.array(v, np.int64)) for v in (0, 1)]
+        heights, widths = (insert_node(graph, before, "Gather", [spatial, c], axis=1) for c in column)
+        areas = insert_node(graph, before, "Mul", [heights, widths])
+        starts = insert_node(graph, before, "CumSum", [areas, column[0]], exclusive=1)
     if isinstance(block.locations, np.ndarray):
-        locations = _constant(graph, before, block.locations)
+        locations = insert_constant(graph, before, block.locations)
     else:
         locations = block.locations
     if locations.dtype != dtype:
         # A float64 grid (HuggingFace's TorchScript exports) feeding a float value: the node
         # takes one element type, so the locations are cast to the value's.
-        locations = _new(graph, before, "Cast", [locations], to=dtype.value)
+        locations = insert_node(graph, before, "Cast", [locations], to=dtype.value)
     if block.locations_rank == 5 and not block.points_per_level:
         target = np.array([0, 0, 0, block.levels, block.points, 2], np.int64)
-        locations = _new(graph, before, "Reshape", [locations, _constant(graph, before, target)])
-    weights = _constant(graph, before, block.weights) if isinstance(block.weights, np.ndarray) else block.weights
+        locations = insert_node(graph, before, "Reshape", [locations, insert_constant(graph, before, target)])
+    weights = insert_constant(graph, before, block.weights) if isinstance(block.weights, np.ndarray) else block.weights
     if weights.dtype != dtype:
-        weights = _new(graph, before, "Cast", [weights], to=dtype.value)
+        weights = insert_node(graph, before, "Cast", [weights], to=dtype.value)
     if block.weights_rank == 4 and not block.points_per_level:
         target = np.array([0, 0, 0, block.levels, block.points], np.int64)
-        weights = _new(graph, before, "Reshape", [weights, _constant(graph, before, target)])
+        weights = insert_node(graph, before, "Reshape", [weights, insert_constant(graph, before, target)])
     inputs = [block.value, spatial, starts, locations, weights]
     # With points_per_level the node takes the concat form's [N, Lq, M, sum(P_l), ...] as they are.
     points_per_level = {"points_per_level": block.points_per_level} if block.points_per_level else {}
-    output = _new(graph, before, "MultiScaleDeformableAttention", inputs, ORTOPS_DOMAIN, **points_per_level)
-    old = block.final.outputs[0]
-    output.shape, output.dtype = old.shape, old.dtype
-    old_users = list(old.uses())
-    for user, index in old_users:
-        user.replace_input_with(index, output)
-    if old.is_graph_output():
-        outputs = graph.outputs
-        for i, v in enumerate(outputs):
-            if v is old:
-                outputs[i] = output
-        name = old.name
-        old.name = f"{name}_replaced"
-        output.name = name
+    output = insert_node(graph, before, "MultiScaleDeformableAttention", inputs, ORTOPS_DOMAIN, **points_per_level)
+    replace_value(graph, block.final.outputs[0], output)
     return output.producer()
 
 
@@ -1032,22 +1009,6 @@ def _joins(graph: Any) -> list[tuple[ir.Node, list[ir.Node], bool]]:
     return found
 
 
-def _dead(graph: Any) -> set[int]:
-    """The nodes of ``graph`` whose outputs nothing reads (directly or through other such nodes)."""
-    gone: set[int] = set()
-    nodes = list(graph)
-    changed = True
-    while changed:
-        changed = False
-        for node in reversed(nodes):
-            if id(node) in gone:
-                continue
-            if all(not o.is_graph_output() and all(id(u) in gone for u, _ in o.uses()) for o in node.outputs):
-                gone.add(id(node))
-                changed = True
-    return gone
-
-
 def _walk(graph: Any, model: ir.Model) -> None:
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
     for join, samplers, stacked in _joins(graph):
@@ -1059,13 +1020,10 @@ def _walk(graph: Any, model: ir.Model) -> None:
         except _Refused as refusal:
             record_near_miss(graph, join, str(refusal))
             continue
-        dead_before = _dead(graph)
-        made_node = _rewrite(graph, block)
-        dead_after = _dead(graph)
         # The nodes that go away: the block's, less those still read elsewhere (a value split
         # that other layers share), plus the shape computations only the block read.
-        replaced = [n for n in graph if id(n) in dead_after - dead_before and n.op_type != "Constant"]
-        record_rewrite(graph, replaced, made_node)
+        dead_before = dead_nodes(graph)
+        record_replacement(graph, dead_before, _rewrite(graph, block))
 
 
 RULE = Rule(

@@ -49,45 +49,54 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _check(context: Any, x: ir.Value, rois: ir.Value, batch_indices: ir.Value, y: ir.Value) -> Any:
-    node = y.producer()
-    version = opset_version(context)
+def roi_align_facts(node: ir.Node, version: int | None) -> dict[str, Any] | str:
+    """What ortops::RoIAlign needs to compute ONNX RoiAlign ``node`` (of ONNX opset
+    ``version``) exactly: its attributes as ortops' (aligned, sampling_ratio, output_height,
+    output_width, spatial_scale); or, where it cannot, the reason."""
+    x, rois, batch_indices = (node.inputs[i] if i < len(node.inputs) else None for i in range(3))
+    if x is None or rois is None or batch_indices is None:
+        return "an input is missing"
     if version is None or version < 10:
-        return refuse(context, node, f"the model imports ONNX opset {version}, without RoiAlign")
+        return f"the model imports ONNX opset {version}, without RoiAlign"
     mode = _text(attribute(node, "mode", "avg")).lower()
     if mode != "avg":
-        return refuse(
-            context,
-            node,
+        return (
             f"mode '{mode}': ONNX Runtime's max mode takes the largest bilinear-weighted corner value of each "
             "sample, ortops::RoIAlign the largest interpolated sample (TRT::ROIAlign_TRT computes ONNX Runtime's "
-            "max, no faster on the CPU)",
+            "max, no faster on the CPU)"
         )
     # Opset 10 has no attribute and samples as output_half_pixel; from 16 on the default is half_pixel.
     default_transform = "half_pixel" if version >= 16 else "output_half_pixel"
     transform = _text(attribute(node, "coordinate_transformation_mode", default_transform))
     if transform not in ("half_pixel", "output_half_pixel"):
-        return refuse(context, node, f"coordinate_transformation_mode '{transform}' is not an ONNX value")
+        return f"coordinate_transformation_mode '{transform}' is not an ONNX value"
     sampling_ratio = int(attribute(node, "sampling_ratio", 0))
     output_height = int(attribute(node, "output_height", 1))
     output_width = int(attribute(node, "output_width", 1))
     if sampling_ratio < 0 or output_height < 1 or output_width < 1:
-        return refuse(context, node, "sampling_ratio is negative or an output size below 1 (ONNX Runtime refuses it)")
+        return "sampling_ratio is negative or an output size below 1 (ONNX Runtime refuses it)"
     if x.dtype is None or x.dtype.name not in _FLOAT_TYPES or rois.dtype != x.dtype:
-        return refuse(context, node, f"element type {x.dtype} (ONNX Runtime's RoiAlign takes float and double)")
+        return f"element type {x.dtype} (ONNX Runtime's RoiAlign takes float and double)"
     if batch_indices.dtype is None or batch_indices.dtype.name != "INT64":
-        return refuse(context, node, "batch_indices are not int64")
+        return "batch_indices are not int64"
+    return {
+        "aligned": int(transform == "half_pixel"),
+        "sampling_ratio": sampling_ratio,
+        "output_height": output_height,
+        "output_width": output_width,
+        "spatial_scale": float(attribute(node, "spatial_scale", 1.0)),
+    }
+
+
+def _check(context: Any, x: ir.Value, rois: ir.Value, batch_indices: ir.Value, y: ir.Value) -> Any:
+    node = y.producer()
+    facts = roi_align_facts(node, opset_version(context))
+    if isinstance(facts, str):
+        return refuse(context, node, facts)
     shape = static_shape(x)
     if shape is not None and shape[0] is not None and shape[0] > _EXACT_INDEX_LIMIT[x.dtype.name]:
         return refuse(context, node, f"a batch of {shape[0]} images: its indices are not exact in {x.dtype}")
-    return accept(
-        context,
-        aligned=int(transform == "half_pixel"),
-        sampling_ratio=sampling_ratio,
-        output_height=output_height,
-        output_width=output_width,
-        spatial_scale=float(attribute(node, "spatial_scale", 1.0)),
-    )
+    return accept(context, **facts)
 
 
 def _rewrite(op: Any, x: ir.Value, rois: ir.Value, batch_indices: ir.Value, **_: Any) -> ir.Value:
