@@ -22,6 +22,7 @@ from ortops.torch.nms_match import nms_match
 from ortops.torch.nms_rotated import nms_rotated
 from ortops.torch.non_max_suppression import non_max_suppression
 from ortops.torch.roi_align import roi_align
+from ortops.torch.roi_align_by_level import roi_align_by_level
 from ortops.torch.roi_align_rotated import roi_align_rotated
 from ortops.torch.rotated_feature_align import rotated_feature_align
 from ortops.torch.soft_nms import soft_nms
@@ -49,6 +50,7 @@ __all__ = [
     "nms_rotated",
     "non_max_suppression",
     "roi_align",
+    "roi_align_by_level",
     "roi_align_rotated",
     "rotated_feature_align",
     "soft_nms",

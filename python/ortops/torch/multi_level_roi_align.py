@@ -13,6 +13,22 @@ from ortops.torch._op import Arg, BadArgument, Op, Tensors
 from ortops.torch._sampling import sample_planes
 
 
+def check_pyramid(features: Sequence[torch.Tensor], rois: torch.Tensor) -> None:
+    """The shapes every multi-level op's kernel checks: one or more feature maps [N, C, H_l, W_l]
+    of one N and C, and rois [R, 5]."""
+    if not features:
+        raise BadArgument("needs at least one feature map, got none")
+    first = features[0]
+    for i, level in enumerate(features):
+        if level.dim() != 4 or level.shape[:2] != first.shape[:2]:
+            raise BadArgument(
+                f"every level needs the same N and C, but features[{i}] has shape {list(level.shape)} "
+                f"and features[0] {list(first.shape)}"
+            )
+    if rois.dim() != 2 or rois.shape[1] != 5:
+        raise BadArgument(f"rois must have shape [R, 5], got {list(rois.shape)}")
+
+
 def _check(
     features: Sequence[torch.Tensor],
     rois: torch.Tensor,
@@ -27,17 +43,7 @@ def _check(
 ) -> None:
     """The kernel's checks, with its messages where it has them (the torch implementation,
     which runs on other devices, checks nothing itself)."""
-    if not features:
-        raise BadArgument("needs at least one feature map, got none")
-    first = features[0]
-    for i, level in enumerate(features):
-        if level.dim() != 4 or level.shape[:2] != first.shape[:2]:
-            raise BadArgument(
-                f"every level needs the same N and C, but features[{i}] has shape {list(level.shape)} "
-                f"and features[0] {list(first.shape)}"
-            )
-    if rois.dim() != 2 or rois.shape[1] != 5:
-        raise BadArgument(f"rois must have shape [R, 5], got {list(rois.shape)}")
+    check_pyramid(features, rois)
     if len(featmap_strides) != len(features):
         raise BadArgument(
             f"featmap_strides lists {len(featmap_strides)} strides, but there are {len(features)} feature maps"
@@ -53,7 +59,7 @@ def _check(
     single.check_pooling(output_height, output_width, sampling_ratio)
     if aligned not in (0, 1):
         raise BadArgument(f"aligned must be 0 or 1, got {aligned}")
-    single.check_rois(rois, first.shape[0], "the features have")
+    single.check_rois(rois, features[0].shape[0], "the features have")
 
 
 def map_levels(rois: torch.Tensor, finest_scale: int, levels: int) -> torch.Tensor:
@@ -77,6 +83,65 @@ def rescale(rois: torch.Tensor, factor: float) -> torch.Tensor:
     return torch.stack([rois[:, 0], cx - half_w, cy - half_h, cx + half_w, cy + half_h], 1)
 
 
+def pool_levels(
+    features: Sequence[torch.Tensor],
+    rois: torch.Tensor,
+    level: torch.Tensor,
+    spatial_scales: Sequence[float],
+    output_height: int,
+    output_width: int,
+    sampling_ratio: int,
+    max_mode: bool,
+    aligned: int,
+) -> torch.Tensor:
+    """RoIAlign's torch implementation, each roi reading its own level: roi r pooled from
+    ``features[level[r]]`` with spatial scale ``spatial_scales[level[r]]``; a roi whose level is
+    outside [0, L) gives zeros.
+
+    Args:
+        features: one ``Tensor[N, C, H_l, W_l]`` per level.
+        rois: ``Tensor[R, 5]``, (batch_index, x1, y1, x2, y2).
+        level: ``Tensor[R]`` int64, each roi's level.
+
+    Returns:
+        ``Tensor[R, C, output_height, output_width]``.
+
+    Without data-dependent shapes (each roi's level selects its map by index, not the rois by
+    level), so that torch.compile can trace it for a fixed ``sampling_ratio`` (it is the
+    backward).
+    """
+    r, c = rois.shape[0], features[0].shape[1]
+    if r == 0 or c == 0:
+        return rois.new_zeros((r, c, output_height, output_width))
+    # Every level's maps as one [C, P] matrix of pixels; per roi, its level's size, spatial
+    # scale and where its image starts in that matrix. A roi on no level keeps size 0, which
+    # sample_planes reads as 0.
+    planes = torch.cat([f.permute(1, 0, 2, 3).reshape(c, -1) for f in features], 1)
+    height, width, start = torch.zeros_like(level), torch.zeros_like(level), torch.zeros_like(level)
+    scale = torch.zeros_like(rois[:, 0])
+    offset = 0
+    for index, (feature, spatial_scale) in enumerate(zip(features, spatial_scales)):
+        here = level == index
+        height = torch.where(here, feature.shape[2], height)
+        width = torch.where(here, feature.shape[3], width)
+        start = torch.where(here, offset, start)
+        scale = torch.where(here, spatial_scale, scale)  # a double rounded to the rois' dtype, as the kernel's
+        offset = offset + feature.shape[0] * feature.shape[2] * feature.shape[3]
+    # A roi on no level is not checked: it may be NaN or far away, which would give NaN (NaN
+    # times a zero weight) or a huge adaptive grid; it is pooled as a box of zeros instead.
+    on_level = (level >= 0) & (level < len(features))
+    rois = torch.where(on_level[:, None], rois, 0)
+    base = start + rois[:, 0].long() * height * width
+
+    def sample(rows: torch.Tensor | None, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        if rows is None:
+            return sample_planes(planes, base, height, width, y, x)
+        return sample_planes(planes, base[rows], height[rows], width[rows], y, x)
+
+    geometry = single._geometry(rois, scale, output_height, output_width, aligned)
+    return single._pool(sample, c, geometry, (output_height, output_width), sampling_ratio, max_mode)
+
+
 def _reference(
     features: list[torch.Tensor],
     rois: torch.Tensor,
@@ -90,35 +155,20 @@ def _reference(
     aligned: int,
 ) -> torch.Tensor:
     """The kernel's semantics in differentiable torch ops (non-CPU tensors and gradients):
-    RoIAlign's torch implementation, each roi reading its own level. Without data-dependent
-    shapes (each roi's level selects its map by index, not the rois by level), so that
-    torch.compile can trace it for a fixed ``sampling_ratio`` (it is the backward)."""
-    r, c = rois.shape[0], features[0].shape[1]
-    if r == 0 or c == 0:
-        return rois.new_zeros((r, c, output_height, output_width))
+    each roi's level by mmdet's mapping, from the roi before it is rescaled."""
     level = map_levels(rois, finest_scale, len(features))
-    # Every level's maps as one [C, P] matrix of pixels; per roi, its level's size, spatial
-    # scale and where its image starts in that matrix.
-    planes = torch.cat([f.permute(1, 0, 2, 3).reshape(c, -1) for f in features], 1)
-    height, width, start = torch.zeros_like(level), torch.zeros_like(level), torch.zeros_like(level)
-    scale = torch.zeros_like(rois[:, 0])
-    offset = 0
-    for index, (feature, stride) in enumerate(zip(features, featmap_strides)):
-        here = level == index
-        height = torch.where(here, feature.shape[2], height)
-        width = torch.where(here, feature.shape[3], width)
-        start = torch.where(here, offset, start)
-        scale = torch.where(here, 1.0 / stride, scale)  # as mmdet: 1 / stride in double, then float32
-        offset = offset + feature.shape[0] * feature.shape[2] * feature.shape[3]
-    base = start + rois[:, 0].long() * height * width
-
-    def sample(rows: torch.Tensor | None, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        if rows is None:
-            return sample_planes(planes, base, height, width, y, x)
-        return sample_planes(planes, base[rows], height[rows], width[rows], y, x)
-
-    geometry = single._geometry(rescale(rois, roi_scale_factor), scale, output_height, output_width, aligned)
-    return single._pool(sample, c, geometry, (output_height, output_width), sampling_ratio, pool_mode == "max")
+    scales = [1.0 / stride for stride in featmap_strides]  # as mmdet: 1 / stride in double, then float32
+    return pool_levels(
+        features,
+        rescale(rois, roi_scale_factor),
+        level,
+        scales,
+        output_height,
+        output_width,
+        sampling_ratio,
+        pool_mode == "max",
+        aligned,
+    )
 
 
 MULTI_LEVEL_ROI_ALIGN = Op(

@@ -42,16 +42,21 @@ def check_pooling(output_height: int, output_width: int, sampling_ratio: int) ->
         )
 
 
-def check_rois(rois: torch.Tensor, images: int, holder: str) -> None:
+def check_rois(rois: torch.Tensor, images: int, holder: str, read: torch.Tensor | None = None) -> None:
     """Every roi finite, its batch index (truncated toward zero, as mmcv) one of the ``images``
-    that ``holder`` ("input has", "the features have") has."""
+    that ``holder`` ("input has", "the features have") has. ``read`` (Tensor[R] bool): the rois
+    the kernel reads, the only ones it checks; None: all."""
     if rois.shape[0] == 0:
         return
     finite = torch.isfinite(rois).all(1)
+    if read is not None:
+        finite = finite | ~read
     if not bool(finite.all()):
         raise BadArgument(f"roi {int((~finite).nonzero()[0, 0])} in input 'rois' is not finite")
     index = rois[:, 0].long()
     bad = (index < 0) | (index >= images)
+    if read is not None:
+        bad = bad & read
     if bool(bad.any()):
         r = int(bad.nonzero()[0, 0])
         raise BadArgument(f"roi {r} has batch index {float(rois[r, 0])}, but {holder} {images} images")

@@ -250,6 +250,18 @@ def test_every_value_of_a_variadic_input_is_checked() -> None:
     assert problem.kind == "input-type" and "input 3 'features' (tensor 'p4') is float64" in problem.message
 
 
+@pytest.mark.parametrize(
+    ("levels", "p3", "named"),
+    [(np.int64, np.float64, "input 3 'features' (tensor 'p3') is float64"), (np.int32, np.float32, "input 1 'levels'")],
+)
+def test_a_variadic_input_after_an_input_of_another_type_is_checked_at_its_position(levels, p3, named) -> None:
+    """RoIAlignByLevel: rois (float32), levels (int64), then the variadic features (float32)."""
+    inputs = [("rois", np.float32, 2), ("levels", levels, 1), ("p2", np.float32, 4), ("p3", p3, 4)]
+    model = make_model("RoIAlignByLevel", "ortops", inputs, ["Y"], spatial_scales=[0.25, 0.125])
+    (problem,) = ortops.check_model(model)
+    assert problem.kind == "input-type" and named in problem.message
+
+
 def test_unknown_types_are_not_guessed() -> None:
     model = make_model("NMS", "ortops", NMS_INPUTS, ["indices"])
     model.graph.input[0].type.tensor_type.elem_type = 0  # undefined

@@ -55,6 +55,11 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
         r"rois must have shape \[R, 5\], got \[3, 4\]",
     ),
     (
+        "roi_align_by_level",
+        lambda: ot.roi_align_by_level([z(1, 2, 4, 4)], z(3, 5), torch.zeros(2, dtype=torch.int64), 2, [0.25]),
+        r"input 'levels' must hold one level per roi, shape \[3\], got \[2\]",
+    ),
+    (
         "rotated_feature_align",
         lambda: ot.rotated_feature_align(z(1, 2, 3, 3), z(1, 3, 3, 4)),
         r"best_rbboxes must be \[1, 3, 3, 5\], got \[1, 3, 3, 4\]",

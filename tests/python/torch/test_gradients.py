@@ -94,6 +94,30 @@ def test_multi_level_roi_align_backward_is_its_torch_implementations(mode: str) 
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_by_level_backward_is_its_torch_implementations(mode: str) -> None:
+    """As multi_level_roi_align's: the torch implementation gradchecked in float64, and the op's
+    backward (float32 kernel forward) is its backward; a roi on no level gets no gradient."""
+    module = importlib.import_module("ortops.torch.roi_align_by_level")
+    gen = _rng(16)
+    levels = [torch.rand(2, 3, 16 >> k, 18 >> k, generator=gen, dtype=torch.float64) for k in range(3)]
+    rois = _rois(6, 60, gen, torch.float64)
+    level = torch.tensor([0, 2, 1, -1, 3, 1])
+    args = (2, 3, [0.25, 0.125, 0.0625], 0, mode, 1)
+    inputs = tuple(t.requires_grad_() for t in levels)
+    torch.autograd.gradcheck(lambda *t: module._reference(list(t), rois, level, *args), inputs)
+    single = [t.detach().float().requires_grad_() for t in levels]
+    grad = torch.rand(6, 3, 2, 3, generator=gen)
+    ours = torch.autograd.grad(torch.ops.ortops.roi_align_by_level(single, rois.float(), level, *args), single, grad)
+    reference = [t.detach().float().requires_grad_() for t in levels]
+    theirs = torch.autograd.grad(module._reference(reference, rois.float(), level, *args), reference, grad)
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    grad[[0, 1, 2, 5]] = 0  # only the rois on no level
+    nothing = torch.autograd.grad(torch.ops.ortops.roi_align_by_level(single, rois.float(), level, *args), single, grad)
+    assert not any(g.any() for g in nothing)
+
+
 @pytest.mark.parametrize("sampling_ratio", [0, 2])
 def test_multi_level_roi_align_backward_matches_torchvision(sampling_ratio: int) -> None:
     gen = _rng(14)

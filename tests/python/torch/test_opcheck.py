@@ -92,6 +92,21 @@ def _cases() -> list[tuple[str, tuple, bool]]:
             ),
             True,
         ),
+        (
+            "roi_align_by_level",  # float32 only
+            (
+                [x.float(), x[:, :, ::2, ::2].float()],
+                torch.tensor([[0, 1, 1, 4, 4], [1, 0, 0, 9, 7], [1, 2, 1, 3, 2]], dtype=torch.float32),
+                torch.tensor([0, 1, 2]),  # the last on no level: zeros
+                2,
+                3,
+                [1.0, 0.5],
+                2,
+                "avg",
+                1,
+            ),
+            True,
+        ),
     ]
 
 
