@@ -18,6 +18,7 @@ PER_LEVEL_TESTS = [
         "roi_align",
         "roi_align_rotated",
         "multi_level_roi_align",
+        "roi_align_by_level",
         "trt_nodes",
         "grid_sample",
         "nms",
