@@ -175,28 +175,35 @@ class _Block:
     facts: dict[str, Any]
 
 
-def _positions_of_level(idx: ir.Value) -> tuple[ir.Value, int]:
-    """(levels, l) for ``idx`` = the positions where the rank-1 ``levels`` equals the constant
-    l: torchvision's ``torch.where(levels == l)[0]`` as the TorchScript exporter writes it
-    (NonZero, Transpose, Split, Squeeze), or NonZero then Squeeze axis 0, Reshape to [-1] or
-    Gather of row 0."""
-    node = idx.producer()
-    nonzero = None
-    if _is(node, "Squeeze") and _axes(node) in ([1], [-1]):
-        split = _producer(node.inputs[0])
-        if _is(split, "Split") and len(split.outputs) == 1 and int(attribute(split, "axis", 0)) in (1, -1):
-            transpose = _producer(split.inputs[0])
-            if _is(transpose, "Transpose") and list(attribute(transpose, "perm", [])) == [1, 0]:
-                nonzero = _producer(transpose.inputs[0])
-    elif _is(node, "Squeeze") and _axes(node) == [0]:
-        nonzero = _producer(node.inputs[0])
-    elif _is(node, "Reshape") and _ints(node.inputs[1]) == [-1]:
-        nonzero = _producer(node.inputs[0])
+# Ops that keep a tensor's values in their flat order (a Split with one output is its input).
+_FLAT_ORDER = ("Squeeze", "Unsqueeze", "Reshape", "Flatten", "Identity", "Split")
+
+
+def _nonzero_of(value: ir.Value) -> ir.Node:
+    """The NonZero whose positions ``value`` holds in its flat order: torchvision's
+    ``torch.where(levels == l)[0]`` as the TorchScript exporter writes it (NonZero, Transpose,
+    Split, Squeeze) and as simplifiers leave it (the Split or the Squeeze gone), or a NonZero
+    reshaped, squeezed or gathered at row 0. The NonZero's input must be rank 1 (checked by
+    :func:`_level_of`): its output [1, K] then has one dimension that is not 1, which the
+    Transpose [1, 0] right after it keeps in order."""
+    node = value.producer()
+    while node is not None and node.domain in _ONNX_DOMAINS and node.op_type in _FLAT_ORDER:
+        if node.op_type == "Split" and len(node.outputs) != 1:
+            break
+        node = _producer(node.inputs[0])
+    if _is(node, "Transpose") and list(attribute(node, "perm", [])) == [1, 0]:
+        node = _producer(node.inputs[0])
     elif _is(node, "Gather") and int(attribute(node, "axis", 0)) == 0 and _ints(node.inputs[1]) == [0]:
-        if constant(node.inputs[1]).ndim == 0:
-            nonzero = _producer(node.inputs[0])
-    if not _is(nonzero, "NonZero"):
+        if constant(node.inputs[1]).ndim == 0:  # row 0 of the [1, K] positions
+            node = _producer(node.inputs[0])
+    if not _is(node, "NonZero"):
         raise _Refused("a level's rois are not chosen as the positions where the levels equal a constant")
+    return node
+
+
+def _level_of(nonzero: ir.Node) -> tuple[ir.Value, int]:
+    """(levels, l) for a NonZero of ``levels == l``: ``levels`` a rank-1 int64 tensor, l a
+    one-element constant."""
     equal = _producer(nonzero.inputs[0])
     if not _is(equal, "Equal"):
         raise _Refused("a level's rois are not chosen by an Equal of the levels and a constant")
@@ -209,12 +216,14 @@ def _positions_of_level(idx: ir.Value) -> tuple[ir.Value, int]:
     raise _Refused("a level's rois are not chosen by an Equal of the levels and a constant")
 
 
-def _gathered_rows(value: ir.Value, idx: ir.Value) -> ir.Value:
-    """The tensor whose rows ``idx`` ``value`` gathers (Gather axis 0 of exactly ``idx``)."""
+def _gathered_rows(value: ir.Value, nonzero: ir.Node) -> ir.Value:
+    """The tensor whose rows ``value`` gathers at the positions of ``nonzero`` (a Gather on
+    axis 0 by a rank-1 index holding them)."""
     node = value.producer()
-    if not (_is(node, "Gather") and int(attribute(node, "axis", 0)) == 0 and node.inputs[1] is idx):
-        raise _Refused("a level's RoiAlign does not read the rows its level's positions gather")
-    return node.inputs[0]
+    if _is(node, "Gather") and int(attribute(node, "axis", 0)) == 0 and _rank(node.inputs[1]) == 1:
+        if _nonzero_of(node.inputs[1]) is nonzero:
+            return node.inputs[0]
+    raise _Refused("a level's RoiAlign does not read the rows its level's positions gather")
 
 
 def _columns(value: ir.Value) -> tuple[ir.Value, list[int], int]:
@@ -228,9 +237,10 @@ def _columns(value: ir.Value) -> tuple[ir.Value, list[int], int]:
     return node.inputs[0], columns, constant(node.inputs[1]).ndim
 
 
-def _rois_of(roi_align: ir.Node, idx: ir.Value) -> ir.Value:
-    """The [R, 5] (batch_index, x1, y1, x2, y2) tensor whose rows ``idx`` gathers to give
-    ``roi_align`` its boxes (columns 1 to 4) and batch indices (column 0, cast to int64)."""
+def _rois_of(roi_align: ir.Node, nonzero: ir.Node) -> ir.Value:
+    """The [R, 5] (batch_index, x1, y1, x2, y2) tensor whose rows at the positions of
+    ``nonzero`` give ``roi_align`` its boxes (columns 1 to 4) and batch indices (column 0, cast
+    to int64)."""
     boxes_rows, columns, _ = _columns(roi_align.inputs[1])
     if columns != [1, 2, 3, 4]:
         raise _Refused(f"a level's RoiAlign takes columns {columns} of the rois as its boxes, not 1 to 4")
@@ -247,8 +257,8 @@ def _rois_of(roi_align: ir.Node, idx: ir.Value) -> ir.Value:
     index_rows, columns, index_rank = _columns(column)
     if columns != [0] or index_rank != (1 if _is(squeeze, "Squeeze") else 0):
         raise _Refused("a level's batch indices are not column 0 of the rois")
-    rois = _gathered_rows(boxes_rows, idx)
-    if _gathered_rows(index_rows, idx) is not rois:
+    rois = _gathered_rows(boxes_rows, nonzero)
+    if _gathered_rows(index_rows, nonzero) is not rois:
         raise _Refused("a level's boxes and batch indices come from different rois")
     if rois.dtype is None or rois.dtype.name != "FLOAT" or rois.shape is None or list(rois.shape)[1:] != [5]:
         raise _Refused("the rois are not a known float32 [R, 5] tensor")
@@ -272,9 +282,9 @@ def _scattered_level(scatter: ir.Node, version: int | None) -> tuple[ir.Value, i
     reshape = _producer(expand.inputs[0]) if _is(expand, "Expand") else None
     if not (_is(reshape, "Reshape") and _ints(reshape.inputs[1]) == [-1, 1, 1, 1]):
         raise _Refused("a level's rows are not scattered at its positions (Expand of a Reshape to [-1, 1, 1, 1])")
-    idx = reshape.inputs[0]
-    levels, level = _positions_of_level(idx)
-    return _rois_of(roi_align, idx), levels, level, roi_align
+    nonzero = _nonzero_of(reshape.inputs[0])
+    levels, level = _level_of(nonzero)
+    return _rois_of(roi_align, nonzero), levels, level, roi_align
 
 
 def _dimension(value: ir.Value) -> tuple[ir.Value, int] | int | None:
