@@ -28,17 +28,20 @@ struct ChannelsLastRoi {
   int64_t channels;
   const PixelTap<A>* taps;  // bins * per_bin of them, bin by bin
   int64_t bins, per_bin;
-  bool max;     // max pooling (the largest sample), else the mean of the samples
-  A max_start;  // max pooling's running start
-  A empty_bin;  // max pooling's value for a bin without samples
-  A* out;       // [C, bins]
-  A* scratch;   // kPoolGroupBins * C elements
+  bool max;         // max pooling (the largest sample), else the mean of the samples
+  bool of_corners;  // max pooling of each sample's largest weighted corner (ONNX's max mode)
+  A max_start;      // max pooling's running start (not of corners)
+  A empty_bin;      // max pooling's value for a bin without samples
+  A* out;           // [C, bins]
+  A* scratch;       // kPoolGroupBins * C elements
 };
 
 // out[c * bins + bin] for every channel and bin: each sample is w0 v0 + w1 v1 + w2 v2 + w3 v3
 // (in that order), summed over the bin's samples in order and divided by their count (at
-// least 1), or maxed from max_start (a NaN sample never replaces the running value) — the
-// per-channel path's arithmetic, so both give the same bits.
+// least 1), or maxed from max_start (a NaN sample never replaces the running value); or, of
+// corners, each sample is the NaN-skipping largest of w0 v0 ... w3 v3 and the bin the
+// NaN-skipping largest of its samples — the per-channel path's arithmetic, so both give the
+// same bits.
 ORTOPS_ISA_DECLARE(void PoolChannelsLast(const ChannelsLastRoi<float>& roi);
                    void PoolChannelsLast(const ChannelsLastRoi<double>& roi))
 

@@ -56,15 +56,23 @@ struct PoolingAttributes {
 };
 
 // Max pooling's running start and the value of a bin without samples (avg pooling: unused).
+// `of_corners`: ONNX's max mode as ONNX Runtime and TensorRT compute it, each sample the
+// largest of its four weighted corners (BilinearTap::ReadMaxOfCorners), the samples' largest
+// taken NaN-skipping (MaxSkippingNaN) from the first; max_start is then unused.
 template <typename A>
 struct PoolMode {
   bool max;
   A max_start, empty_bin;
+  bool of_corners = false;
 };
 
 // Average pooling: the rotated nodes' only mode, and ROIAlign_TRT's mode 1.
 template <typename A>
 constexpr PoolMode<A> kAveragePool{.max = false, .max_start = A(0), .empty_bin = A(0)};
+
+// ONNX's max mode (ONNX Runtime's RoiAlign, TensorRT's ROIAlign_TRT): 0 for a bin without samples.
+template <typename A>
+constexpr PoolMode<A> kMaxOfCorners{.max = true, .max_start = A(0), .empty_bin = A(0), .of_corners = true};
 
 // Whether roi `roi` (`columns` values, the first a batch index into `images` images) passes
 // CheckRoi: finite values, and an index that names an image after truncation toward zero.

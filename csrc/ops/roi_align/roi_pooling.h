@@ -164,6 +164,7 @@ void PoolRoi(const PoolSource<T, A>& source, int64_t image, const BilinearTap<A>
                                  .bins = bins,
                                  .per_bin = per_bin,
                                  .max = mode.max,
+                                 .of_corners = mode.of_corners,
                                  .max_start = mode.max_start,
                                  .empty_bin = mode.empty_bin,
                                  .out = pooled,
@@ -180,8 +181,12 @@ void PoolRoi(const PoolSource<T, A>& source, int64_t image, const BilinearTap<A>
     }
     const BilinearTap<A>* tap = taps;
     for (int64_t bin = 0; bin < bins; ++bin) {
-      A best = mode.max_start;
+      A best = mode.of_corners ? std::numeric_limits<A>::quiet_NaN() : mode.max_start;
       for (int64_t s = 0; s < per_bin; ++s, ++tap) {
+        if (mode.of_corners) {
+          best = MaxSkippingNaN(best, map ? tap->ReadMaxOfCorners(map) : A(0));
+          continue;
+        }
         const A v = map ? tap->Read(map) : A(0);
         if (v > best) best = v;
       }

@@ -1,6 +1,7 @@
 // TensorRT's ROIAlign_TRT plugin node (plugin/roiAlignPlugin in NVIDIA/TensorRT, versions 1
 // and 2): ONNX's RoiAlign with int32 batch indices, integer mode attributes and ONNX's max
-// mode, on the geometry, taps and pooling shared with ortops' own RoIAlign (roi_pooling.h).
+// mode (roi_pooling::kMaxOfCorners), on the geometry, taps and pooling shared with ortops' own
+// RoIAlign (roi_pooling.h), from a channels-last copy where that pays in both modes.
 #include "ops/trt_roi_align/trt_roi_align.h"
 
 #include <cmath>
@@ -35,48 +36,21 @@ struct TrtRoiAlignKernel : OpKernel<T, kSchema, TrtAttributes> {
     const int64_t bins = pooling.bins();
     T* output = io.Output<T>(0, {roi_count, channels, pooling.output_height, pooling.output_width});
     if (roi_count == 0 || channels == 0) return;
-    const int64_t plane = height * width;
-    // The channels-last path computes interpolated values; max mode needs the corners.
-    const bool channels_last =
-        average && plane > 0 &&
-        roi_pooling::ChannelsLastPays(roi_count, bins, pooling.sampling_ratio, channels, input.shape);
-    const Scratch<A> nhwc = channels_last ? roi_pooling::ToChannelsLast<A>(io, input) : Scratch<A>();
-    const roi_pooling::PoolSource<T, A> source{input.data, channels_last ? nhwc.data() : nullptr, channels, height,
-                                               width};
+    Scratch<A> copy;
+    const roi_pooling::PoolSource<T, A> source = roi_pooling::MakePoolSource(io, input, roi_count, pooling, copy);
+    const roi_pooling::PoolMode<A> mode = average ? roi_pooling::kAveragePool<A> : roi_pooling::kMaxOfCorners<A>;
     const roi_pooling::AlignedGeometry<A> geometry = attributes.Geometry<A>();
     io.ParallelForRanges(static_cast<size_t>(roi_count), 256, [&](size_t begin, size_t end) {
       roi_pooling::RoiTaps<A> roi_taps(io);
-      roi_pooling::PoolScratch<T, A> scratch(io, channels_last, channels, bins);
+      roi_pooling::PoolScratch<T, A> scratch(io, source.channels_last != nullptr, channels, bins);
       for (auto r = static_cast<int64_t>(begin); r < static_cast<int64_t>(end); ++r) {
         const auto g = geometry(rois + 4 * r);
         roi_pooling::CheckGrid(g, pooling);
         const BilinearTap<A>* taps = roi_taps.Of(g, pooling, height, width);
-        const int64_t image = batch_indices.data[r], per_bin = g.grid_h * g.grid_w;
-        T* out = output + r * channels * bins;
-        if (average) {
-          roi_pooling::PoolRoi(source, image, taps, bins, per_bin, roi_pooling::kAveragePool<A>, out, scratch);
-          continue;
-        }
-        for (int64_t c = 0; c < channels; ++c) {
-          MaxPool(plane == 0 ? nullptr : input.data + (image * channels + c) * plane, taps, bins, per_bin,
-                  out + c * bins);
-        }
+        roi_pooling::PoolRoi(source, batch_indices.data[r], taps, bins, g.grid_h * g.grid_w, mode,
+                             output + r * channels * bins, scratch);
       }
     });
-  }
-
- private:
-  // out[bin] = the largest of the bin's samples, each the largest of its weighted corners, NaN
-  // skipped as CUDA's fmaxf does; 0 for a bin without samples or on an empty map.
-  static void MaxPool(const T* map, const BilinearTap<A>* taps, int64_t bins, int64_t per_bin, T* out) {
-    for (int64_t bin = 0; bin < bins; ++bin, taps += per_bin) {
-      A best = 0;
-      if (map != nullptr && per_bin > 0) {
-        best = taps[0].ReadMaxOfCorners(map);
-        for (int64_t s = 1; s < per_bin; ++s) best = MaxSkippingNaN(best, taps[s].ReadMaxOfCorners(map));
-      }
-      out[bin] = static_cast<T>(best);
-    }
   }
 };
 

@@ -1040,6 +1040,23 @@ def test_roi_align_channels_last_path_and_many_rois(mode) -> None:
     )
 
 
+def test_roi_align_max_skips_nan_corners_on_the_channels_last_path_too() -> None:
+    """Enough channels and rois for the channels-last copy, whose vector max must skip a NaN
+    corner or sample lane by lane as the scalar path does: NaN patches in some channels. (Pixel
+    (0, 0) stays finite: a sample outside the map reads it with weight 0, as the CPU kernels of
+    torchvision, mmcv and ONNX Runtime do, where the plugin's CUDA kernel reads nothing.)"""
+    rng = np.random.default_rng(13)
+    x, rois, indices = roi_case(rng, 2, 19, 12, 10, 40, 0.25)  # 19: vectors and leftover channels
+    x[0, 3, 2:6, 1:5] = np.nan
+    x[1, 16:, 1::3, 1::2] = np.nan
+    x[:, 7, 4, 4] = np.nan
+    attributes = dict(mode=0, output_height=2, output_width=3, sampling_ratio=2, spatial_scale=0.25)
+    got = run_roi_align(x, rois, indices, **attributes)
+    expected = roi_align_trt_reference(x, rois, indices, **attributes)
+    assert np.isnan(expected).any() and np.isnan(x[indices.astype(np.int64)]).any()
+    np.testing.assert_allclose(got, expected, **ROI_TOLERANCE[np.float32])
+
+
 @pytest.mark.parametrize("half_pixel", [0, 1])
 @pytest.mark.parametrize("mode", [0, 1])
 def test_roi_align_agrees_with_onnx_roi_align(half_pixel, mode) -> None:
