@@ -311,12 +311,47 @@ def test_roi_align_inside_an_if_body_is_rewritten() -> None:
         assert_same_outputs(model, rewritten, {**roi_align_feeds(), "pool": np.array(pool)})
 
 
-def test_roi_align_max_mode_is_a_near_miss() -> None:
+@pytest.mark.parametrize(
+    ("opset", "attributes"),
+    [
+        (10, {}),
+        (16, {"coordinate_transformation_mode": "output_half_pixel", "spatial_scale": 0.5, "sampling_ratio": 3}),
+        (16, {"coordinate_transformation_mode": "half_pixel", "output_height": 2, "output_width": 5}),
+    ],
+)
+def test_roi_align_max_mode_becomes_tensorrts_node_with_the_same_values(opset: int, attributes: dict) -> None:
+    """ONNX's max (each sample's largest weighted corner) is TRT::ROIAlign_TRT's mode 0."""
+    model = roi_align_model(opset, mode="max", **{"spatial_scale": 0.5, **attributes})
+    rewritten, report = optimize_with_report(model)
+    assert [r.made for r in report.rewrites] == ["roi_align/ortops_ROIAlign_TRT (TRT::ROIAlign_TRT)"]
+    assert op_counts(rewritten)["TRT::ROIAlign_TRT"] == 1 and "ai.onnx::RoiAlign" not in op_counts(rewritten)
+    assert {o.domain: o.version for o in rewritten.opset_import}["TRT"] == 1
+    for seed in range(3):
+        feeds = roi_align_feeds(seed)
+        np.testing.assert_array_equal(run(rewritten, feeds)[0], run(model, feeds)[0])  # to the bit
+
+
+def test_roi_align_max_mode_keeps_a_batch_index_past_int32_an_error() -> None:
+    """The plugin's indices are int32: 2^32 would wrap onto image 0 if it were only cast."""
     model = roi_align_model(mode="max")
+    rewritten, _ = optimize_with_report(model)
+    feeds = roi_align_feeds()
+    feeds["batch_indices"] = feeds["batch_indices"].copy()
+    feeds["batch_indices"][0] = 2**32
+    for m in (model, rewritten):
+        with pytest.raises(Exception, match="batch_indices|batch index"):
+            run(m, feeds)
+
+
+def test_roi_align_max_mode_in_double_is_a_near_miss() -> None:
+    model = roi_align_model(mode="max")
+    for value in (*model.graph.input, *model.graph.output):
+        if value.name in ("x", "rois", "y"):
+            value.type.tensor_type.elem_type = TensorProto.DOUBLE
     rewritten, report = optimize_with_report(model)
     assert op_counts(rewritten) == op_counts(model)
     assert [(m.rule, m.node) for m in report.near_misses] == [("roi-align", "roi_align (RoiAlign)")]
-    assert "max" in report.near_misses[0].reason
+    assert report.near_misses[0].reason.startswith("mode 'max'") and "float32" in report.near_misses[0].reason
 
 
 # --- non-maximum suppression ----------------------------------------------------------------
@@ -511,8 +546,8 @@ def test_cli_json_report_and_rules(tmp_path: Path, capsys: pytest.CaptureFixture
     onnx.save(roi_align_model(mode="max"), str(path))
     assert _cli.main(["optimize", str(path), str(tmp_path / "o.onnx"), "--json", "--rules", "roi-align"]) == _cli.OK
     report = json.loads(capsys.readouterr().out)
-    assert report["rules"] == ["roi-align"] and report["rewrites"] == []
-    assert report["near_misses"][0]["node"] == "roi_align (RoiAlign)"
+    assert report["rules"] == ["roi-align"] and report["near_misses"] == []
+    assert report["rewrites"][0]["replaced"] == ["roi_align (RoiAlign)"]
     assert _cli.main(["optimize", str(source), str(tmp_path / "o.onnx"), "--rules", "roi-align"]) == _cli.OK
     assert "rewrites (0)" in capsys.readouterr().out
     assert _cli.main(["optimize", "--list-rules"]) == _cli.OK

@@ -506,8 +506,8 @@ def optimize_with_report(
         _RECORDER.reset(token)
     onnxscript.optimizer.remove_unused_nodes(ir_model)
     _restore_annotations(ir_model, annotations)
-    if any(r[3].domain == ORTOPS_DOMAIN for r in recorder.rewrites):
-        ir_model.opset_imports.setdefault(ORTOPS_DOMAIN, 1)
+    for domain in {r[3].domain for r in recorder.rewrites} - {"", "ai.onnx"}:
+        ir_model.opset_imports.setdefault(domain, 1)  # ortops', or TRT's for ROIAlign_TRT
 
     report = OptimizeReport(rules=tuple(chosen))
     replaced_ids = {(rule, id(n)) for rule, _, nodes, _ in recorder.rewrites for n in nodes}

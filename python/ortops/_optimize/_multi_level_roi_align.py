@@ -38,7 +38,7 @@ from ortops._optimize import (
     record_replacement,
     replace_value,
 )
-from ortops._optimize._roi_align import roi_align_facts
+from ortops._optimize._roi_align import MAX_OF_CORNERS, roi_align_facts
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -275,6 +275,8 @@ def _scattered_level(scatter: ir.Node, version: int | None) -> tuple[ir.Value, i
     facts = roi_align_facts(roi_align, version)
     if isinstance(facts, str):
         raise _Refused(f"a level's RoiAlign: {facts}")
+    if facts["mode"] != "avg":
+        raise _Refused(f"a level's RoiAlign: {MAX_OF_CORNERS} (RoIAlignByLevel pools as ortops::RoIAlign)")
     features = roi_align.inputs[0]
     if features.dtype.name != "FLOAT" or _rank(features) != 4:
         raise _Refused("a level's feature maps are not known float32 [N, C, H, W] (the node takes float32)")
@@ -444,8 +446,8 @@ RULE = Rule(
         "torchvision's MultiScaleRoIAlign as the TorchScript exporter writes it (Faster R-CNN, Mask R-CNN, "
         "Keypoint R-CNN): any number of levels, RoiAlign of opset 10 and 16 in avg mode, static or dynamic roi "
         "counts; the LevelMapper stays and gives the node each roi's level",
-        "left alone: a level RoiAlign in max mode (roi-align leaves it too), levels not 0 to L - 1, rois and levels "
-        "not proven to have the same rows, feature maps not proven of one N and C",
+        "left alone: a level RoiAlign in max mode (roi-align then takes each level), levels not 0 to L - 1, rois "
+        "and levels not proven to have the same rows, feature maps not proven of one N and C",
     ),
     walk=_walk,
 )
