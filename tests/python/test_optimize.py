@@ -599,13 +599,15 @@ def test_without_onnxscript_the_command_says_what_to_install(tmp_path: Path) -> 
     ]
 
 
-def test_rewritten_file_runs_on_the_emulated_device(tmp_path: Path) -> None:
-    """The device-on-CPU build runs ortops' device kernels (as on CUDA) for the nodes made."""
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_rewritten_file_runs_on_the_emulated_device(tmp_path: Path, mode: str) -> None:
+    """The device-on-CPU build runs ortops' device kernels (as on CUDA) for the nodes made:
+    ortops::RoIAlign for avg, TRT::ROIAlign_TRT for max."""
     device_library = emulated_device_library()
     if device_library is None:
         pytest.skip("no emulated device library beside the library")
     feeds = {**roi_align_feeds(), "pool": np.array(True)}
-    model = roi_align_model(in_if=True)
+    model = roi_align_model(in_if=True, mode=mode)
     expected = run(model, feeds)[0]
     got = first_output_with_library(ortops.optimize(model), feeds, device_library, tmp_path)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

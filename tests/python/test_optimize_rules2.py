@@ -7,13 +7,14 @@ from __future__ import annotations
 import io
 import itertools
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
-from optimizing import stack_form
+from optimizing import emulated_device_library, first_output_with_library, stack_form
 
 import ortops
 from ortops._optimize import optimize_with_report
@@ -265,6 +266,17 @@ def test_a_merge_over_two_images_is_one_node_with_the_same_values() -> None:
     for first, second in ((18, 30), (0, 30), (18, 18)):
         feeds = dict(zip(names, [*maps, boxes[:first], boxes[first:second]]))
         np.testing.assert_array_equal(run(rewritten, feeds)[0], run(model, feeds)[0])
+
+
+def test_the_merged_node_runs_on_the_emulated_device(pooler_model, tmp_path: Path) -> None:
+    """RoIAlignByLevel's device path (the device-on-CPU build, as on CUDA) gives the file's
+    values too."""
+    device_library = emulated_device_library()
+    if device_library is None:
+        pytest.skip("no emulated device library beside the library")
+    feeds = pooler_inputs(np.concatenate([random_boxes(40), boundary_boxes()]))
+    got = first_output_with_library(ortops.optimize(pooler_model), feeds, device_library, tmp_path)
+    np.testing.assert_array_equal(got, run(pooler_model, feeds)[0])
 
 
 def with_nodes_changed(model: onnx.ModelProto, op_type: str, change: object) -> onnx.ModelProto:
