@@ -14,7 +14,8 @@ on the CPU from a channels-last copy: max mode becomes that node, float32 only (
 batch indices are int32: an index outside int32 becomes -1 first, so that it stays an error.
 A NaN in the map is where the two differ: ROIAlign_TRT skips a NaN corner or sample as CUDA's
 fmaxf does (ONNX Runtime's CUDA kernel too), ONNX Runtime's CPU kernel keeps or drops it by its
-position in std::max.
+position in std::max. Newer ONNX Runtime releases switch their max to the largest interpolated
+sample when ORT_ROIALIGN_MAX_USE_BILINEAR_INTERPOLATION is set; the rewrite keeps the default.
 """
 
 from __future__ import annotations
