@@ -95,11 +95,19 @@ def _strip_casts(value: ir.Value, to: int) -> ir.Value:
 # --- which rows a value has -----------------------------------------------------------------------
 
 
-def _rows(value: ir.Value) -> Any:
+def _rows(value: ir.Value, known: dict[int, Any] | None = None) -> Any:
     """A key that two values share only if they have the same number of rows (first
     dimension) for every input of the model: computed row by row from the same tensor (through
     element-wise ops, column gathers and slices, axis-1 joins and ConstantOfShape(Shape(x))),
-    or the same concatenation of such. Else the value's own identity."""
+    or the same concatenation of such. Else the value's own identity. ``known``: the keys found
+    so far in this walk (a value read twice is walked once)."""
+    known = {} if known is None else known
+    if id(value) not in known:
+        known[id(value)] = _rows_of_producer(value, known)
+    return known[id(value)]
+
+
+def _rows_of_producer(value: ir.Value, known: dict[int, Any]) -> Any:
     node = value.producer()
     own = ("value", id(value))
     if node is None or node.domain not in _ONNX_DOMAINS:
@@ -108,37 +116,38 @@ def _rows(value: ir.Value) -> Any:
     if op in _ROW_WISE and inputs and inputs[0] is not None:
         if op == "Clip" and any(v is not None and constant(v) is None for v in inputs[1:]):
             return own
-        return _rows(inputs[0])
+        return _rows(inputs[0], known)
     if op in _BROADCASTING and len(inputs) == 2 and all(v is not None for v in inputs):
         a, b = inputs
         for kept, other in ((a, b), (b, a)):
             fixed, rank = constant(other), _rank(kept)
             # A one-element constant of no higher rank broadcasts without adding a dimension.
             if fixed is not None and fixed.size == 1 and rank is not None and fixed.ndim <= rank:
-                return _rows(kept)
-        if _rank(a) is not None and _rank(a) == _rank(b) and _rows(a) == _rows(b):
-            return _rows(a)
+                return _rows(kept, known)
+        rows = _rows(a, known)
+        if _rank(a) is not None and _rank(a) == _rank(b) and _rows(b, known) == rows:
+            return rows
         return own
     rank = _rank(inputs[0]) if inputs and inputs[0] is not None else None
     if op == "Gather" and rank is not None and constant(inputs[1]) is not None:
         if int(attribute(node, "axis", 0)) % rank != 0:
-            return _rows(inputs[0])
+            return _rows(inputs[0], known)
         return own
     if op in ("Squeeze", "Unsqueeze", "Slice") and rank is not None:
         axes = _axes(node)
         out_rank = rank + len(axes) if op == "Unsqueeze" and axes is not None else rank
         if axes is not None and all(a % out_rank != 0 for a in axes):
-            return _rows(inputs[0])
+            return _rows(inputs[0], known)
         return own
     if op == "Concat" and rank is not None:
-        parts = [_rows(v) for v in inputs]
+        parts = [_rows(v, known) for v in inputs]
         if int(attribute(node, "axis", 0)) % rank != 0:
             return parts[0] if all(p == parts[0] for p in parts) else own
         return parts[0] if len(parts) == 1 else ("concat", tuple(parts))
     if op == "ConstantOfShape":
         shape_node = _producer(inputs[0])
         if _is(shape_node, "Shape") and not shape_node.attributes:
-            return _rows(shape_node.inputs[0])
+            return _rows(shape_node.inputs[0], known)
     return own
 
 
@@ -418,6 +427,9 @@ def _walk(graph: Any, model: ir.Model) -> None:
             block = _prove(chain, version)
         except _Refused as refusal:
             record_near_miss(graph, final, f"torchvision's MultiScaleRoIAlign over {len(chain)} levels: {refusal}")
+            continue
+        except RecursionError:  # rows computed through more ops than Python's stack follows
+            record_near_miss(graph, final, "the rows of the levels and rois are computed too deep to follow")
             continue
         dead_before = dead_nodes(graph)
         features = [level.roi_align.inputs[0] for level in block.per_level]
