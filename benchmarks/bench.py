@@ -73,6 +73,9 @@ def onnx_session(model: onnx.ModelProto, threads: int, with_ortops: bool) -> ort
     # Runs of several sessions are timed in turn: a pool that spins after its run would take a
     # core from the next session's run on a 2-core machine.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # Errors only: torchvision's Mask R-CNN warns on every run of its paste loop that a loop
+    # output's declared shape differs from the one it has.
+    options.log_severity_level = 3
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

@@ -8,7 +8,9 @@ optimized time (bigger is better).
 The families:
 
 - torchvision Faster R-CNN MobileNetV3-Large-320 FPN, every box scored (``box_score_thresh=0``),
-  opset 16: NonMaxSuppression in If bodies, one RoiAlign per FPN level;
+  opset 16: NonMaxSuppression in If bodies, one RoiAlign per FPN level merged by ScatterElements;
+- torchvision Mask R-CNN ResNet-50 FPN, likewise: two such merges (the box head's 7x7 and the
+  mask head's 14x14), and masks among the outputs;
 - HuggingFace Deformable DETR, the default configuration (6 encoder and 6 decoder layers,
   d_model 256, 300 queries, 4 levels, 4 points) on transformers' own ResNet-50, opset 17;
 - HuggingFace RT-DETR v2, the default configuration (ResNet-50-vd, 6 decoder layers), opset 17;
@@ -80,7 +82,8 @@ def export(
 
 
 class Detections(torch.nn.Module):
-    """A torchvision detector on one image [3, H, W] -> boxes [K, 4], labels [K], scores [K]."""
+    """A torchvision detector on one image [3, H, W] -> boxes [K, 4], labels [K], scores [K]
+    (and masks [K, 1, H, W] for a detector that finds them)."""
 
     def __init__(self, detector: torch.nn.Module) -> None:
         super().__init__()
@@ -88,7 +91,7 @@ class Detections(torch.nn.Module):
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
         found = self.detector([image])[0]
-        return found["boxes"], found["labels"], found["scores"]
+        return tuple(found[k] for k in ("boxes", "labels", "scores", "masks") if k in found)
 
 
 class FlatOutputs(torch.nn.Module):
@@ -115,6 +118,21 @@ def faster_rcnn(small: bool) -> Family:
     image = random_image((3, size, size))
     return Family(
         "torchvision Faster R-CNN MobileNetV3-320 FPN",
+        export(Detections(detector), (image,), ["image"], 16),
+        {"image": image.numpy()},
+        f"91 classes, box_score_thresh 0, {size}x{size} image, opset 16",
+    )
+
+
+def mask_rcnn(small: bool) -> Family:
+    size = 160 if small else 320
+    torch.manual_seed(0)
+    detector = torchvision.models.detection.maskrcnn_resnet50_fpn(
+        weights=None, weights_backbone=None, box_score_thresh=0.0, min_size=size, max_size=size
+    )
+    image = random_image((3, size, size))
+    return Family(
+        "torchvision Mask R-CNN ResNet-50 FPN",
         export(Detections(detector), (image,), ["image"], 16),
         {"image": image.numpy()},
         f"91 classes, box_score_thresh 0, {size}x{size} image, opset 16",
@@ -177,7 +195,7 @@ def rt_detr_v2(small: bool) -> Family:
     )
 
 
-FAMILIES: list[Callable[[bool], Family]] = [faster_rcnn, deformable_detr, rt_detr_v2, fcos]
+FAMILIES: list[Callable[[bool], Family]] = [faster_rcnn, mask_rcnn, deformable_detr, rt_detr_v2, fcos]
 
 
 # ---- baselines, checks, profiles -------------------------------------------------------------

@@ -363,7 +363,8 @@ torchvision = pytest.importorskip("torchvision")
 
 
 class Detections(torch.nn.Module):
-    """A torchvision detector on one image [3, H, W] -> boxes [K, 4], labels [K], scores [K]."""
+    """A torchvision detector on one image [3, H, W] -> boxes [K, 4], labels [K], scores [K]
+    (and masks [K, 1, H, W] for a detector that finds them)."""
 
     def __init__(self, detector: torch.nn.Module) -> None:
         super().__init__()
@@ -371,7 +372,7 @@ class Detections(torch.nn.Module):
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
         found = self.detector([image])[0]
-        return found["boxes"], found["labels"], found["scores"]
+        return tuple(found[k] for k in ("boxes", "labels", "scores", "masks") if k in found)
 
 
 @pytest.fixture(scope="module")
@@ -405,6 +406,27 @@ def test_faster_rcnn_every_roi_align_and_nms_is_rewritten_with_the_same_detectio
     np.testing.assert_array_equal(after[0], before[0])  # boxes: RoIAlign is ONNX Runtime's to the bit
     np.testing.assert_allclose(after[2], before[2], rtol=1e-6, atol=1e-7)  # scores
     assert_same(exported.output_names, before, after)
+
+
+def test_mask_rcnn_both_multi_level_merges_are_rewritten_with_the_same_detections_and_masks(models_dir: Path) -> None:
+    """Mask R-CNN pools twice from its FPN (the box head 7x7, the mask head 14x14): both merges
+    become RoIAlignByLevel, and the masks pasted from the second are ONNX Runtime's too."""
+    torch.manual_seed(0)
+    detector = torchvision.models.detection.maskrcnn_resnet50_fpn(
+        weights=None, weights_backbone=None, num_classes=3, box_score_thresh=0.0, min_size=128, max_size=128
+    )
+    picture = torch.from_numpy(np.random.default_rng(1).uniform(0, 1, (3, 128, 128)).astype(np.float32))
+    exported = export(models_dir, "mask_rcnn", Detections(detector), (picture,), ["image"], 16)
+    rewritten, report = optimize_with_report(exported.model)
+    assert rewrites_by_rule(report)["multi-level-roi-align"] == 2 and not report.near_misses, report.lines()
+    made = [r.made for r in report.rewrites if r.rule == "multi-level-roi-align"]
+    assert [m.split("/")[3] for m in made] == ["box_roi_pool", "mask_roi_pool"]
+    counts = op_counts(rewritten)
+    assert counts["ortops::RoIAlignByLevel"] == 2 and "ai.onnx::RoiAlign" not in counts
+    before, after = run(exported.model, exported.feeds), run(rewritten, exported.feeds)
+    assert before[3].shape[0] > 0, "the detector found nothing: the test would prove little"
+    for expected, got in zip(before, after):
+        np.testing.assert_array_equal(got, expected)
 
 
 def test_cli_optimizes_faster_rcnn_with_verify(faster_rcnn: Exported, tmp_path: Path, capsys) -> None:
