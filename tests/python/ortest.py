@@ -95,6 +95,7 @@ VALID_REQUIRED_ATTRIBUTES = {
     "num_classes": 1,
     "keep_topk": 1,
     "featmap_strides": [4.0],
+    "spatial_scales": [0.25],
     # TRT::BatchedNMS_TRT's
     "shareLocation": 1,
     "backgroundLabelId": -1,
