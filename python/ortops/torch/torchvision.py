@@ -243,10 +243,15 @@ def _multiscale_roi_align(
 ) -> torch.Tensor:
     """``MultiScaleRoIAlign``'s pooling: each roi pooled from the level ``mapper`` gives it.
 
-    Equal to torchvision's function, but sized by ``rois.shape[0]`` (torchvision's ``len(rois)``
-    would need a concrete count from torch.export). Returns ``Tensor[R, C, *output_size]``.
+    Equal to torchvision's function, but one op (``ortops.torch.roi_align_by_level``, exported
+    as ``ortops::RoIAlignByLevel``) where torchvision pools level by level and merges the results
+    with an index per level (which torch.export cannot size: ``len(rois)`` would need a concrete
+    count). Maps other than float32 (the node's only type) are pooled level by level. Returns
+    ``Tensor[R, C, *output_size]``.
     """
     import torchvision  # noqa: PLC0415 (optional dependency)
+
+    from ortops.torch.roi_align_by_level import roi_align_by_level  # noqa: PLC0415 (import cycle)
 
     if scales is None or mapper is None:
         raise ValueError("MultiScaleRoIAlign: scales and mapper must be set up before pooling")
@@ -254,6 +259,8 @@ def _multiscale_roi_align(
     if len(features) == 1:
         return torchvision.ops.roi_align(features[0], rois, output_size, scales[0], sampling_ratio)
     levels = mapper(boxes)
+    if all(f.dtype == torch.float32 for f in features) and rois.dtype == torch.float32:
+        return roi_align_by_level(features, rois, levels, output_size, scales, sampling_ratio, aligned=False)
     pooled = features[0].new_zeros((rois.shape[0], features[0].shape[1], *output_size))
     for level, (feature, scale) in enumerate(zip(features, scales, strict=True)):
         chosen = torch.where(levels == level)[0]
@@ -263,22 +270,37 @@ def _multiscale_roi_align(
 
 
 @contextlib.contextmanager
+def _replaced(replacements: tuple[tuple[Any, str, Any], ...]) -> Iterator[None]:
+    """While active, each (module, name, function) of ``replacements`` is module.name."""
+    with _lock:
+        saved = [getattr(module, name) for module, name, _ in replacements]
+        try:
+            for module, name, function in replacements:
+                setattr(module, name, function)
+            yield
+        finally:
+            for (module, name, _), original in zip(replacements, saved, strict=True):
+                setattr(module, name, original)
+
+
+@contextlib.contextmanager
+def _one_node_pooling() -> Iterator[None]:
+    """While active, ``MultiScaleRoIAlign`` pools with :func:`_multiscale_roi_align` (for the
+    TorchScript exporter, which would otherwise write torchvision's per-level merge)."""
+    import torchvision  # noqa: PLC0415 (optional dependency)
+
+    with _replaced(((torchvision.ops.poolers, "_multiscale_roi_align", _multiscale_roi_align),)):
+        yield
+
+
+@contextlib.contextmanager
 def _traceable_torchvision() -> Iterator[None]:
     """While active, the two torchvision functions that stop torch.export on detection models
     (Faster / Mask R-CNN, RetinaNet, ...) are replaced by the equivalents above."""
     import torchvision  # noqa: PLC0415 (optional dependency)
 
-    replaced = ((torchvision.ops.boxes, "batched_nms", _batched_nms),)
-    replaced += ((torchvision.ops.poolers, "_multiscale_roi_align", _multiscale_roi_align),)
-    with _lock:
-        saved = [getattr(module, name) for module, name, _ in replaced]
-        try:
-            for module, name, function in replaced:
-                setattr(module, name, function)
-            yield
-        finally:
-            for (module, name, _), original in zip(replaced, saved, strict=True):
-                setattr(module, name, original)
+    with _replaced(((torchvision.ops.boxes, "batched_nms", _batched_nms),)), _one_node_pooling():
+        yield
 
 
 def export(model: torch.nn.Module, args: tuple[Any, ...], f: Any = None, *, dynamo: bool = True, **kwargs: Any) -> Any:
@@ -297,7 +319,7 @@ def export(model: torch.nn.Module, args: tuple[Any, ...], f: Any = None, *, dyna
         table.update(kwargs.pop("custom_translation_table", None) or {})
         with _traceable_torchvision():
             return _runtime.export(model, args, f, dynamo=True, custom_translation_table=table, **kwargs)
-    with torchvision_ops():
+    with torchvision_ops(), _one_node_pooling():
         return _runtime.export(model, args, f, dynamo=False, **kwargs)
 
 

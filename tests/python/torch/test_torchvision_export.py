@@ -190,8 +190,8 @@ def test_multiscale_roi_align_torchscript() -> None:
     p2, p3 = torch.randn(1, 4, 16, 16, generator=g), torch.randn(1, 4, 8, 8, generator=g)
     module = MultiScale()
     model = export(module, (p2, p3, random_boxes(20, g)), "torchscript", [{}, {}, {0: "n"}])
-    assert_only_ortops(model, {"RoIAlign": 2})
-    for n in (20, 7):
+    assert_only_ortops(model, {"RoIAlignByLevel": 1})  # the two levels' pooling and their merge
+    for n in (20, 7, 0):
         boxes = random_boxes(n, g, size=64)
         boxes[: n // 2, 2:] += 40  # large boxes go to the coarser level
         (ours,) = run_onnx(model, (p2, p3, boxes))
@@ -431,8 +431,9 @@ def nms_threshold(module: Flat) -> float:
 
 
 MODELS = {
-    "fasterrcnn_resnet50_fpn": (("boxes", "labels", "scores"), {"RoIAlign": 4, "NMS": 2}),
-    "maskrcnn_resnet50_fpn": (("boxes", "labels", "scores", "masks"), {"RoIAlign": 8, "NMS": 2}),
+    # One RoIAlignByLevel per MultiScaleRoIAlign: its 4 levels' pooling and their merge.
+    "fasterrcnn_resnet50_fpn": (("boxes", "labels", "scores"), {"RoIAlignByLevel": 1, "NMS": 2}),
+    "maskrcnn_resnet50_fpn": (("boxes", "labels", "scores", "masks"), {"RoIAlignByLevel": 2, "NMS": 2}),
     "retinanet_resnet50_fpn": (("boxes", "scores", "labels"), {"NMS": 1}),
 }
 
