@@ -18,6 +18,19 @@ import ortops.torch
 EXPORTERS = ["torchscript", "dynamo"]
 
 
+def pyramid_rois(g: torch.Generator, rois: int, batch: int, image: tuple[int, int]) -> torch.Tensor:
+    """``Tensor[rois, 5]`` (batch_index, x1, y1, x2, y2) over ``batch`` images of ``image``
+    (height, width): scales 2 to 200, aspect ratios e^-0.7 to e^0.7, some crossing the image
+    edges, for the multi-level RoIAlign tests."""
+    scale = torch.exp(torch.rand(rois, generator=g) * (np.log(200) - np.log(2)) + np.log(2))
+    aspect = torch.exp(torch.rand(rois, generator=g) * 1.4 - 0.7)
+    w, h = scale * aspect, scale / aspect
+    cx = (torch.rand(rois, generator=g) * 1.2 - 0.1) * image[1]
+    cy = (torch.rand(rois, generator=g) * 1.2 - 0.1) * image[0]
+    index = torch.randint(0, batch, (rois,), generator=g).float()
+    return torch.stack([index, cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
+
+
 def export(
     module: torch.nn.Module,
     args: tuple[torch.Tensor, ...],

@@ -13,7 +13,7 @@ import torchvision
 
 import ortops.torch
 
-from roundtrip import EXPORTERS, custom_nodes, export, run_onnx
+from roundtrip import EXPORTERS, custom_nodes, export, pyramid_rois, run_onnx
 
 # torchvision scales rois in float64 (spatial_scale is a double there) and rounds once;
 # ortops, like mmcv, scales in float32. Differences stay at float rounding.
@@ -56,13 +56,7 @@ def case(seed: int, rois: int = 40, channels: int = 4, batch: int = 2, image=(96
     features = [
         torch.randn(batch, channels, -(-image[0] // int(s)), -(-image[1] // int(s)), generator=g) for s in STRIDES
     ]
-    scale = torch.exp(torch.rand(rois, generator=g) * (np.log(200) - np.log(2)) + np.log(2))
-    aspect = torch.exp(torch.rand(rois, generator=g) * 1.4 - 0.7)
-    w, h = scale * aspect, scale / aspect
-    cx = (torch.rand(rois, generator=g) * 1.2 - 0.1) * image[1]
-    cy = (torch.rand(rois, generator=g) * 1.2 - 0.1) * image[0]
-    index = torch.randint(0, batch, (rois,), generator=g).float()
-    return features, torch.stack([index, cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1)
+    return features, pyramid_rois(g, rois, batch, image)
 
 
 @pytest.mark.parametrize("aligned", [False, True])

@@ -16,7 +16,7 @@ import torchvision
 import ortops
 import ortops.torch
 
-from roundtrip import EXPORTERS, custom_nodes, export, run_onnx
+from roundtrip import EXPORTERS, custom_nodes, export, pyramid_rois, run_onnx
 
 # torchvision scales rois in float64 (spatial_scale is a double there) and rounds once;
 # ortops scales in float32. Differences stay at float rounding.
@@ -55,14 +55,9 @@ def case(seed: int, rois: int = 40, channels: int = 4, batch: int = 2, image=(96
     features = [
         torch.randn(batch, channels, math.ceil(image[0] * s), math.ceil(image[1] * s), generator=g) for s in SCALES
     ]
-    scale = torch.exp(torch.rand(rois, generator=g) * (np.log(200) - np.log(2)) + np.log(2))
-    aspect = torch.exp(torch.rand(rois, generator=g) * 1.4 - 0.7)
-    w, h = scale * aspect, scale / aspect
-    cx = (torch.rand(rois, generator=g) * 1.2 - 0.1) * image[1]
-    cy = (torch.rand(rois, generator=g) * 1.2 - 0.1) * image[0]
-    index = torch.randint(0, batch, (rois,), generator=g).float()
+    boxes = pyramid_rois(g, rois, batch, image)
     levels = torch.randint(-1, len(SCALES) + 1, (rois,), generator=g)
-    return features, torch.stack([index, cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], 1), levels
+    return features, boxes, levels
 
 
 @pytest.mark.parametrize("aligned", [False, True])
