@@ -109,34 +109,29 @@ def random_image(shape: tuple[int, ...]) -> torch.Tensor:
     return torch.rand(shape, generator=torch.Generator().manual_seed(0))
 
 
-def faster_rcnn(small: bool) -> Family:
+def two_stage(name: str, build: Callable[..., torch.nn.Module], small: bool) -> Family:
+    """A torchvision two-stage detector of ``build`` (random weights), every box scored."""
     size = 160 if small else 320
     torch.manual_seed(0)
-    detector = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
-        weights=None, weights_backbone=None, box_score_thresh=0.0, min_size=size, max_size=size
-    )
+    detector = build(weights=None, weights_backbone=None, box_score_thresh=0.0, min_size=size, max_size=size)
     image = random_image((3, size, size))
     return Family(
-        "torchvision Faster R-CNN MobileNetV3-320 FPN",
+        name,
         export(Detections(detector), (image,), ["image"], 16),
         {"image": image.numpy()},
         f"91 classes, box_score_thresh 0, {size}x{size} image, opset 16",
+    )
+
+
+def faster_rcnn(small: bool) -> Family:
+    detection = torchvision.models.detection
+    return two_stage(
+        "torchvision Faster R-CNN MobileNetV3-320 FPN", detection.fasterrcnn_mobilenet_v3_large_320_fpn, small
     )
 
 
 def mask_rcnn(small: bool) -> Family:
-    size = 160 if small else 320
-    torch.manual_seed(0)
-    detector = torchvision.models.detection.maskrcnn_resnet50_fpn(
-        weights=None, weights_backbone=None, box_score_thresh=0.0, min_size=size, max_size=size
-    )
-    image = random_image((3, size, size))
-    return Family(
-        "torchvision Mask R-CNN ResNet-50 FPN",
-        export(Detections(detector), (image,), ["image"], 16),
-        {"image": image.numpy()},
-        f"91 classes, box_score_thresh 0, {size}x{size} image, opset 16",
-    )
+    return two_stage("torchvision Mask R-CNN ResNet-50 FPN", torchvision.models.detection.maskrcnn_resnet50_fpn, small)
 
 
 def fcos(small: bool) -> Family:
