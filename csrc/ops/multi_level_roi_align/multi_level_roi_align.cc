@@ -69,8 +69,10 @@ struct MultiLevelKernel : OpKernel<T, kSchemaOf<Node>, LevelAttributes<Node, Com
     // overlapping parts of one map, are pooled one after the other (and by one thread).
     ScratchVector<int64_t> order = io.Vector<int64_t>(static_cast<size_t>(roi_count));
     std::iota(order.begin(), order.end(), int64_t{0});
+    // A roi on no level is not read: its values were not checked (NaN would break the order).
     auto key = [&](int64_t r) {
       const A* roi = rois.data + kColumns * r;
+      if (level[r] == kNoLevel) return std::tuple(kNoLevel, int64_t{0}, A(0), A(0));
       return std::tuple(level[r], static_cast<int64_t>(roi[0]), roi[2], roi[1]);
     };
     std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) < key(b); });

@@ -154,6 +154,21 @@ def test_levels_outside_the_pyramid_give_zeros_and_their_rois_are_not_checked() 
     np.testing.assert_allclose(got, expected, **TOLERANCE)
 
 
+def test_many_unread_rois_with_nan_coordinates_leave_the_others_pooled_as_the_reference() -> None:
+    """Rois on no level are not read, not even to order the rois for the threads: NaN
+    coordinates among hundreds of them must not disturb the pooling of the others."""
+    features = pyramid(12, size=32)
+    rois = random_rois(13, 600, extent=128.0)
+    levels = np.random.default_rng(14).integers(0, 4, len(rois)).astype(np.int64)
+    unread = np.random.default_rng(15).random(len(rois)) < 0.5
+    levels[unread] = -1
+    rois[unread, 1:] = np.nan
+    rois[unread[::-1] & unread, 0] = np.inf
+    got = by_level(features, rois, levels, output_height=2, output_width=2, sampling_ratio=2)
+    assert not got[unread].any()
+    np.testing.assert_allclose(got, loops(features, rois, levels, 2, 2, 2), **TOLERANCE)
+
+
 def test_empty_rois_and_channels() -> None:
     features = pyramid(8, size=16, levels=2)
     empty = by_level(features, np.zeros((0, 5), F32), np.zeros(0, np.int64), output_height=7, output_width=7)
