@@ -85,6 +85,7 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "ScaledDotProductAttentionTRT",  1,   OnCuda(scaled_dot_product_attention::MakeDevice),   &scaled_dot_product_attention::kSchema,    &scaled_dot_product_attention::Make,     kCompat},
   // Multi-scale deformable attention: one kernel, a schema per row (mmdeploy's has im2col_step).
   {kOrtopsDomain,   "MultiScaleDeformableAttention",     1, OnCuda(ms_deform_attn::MakeDevice), &ms_deform_attn::kSchema,         &ms_deform_attn::Make},
+  {kOrtopsDomain,   "MultiScaleDeformableAttentionFromOffsets", 1, OnCuda(ms_deform_attn::MakeFromOffsetsDevice), &ms_deform_attn::kOffsetsSchema, &ms_deform_attn::MakeFromOffsets},
   {kMmdeployDomain, "MMCVMultiScaleDeformableAttention", 1, OnCuda(ms_deform_attn::MakeMmdeployDevice), &ms_deform_attn::kMmdeploySchema, &ms_deform_attn::MakeMmdeploy, kCompat},
   // Multi-class batched NMS with fixed-size outputs (math/multiclass_nms.h).
   {kOrtopsDomain,   "BatchedNMS",                1,     OnCuda(batched_nms::MakeDevice),   &batched_nms::kSchema,           &batched_nms::Make},

@@ -8,6 +8,7 @@
 #include "core/custom_op.h"
 #include "core/host_device.h"
 #include "math/bilinear.h"
+#include "ops/ms_deform_attn/ms_deform_attn.h"
 
 namespace ortops::ms_deform_attn {
 
@@ -26,17 +27,17 @@ struct Level {
   int64_t points;  // the level's run of points, which follows the previous level's
 };
 
-// The attribute `points_per_level` of ortops' node (mmdeploy's has none): empty for one P per
+// The attribute `points_per_level` of ortops' nodes (mmdeploy's has none): empty for one P per
 // level, read from the inputs' shapes; else P_l of each level, each at least 1, read and
 // checked once when the session is created.
 struct PointsPerLevel {
-  PointsPerLevel(const Attributes& attrs, bool mmdeploy);
+  PointsPerLevel(const Attributes& attrs, Node node);
   std::vector<int64_t> counts;
   int64_t total = 0;  // sum of P_l
 };
 
-inline PointsPerLevel::PointsPerLevel(const Attributes& attrs, bool mmdeploy) {
-  if (mmdeploy) return;
+inline PointsPerLevel::PointsPerLevel(const Attributes& attrs, Node node) {
+  if (node == Node::kMmdeploy) return;
   counts = attrs.Ints("points_per_level");
   for (size_t l = 0; l < counts.size(); ++l) {
     Check(counts[l] >= 1, "attribute 'points_per_level' must hold at least 1 point per level, got ", counts[l],
@@ -54,11 +55,22 @@ ORTOPS_HD ZeroPaddedSample<A> SampleAt(const Level<A>& level, const T* location)
   return ZeroPaddedBilinear(y, x, level.height, level.width);
 }
 
+// The same for the FromOffsets node, whose location is the query's reference point on the
+// level plus the offset in the level's pixels, computed as the model computes it:
+// reference + offset / (W_l, H_l), in A.
+template <typename A, typename T>
+ORTOPS_HD ZeroPaddedSample<A> SampleAt(const Level<A>& level, const T* offset, const T* reference) {
+  const A location[2] = {static_cast<A>(reference[0]) + static_cast<A>(offset[0]) / level.width_f,
+                         static_cast<A>(reference[1]) + static_cast<A>(offset[1]) / level.height_f};
+  return SampleAt(level, location);
+}
+
 template <typename T>
 struct Inputs {
   ConstTensor<T> value;                 // [B, S, H, D]
   ConstTensor<int64_t> shapes, starts;  // [L, 2], [L]
-  ConstTensor<T> locations;             // [B, Q, H, L, P, 2], or [B, Q, H, sum(P_l), 2]
+  ConstTensor<T> locations;             // [B, Q, H, L, P, 2], or [B, Q, H, sum(P_l), 2]; offsets for FromOffsets
+  const T* references;                  // FromOffsets' [B, Q, L, 2]; else null
   ConstTensor<T> weights;               // [B, Q, H, L, P], or [B, Q, H, sum(P_l)]
   int64_t batch, keys, heads, dim, levels, queries;
   const PointsPerLevel* points_per_level;
@@ -68,14 +80,17 @@ struct Inputs {
 };
 
 // The inputs of a KernelIO or a device::DeviceIO, their shapes checked.
-template <typename T, typename IO>
+template <typename T, Node kNode, typename IO>
 Inputs<T> CheckedInputs(const IO& io, const PointsPerLevel& points_per_level) {
   const bool flattened = !points_per_level.counts.empty();
+  // FromOffsets' reference points come before the offsets, which stand where the locations do.
+  constexpr size_t kReferencesInput = 3, kLocationsInput = kNode == Node::kFromOffsets ? 4 : 3;
   ConstTensor<T> value = io.template Input<T>(0, 4);
   ConstTensor<int64_t> shapes = io.template Input<int64_t>(1, 2);
   ConstTensor<int64_t> starts = io.template Input<int64_t>(2, 1);
-  ConstTensor<T> locations = io.template Input<T>(3, flattened ? 5 : 6);
-  ConstTensor<T> weights = io.template Input<T>(4, flattened ? 4 : 5);
+  ConstTensor<T> locations = io.template Input<T>(kLocationsInput, flattened ? 5 : 6);
+  ConstTensor<T> weights = io.template Input<T>(kLocationsInput + 1, flattened ? 4 : 5);
+  const char* locations_name = kNode == Node::kFromOffsets ? "sampling_offsets" : "sampling_locations";
   const int64_t batch = value.dim(0), keys = value.dim(1), heads = value.dim(2), dim = value.dim(3);
   Check(shapes.dim(1) == 2, "input 'value_spatial_shapes' must have shape [L, 2], got ", ShapeText{shapes.shape});
   const int64_t levels = shapes.dim(0);
@@ -91,27 +106,37 @@ Inputs<T> CheckedInputs(const IO& io, const PointsPerLevel& points_per_level) {
     samples = points_per_level.total;
     Check(
         locations.dim(0) == batch && locations.dim(2) == heads && locations.dim(3) == samples && locations.dim(4) == 2,
-        "input 'sampling_locations' must have shape [B, Q, H, sum(P_l), 2] with B = ", batch, ", H = ", heads,
+        "input '", locations_name, "' must have shape [B, Q, H, sum(P_l), 2] with B = ", batch, ", H = ", heads,
         " (from 'value' ", ShapeText{value.shape}, ") and sum(P_l) = ", samples, " (of 'points_per_level'), got ",
         ShapeText{locations.shape});
     expected_weights = {batch, queries, heads, samples};
   } else {
     Check(locations.dim(0) == batch && locations.dim(2) == heads && locations.dim(3) == levels && locations.dim(5) == 2,
-          "input 'sampling_locations' must have shape [B, Q, H, L, P, 2] with B = ", batch, ", H = ", heads,
+          "input '", locations_name, "' must have shape [B, Q, H, L, P, 2] with B = ", batch, ", H = ", heads,
           " (from 'value' ", ShapeText{value.shape}, ") and L = ", levels, ", got ", ShapeText{locations.shape});
     points = locations.dim(4);
-    samples = levels * points;  // fits: 'sampling_locations' holds twice as many elements
+    samples = levels * points;  // fits: the locations hold twice as many elements
     expected_weights = {batch, queries, heads, levels, points};
   }
   Check(weights.shape == expected_weights, "input 'attention_weights' must have shape ", ShapeText{expected_weights},
-        flattened ? " ([B, Q, H, sum(P_l)] of 'sampling_locations')" : " ([B, Q, H, L, P] of 'sampling_locations')",
-        ", got ", ShapeText{weights.shape});
+        flattened ? " ([B, Q, H, sum(P_l)] of '" : " ([B, Q, H, L, P] of '", locations_name, "'), got ",
+        ShapeText{weights.shape});
+  const T* references = nullptr;
+  if constexpr (kNode == Node::kFromOffsets) {
+    const ConstTensor<T> reference_points = io.template Input<T>(kReferencesInput, 4);
+    const Shape expected = {batch, queries, levels, 2};
+    Check(reference_points.shape == expected,
+          "input 'reference_points' must have shape [B, Q, L, 2] = ", ShapeText{expected},
+          " (of 'sampling_offsets' and 'value_spatial_shapes'), got ", ShapeText{reference_points.shape});
+    references = reference_points.data;
+  }
   const int64_t channels = Product(heads, dim, "H * D of input 'value'");
   Product(Product(batch, queries, "the output size"), channels, "the output size");
   return {std::move(value),
           std::move(shapes),
           std::move(starts),
           std::move(locations),
+          references,
           std::move(weights),
           batch,
           keys,

@@ -45,7 +45,8 @@ struct SampleSum {
   using A = ComputeType<T>;
   const T* value;
   LevelTable<A, kInline> levels;
-  const T* locations;
+  const T* locations;   // or the FromOffsets node's offsets
+  const T* references;  // the FromOffsets node's [B, Q, L, 2]; else null
   const T* weights;
   T* output;
   int64_t queries, keys, heads, dim, level_count;
@@ -62,10 +63,12 @@ struct SampleSum {
     A sum[kChannels];
     ORTOPS_UNROLL
     for (int64_t k = 0; k < kChannels; ++k) sum[k] = 0;
-    levels.ForEach(level_count, [&](const Level<A>& level, int64_t) {
+    levels.ForEach(level_count, [&](const Level<A>& level, int64_t l) {
       const T* level_values = head_values + level.start * channels;
+      const T* reference = references == nullptr ? nullptr : references + (row * level_count + l) * 2;
       for (int64_t p = 0; p < level.points; ++p, location += 2, ++weight) {
-        const ZeroPaddedSample<A> s = SampleAt(level, location);
+        const ZeroPaddedSample<A> s =
+            reference == nullptr ? SampleAt(level, location) : SampleAt(level, location, reference);
         if (!s.inside) continue;
         const auto attention = static_cast<A>(*weight);
         A w[4];
@@ -92,11 +95,11 @@ struct SampleSum {
   }
 };
 
-template <typename T, bool kMmdeploy>
+template <typename T, Node kNode>
 struct MsDeformAttnDeviceKernel
-    : OpKernel<T, kSchemaOf<kMmdeploy>, ParsedWith<PointsPerLevel, kMmdeploy>, device::DeviceKernelBase> {
+    : OpKernel<T, kSchemaOf<kNode>, ParsedWith<PointsPerLevel, kNode>, device::DeviceKernelBase> {
   // im2col_step (mmdeploy) is ignored; the adapter has checked its type.
-  using OpKernel<T, kSchemaOf<kMmdeploy>, ParsedWith<PointsPerLevel, kMmdeploy>, device::DeviceKernelBase>::OpKernel;
+  using OpKernel<T, kSchemaOf<kNode>, ParsedWith<PointsPerLevel, kNode>, device::DeviceKernelBase>::OpKernel;
   using A = ComputeType<T>;
 
   // The level shapes and start indices are read on the host, where they are checked (ONNX
@@ -106,7 +109,7 @@ struct MsDeformAttnDeviceKernel
   }
 
   void Compute(const device::DeviceIO& io, const PointsPerLevel& points_per_level) const {
-    const Inputs<T> in = CheckedInputs<T>(io, points_per_level);
+    const Inputs<T> in = CheckedInputs<T, kNode>(io, points_per_level);
     std::vector<Level<A>> table(static_cast<size_t>(in.levels));
     CheckLevels(in, table.data());
 
@@ -133,11 +136,12 @@ struct MsDeformAttnDeviceKernel
     const int64_t outputs = in.batch * in.queries * in.channels;
     if (in.dim % 4 == 0) {
       io.ForEach(outputs / 4,
-                 SampleSum<T, 4, kInline>{in.value.data, levels, in.locations.data, in.weights.data, output, in.queries,
-                                          in.keys, in.heads, in.dim, in.levels, in.samples});
+                 SampleSum<T, 4, kInline>{in.value.data, levels, in.locations.data, in.references, in.weights.data,
+                                          output, in.queries, in.keys, in.heads, in.dim, in.levels, in.samples});
     } else {
-      io.ForEach(outputs, SampleSum<T, 1, kInline>{in.value.data, levels, in.locations.data, in.weights.data, output,
-                                                   in.queries, in.keys, in.heads, in.dim, in.levels, in.samples});
+      io.ForEach(outputs,
+                 SampleSum<T, 1, kInline>{in.value.data, levels, in.locations.data, in.references, in.weights.data,
+                                          output, in.queries, in.keys, in.heads, in.dim, in.levels, in.samples});
     }
   }
 };
@@ -147,10 +151,13 @@ struct MsDeformAttnDeviceKernel
 }  // namespace
 
 std::vector<OpPtr> MakeDevice(const OpDef& def) {
-  return MakeOps<MsDeformAttnDeviceKernel, false, float, double, Half>(def);
+  return MakeOps<MsDeformAttnDeviceKernel, Node::kLocations, float, double, Half>(def);
+}
+std::vector<OpPtr> MakeFromOffsetsDevice(const OpDef& def) {
+  return MakeOps<MsDeformAttnDeviceKernel, Node::kFromOffsets, float, double, Half>(def);
 }
 std::vector<OpPtr> MakeMmdeployDevice(const OpDef& def) {
-  return MakeOps<MsDeformAttnDeviceKernel, true, float, double, Half>(def);
+  return MakeOps<MsDeformAttnDeviceKernel, Node::kMmdeploy, float, double, Half>(def);
 }
 
 }  // namespace ortops::ms_deform_attn

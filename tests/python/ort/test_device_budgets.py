@@ -99,6 +99,7 @@ BUDGETS: dict[str, Budget] = {
     "ortops.MultiLevelRoIAlign": Budget(1, 2, 1, 1),
     "ortops.RoIAlignByLevel": Budget(1, 2, 1, 1),
     "ortops.MultiScaleDeformableAttention": Budget(0, 1, 1, 1),
+    "ortops.MultiScaleDeformableAttentionFromOffsets": Budget(0, 1, 1, 1),
     "ortops.NMS": Budget(1, 9, 10, 0),
     "ortops.NMSMatch": Budget(3, 18, 18, 0),
     "ortops.NMSRotated": Budget(3, 14, 14, 0),

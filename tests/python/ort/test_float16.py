@@ -92,6 +92,7 @@ FLOAT16_OPS = [
     "RoIAlignRotated",
     "DeformConv2d",
     "MultiScaleDeformableAttention",  # tests/python/ort/test_ms_deform_attn.py checks its values
+    "MultiScaleDeformableAttentionFromOffsets",  # and test_ms_deform_attn_from_offsets.py
     "BatchedNMS",
 ]
 

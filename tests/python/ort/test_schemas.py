@@ -150,6 +150,20 @@ CASES = [
         [(F, ["B", "Q", 256])],
     ),
     (
+        "ortops",
+        "MultiScaleDeformableAttentionFromOffsets",
+        [
+            ("v", F, ["B", 58, 8, 32]),
+            ("s", I64, [3, 2]),
+            ("i", I64, [3]),
+            ("r", F, ["B", "Q", 3, 2]),
+            ("o", F, ["B", "Q", 8, 3, 4, 2]),
+            ("w", F, ["B", "Q", 8, 3, 4]),
+        ],
+        {},
+        [(F, ["B", "Q", 256])],
+    ),
+    (
         "mmdeploy",
         "MMCVMultiScaleDeformableAttention",
         [
