@@ -250,12 +250,16 @@ def kernel_shares(model: onnx.ModelProto, feeds: dict[str, np.ndarray], runs: in
             session.run(None, feeds)
         with open(session.end_profiling()) as f:
             events = json.load(f)
-    by_run: list[Counter[str]] = []
+    # A run's model_run event is written when it ends, after its nodes' events: nodes belong to
+    # the run whose span holds their start.
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "model_run")
+    by_run: list[Counter[str]] = [Counter() for _ in spans]
     for event in events:
-        if event.get("name") == "model_run":
-            by_run.append(Counter())
-        elif event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and by_run:
-            by_run[-1][event["args"]["op_name"]] += event["dur"]
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            for index, (start, end) in enumerate(spans):
+                if start <= event["ts"] <= end:
+                    by_run[index][event["args"]["op_name"]] += event["dur"]
+                    break
     total: Counter[str] = Counter()
     for counts in by_run[1:] or by_run:
         total.update(counts)
