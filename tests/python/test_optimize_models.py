@@ -276,6 +276,11 @@ def d_fine(models_dir: Path) -> Exported:
 # --- the HuggingFace files that do not run as exported --------------------------------------------
 
 
+# Where the locations are reference points plus offsets over the levels' sizes (Deformable
+# DETR's encoder and 2-d decoder), the node takes those; RT-DETR's decoders scale by boxes.
+FROM_OFFSETS = "ortops::MultiScaleDeformableAttentionFromOffsets"
+
+
 def attention_blocks(exported: Exported, levels: int) -> int:
     """The deformable attention blocks in the file: one GridSample per level each."""
     grid_samples = op_counts(exported.model)["ai.onnx::GridSample"]
@@ -291,14 +296,15 @@ def test_huggingface_file_that_does_not_run_runs_after_optimize_with_pytorchs_ou
     request: pytest.FixtureRequest, name: str, levels: int, blocks: int, group_norms: int
 ) -> None:
     """The TorchScript exporter writes their grids in float64 (value float32): ONNX Runtime has
-    no GridSample for that. Every attention block is fused (with a Cast of the locations)."""
+    no GridSample for that. Every attention block is fused, with the float64 sum of its reference
+    points and offsets (the node takes the reference points cast to float32)."""
     exported: Exported = request.getfixturevalue(name)
     assert attention_blocks(exported, levels) == blocks
     with pytest.raises(Exception, match="GridSample"):
         session(exported.model)
     rewritten, report = optimize_with_report(exported.model)
     counts = op_counts(rewritten)
-    assert counts["ortops::MultiScaleDeformableAttention"] == blocks, report.lines()
+    assert counts[FROM_OFFSETS] == blocks, report.lines()
     assert "ai.onnx::GridSample" not in counts and not report.near_misses
     # The input projections' GroupNorms (torch's decomposition) are fused too.
     assert counts["ortops::GroupNorm"] == group_norms and "ai.onnx::InstanceNormalization" not in counts
@@ -605,7 +611,7 @@ def test_mmcv_style_encoder_layer_is_fused_with_the_same_outputs(models_dir: Pat
     assert attention_blocks(exported, 3) == 1
     rewritten, report = optimize_with_report(exported.model)
     counts = op_counts(rewritten)
-    assert counts["ortops::MultiScaleDeformableAttention"] == 1, report.lines()
+    assert counts[FROM_OFFSETS] == 1, report.lines()  # with the reference points and offsets
     assert "ai.onnx::GridSample" not in counts and not report.near_misses
     before = run(exported.model, exported.feeds)
     assert_same(exported.output_names, before, run(rewritten, exported.feeds))

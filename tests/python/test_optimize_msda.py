@@ -66,6 +66,45 @@ class FromFeatureMaps(torch.nn.Module):
         return out
 
 
+class OffsetsAttention(torch.nn.Module):
+    """Deformable DETR's encoder and mmcv's MultiScaleDeformableAttention: the locations are the
+    reference points plus the offsets over each level's (W_l, H_l), which come from a tensor of
+    the level shapes. ``reference_dtype`` float64: HuggingFace's reference points, whose sum is
+    float64 (the file's grid too). ``swap``: a wrong normalizer, (H_l, W_l)."""
+
+    def __init__(self, shapes: list[tuple[int, int]], reference_dtype=None, swap: bool = False) -> None:
+        super().__init__()
+        self.shapes, self.reference_dtype, self.swap = shapes, reference_dtype, swap
+
+    def forward(self, value, reference_points, offsets, weights):
+        spatial_shapes = torch.tensor(self.shapes)
+        columns = (0, 1) if self.swap else (1, 0)
+        normalizer = torch.stack([spatial_shapes[..., columns[0]], spatial_shapes[..., columns[1]]], -1)
+        if self.reference_dtype is not None:
+            reference_points = reference_points.to(self.reference_dtype)
+        locations = reference_points[:, :, None, :, None, :] + offsets / normalizer[None, None, None, :, None, :]
+        return stack_form(value, self.shapes, locations.to(value.dtype), weights)
+
+
+class FromFeatureMapsWithOffsets(torch.nn.Module):
+    """FromFeatureMaps with the locations from reference points and offsets, the normalizer read
+    from the maps' sizes (computed from shapes in a dynamic file)."""
+
+    def __init__(self, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+
+    def forward(self, f0, f1, f2, reference_points, offsets, weights):
+        maps = [f0, f1, f2]
+        shapes = [(m.shape[2], m.shape[3]) for m in maps]
+        batch, channels = f0.shape[:2]
+        value = torch.cat([m.flatten(2).transpose(1, 2) for m in maps], 1)
+        value = value.view(batch, -1, self.heads, channels // self.heads)
+        normalizer = torch.stack([torch.stack([torch.tensor(w), torch.tensor(h)]) for h, w in shapes]).to(offsets)
+        locations = reference_points[:, :, None, :, None, :] + offsets / normalizer[None, None, None, :, None, :]
+        return stack_form(value, shapes, locations, weights)
+
+
 # --- exporting and running ----------------------------------------------------------------------
 
 
@@ -162,6 +201,94 @@ def test_exported_attention_becomes_one_ortops_node(
     if dynamic:  # another batch and query count
         other = dict(zip(NAMES, attention_inputs(rng, 1, 7, heads, channels, shapes, points, flat)))
         assert_close(run(rewritten, other), run(model, other))
+
+
+def offsets_inputs(rng, batch, queries, heads, channels, shapes, points):
+    """value, reference points [N, Lq, L, 2] around the maps, offsets of a few pixels, weights."""
+    value, _, weights = attention_inputs(rng, batch, queries, heads, channels, shapes, points)
+    reference = rng.uniform(-0.1, 1.1, (batch, queries, len(shapes), 2)).astype(np.float32)
+    offsets = rng.normal(0, 2, (batch, queries, heads, len(shapes), points, 2)).astype(np.float32)
+    return value, reference, offsets, weights
+
+
+OFFSETS_NAMES = ["value", "reference_points", "offsets", "weights"]
+OFFSETS_DYNAMIC = {
+    "value": {0: "batch"},
+    "reference_points": {0: "batch", 1: "queries"},
+    "offsets": {0: "batch", 1: "queries"},
+    "weights": {0: "batch", 1: "queries"},
+}
+FROM_OFFSETS = "ortops::MultiScaleDeformableAttentionFromOffsets"
+
+
+@pytest.mark.parametrize(
+    ("exporter", "opset", "dynamic"),
+    [("torchscript", 16, False), ("torchscript", 17, True), ("dynamo", 18, False), ("dynamo", 20, True)],
+)
+def test_locations_from_reference_points_and_offsets_become_the_offsets_node(
+    exporter: str, opset: int, dynamic: bool
+) -> None:
+    """The Div and the Add that make the locations go into the node too (they broadcast over every
+    sample and took longer than the attention)."""
+    shapes = [(16, 12), (8, 6), (4, 3)]  # H != W: a swapped normalizer would show
+    rng = np.random.default_rng(30 + opset)
+    inputs = offsets_inputs(rng, 2, 40, 4, 8, shapes, 4)
+    module = OffsetsAttention(shapes)
+    args = tuple(torch.from_numpy(a) for a in inputs)
+    model = export(module, args, OFFSETS_NAMES, opset, exporter == "dynamo", OFFSETS_DYNAMIC if dynamic else None)
+    rewritten, report = optimize_with_report(model, RULE)
+    counts = op_counts(rewritten)
+    assert counts[FROM_OFFSETS] == 1 and "ortops::MultiScaleDeformableAttention" not in counts, report.lines()
+    assert not {"ai.onnx::GridSample", "ai.onnx::Div", "ai.onnx::Add"} & set(counts), counts
+    assert len(report.rewrites) == 1 and not report.near_misses
+    replaced = {name.rsplit(" (", 1)[1].rstrip(")") for name in report.rewrites[0].replaced}  # "name (op)"
+    assert {"Div", "Add", "GridSample"} <= replaced, report.lines()
+    feeds = dict(zip(OFFSETS_NAMES, inputs))
+    assert_close(run(rewritten, feeds), run(model, feeds))
+    with torch.no_grad():
+        assert_close(run(rewritten, feeds), module(*args).numpy())
+    if dynamic:
+        other = dict(zip(OFFSETS_NAMES, offsets_inputs(rng, 1, 7, 4, 8, shapes, 4)))
+        assert_close(run(rewritten, other), run(model, other))
+
+
+def test_float64_reference_points_are_rounded_to_float32_once() -> None:
+    """As HuggingFace's file: float64 reference points, the scaled offsets cast to float64 and
+    the sum in float64. The node takes the reference points cast to float32: each location within
+    one float32 rounding of the file's."""
+    shapes = [(16, 16), (8, 8), (4, 4)]
+    rng = np.random.default_rng(33)
+    inputs = offsets_inputs(rng, 1, 50, 4, 8, shapes, 4)
+    module = OffsetsAttention(shapes, reference_dtype=torch.float64)
+    args = tuple(torch.from_numpy(a) for a in inputs)
+    model = export(module, args, OFFSETS_NAMES, 17)
+    rewritten, report = optimize_with_report(model, RULE)
+    assert op_counts(rewritten)[FROM_OFFSETS] == 1, report.lines()
+    (node,) = [n for n in rewritten.graph.node if n.op_type == "MultiScaleDeformableAttentionFromOffsets"]
+    cast = next(n for n in rewritten.graph.node if n.output[0] == node.input[3])
+    assert cast.op_type == "Cast" and helper.get_attribute_value(cast.attribute[0]) == TensorProto.FLOAT
+    with torch.no_grad():
+        expected = module(*args).numpy()
+    assert_close(run(rewritten, dict(zip(OFFSETS_NAMES, inputs))), expected)
+
+
+def test_normalizer_computed_from_dynamic_map_sizes() -> None:
+    rng = np.random.default_rng(34)
+    heads, channels, points, queries = 4, 16, 4, 30
+    sizes = [(8, 6), (4, 3), (2, 2)]
+    maps = feature_maps(rng, 2, heads * channels, sizes)
+    _, reference, offsets, weights = offsets_inputs(rng, 2, queries, heads, channels, sizes, points)
+    names = ["f0", "f1", "f2", "reference_points", "offsets", "weights"]
+    dynamic = {f"f{i}": {0: "n", 2: f"h{i}", 3: f"w{i}"} for i in range(3)}
+    dynamic.update({name: {0: "n", 1: "q"} for name in names[3:]})
+    module = FromFeatureMapsWithOffsets(heads)
+    args = tuple(torch.from_numpy(a) for a in (*maps, reference, offsets, weights))
+    model = export(module, args, names, 17, dynamic=dynamic)
+    rewritten, report = optimize_with_report(model, RULE)
+    assert op_counts(rewritten)[FROM_OFFSETS] == 1, report.lines()
+    for sizes_now in (sizes, [(6, 10), (3, 5), (2, 3)]):  # other map sizes: the node reads them
+        feeds = dict(zip(names, (*feature_maps(rng, 2, heads * channels, sizes_now), reference, offsets, weights)))
+        assert_close(run(rewritten, feeds), run(model, feeds))
 
 
 def feature_maps(rng, batch, channels, sizes):
@@ -353,6 +480,47 @@ def test_points_that_differ_per_level_become_points_per_level(exporter: str, ops
     assert_close(run(rewritten, feeds), run(model, feeds))
 
 
+def offsets_near_misses() -> list[tuple[str, onnx.ModelProto]]:
+    shapes = [(8, 6), (4, 3)]
+    rng = np.random.default_rng(35)
+    inputs = offsets_inputs(rng, 2, 10, 2, 4, shapes, 3)
+    args = tuple(torch.from_numpy(a) for a in inputs)
+    plain = export(OffsetsAttention(shapes), args, OFFSETS_NAMES, 16)
+    return [
+        ("normalizer-h-w", export(OffsetsAttention(shapes, swap=True), args, OFFSETS_NAMES, 16), inputs),
+        ("multiplied", edited(plain, "Div", lambda model, node: setattr(node, "op_type", "Mul")), inputs),
+    ]
+
+
+OFFSETS_NEAR_MISSES = offsets_near_misses()
+
+
+@pytest.mark.parametrize(
+    ("model", "inputs"), [m[1:] for m in OFFSETS_NEAR_MISSES], ids=[m[0] for m in OFFSETS_NEAR_MISSES]
+)
+def test_locations_not_proven_from_offsets_stay_in_the_file(model: onnx.ModelProto, inputs) -> None:
+    """The attention is still fused, from the locations the file computes."""
+    rewritten, report = optimize_with_report(model, RULE)
+    counts = op_counts(rewritten)
+    assert counts["ortops::MultiScaleDeformableAttention"] == 1 and FROM_OFFSETS not in counts, report.lines()
+    feeds = dict(zip(OFFSETS_NAMES, inputs))
+    assert_close(run(rewritten, feeds), run(model, feeds))
+
+
+def test_reference_points_the_sum_broadcasts_are_expanded() -> None:
+    """One batch item's reference points for every item: the node gets them expanded to
+    [N, Lq, L, 2], as the Add broadcast them."""
+    shapes = [(8, 6), (4, 3)]
+    rng = np.random.default_rng(36)
+    value, reference, offsets, weights = offsets_inputs(rng, 2, 10, 2, 4, shapes, 3)
+    inputs = (value, reference[:1], offsets, weights)
+    model = export(OffsetsAttention(shapes), tuple(torch.from_numpy(a) for a in inputs), OFFSETS_NAMES, 16)
+    rewritten, report = optimize_with_report(model, RULE)
+    assert op_counts(rewritten)[FROM_OFFSETS] == 1 and op_counts(rewritten)["ai.onnx::Expand"] == 1, report.lines()
+    feeds = dict(zip(OFFSETS_NAMES, inputs))
+    assert_close(run(rewritten, feeds), run(model, feeds))
+
+
 class ConstantQueries(torch.nn.Module):
     """A decoder layer whose queries are learned embeddings: its sampling locations and
     attention weights are constants, which the exporter's constant folding (or onnxslim /
@@ -427,6 +595,19 @@ def test_rewritten_attention_runs_on_the_emulated_device(tmp_path: Path) -> None
     expected = run(model, feeds)
     rewritten = optimize_with_report(model, RULE)[0]
     assert_close(first_output_with_library(rewritten, feeds, device_library, tmp_path), expected)
+
+
+def test_offsets_node_runs_on_the_emulated_device(tmp_path: Path) -> None:
+    device_library = emulated_device_library()
+    if device_library is None:
+        pytest.skip("no emulated device library beside the library")
+    shapes = [(8, 6), (4, 3), (2, 2)]
+    inputs = offsets_inputs(np.random.default_rng(13), 2, 40, 4, 8, shapes, 4)
+    model = export(OffsetsAttention(shapes), tuple(torch.from_numpy(a) for a in inputs), OFFSETS_NAMES, 16)
+    feeds = dict(zip(OFFSETS_NAMES, inputs))
+    rewritten = optimize_with_report(model, RULE)[0]
+    assert op_counts(rewritten)[FROM_OFFSETS] == 1
+    assert_close(first_output_with_library(rewritten, feeds, device_library, tmp_path), run(model, feeds))
 
 
 class AttentionThenProjection(torch.nn.Module):

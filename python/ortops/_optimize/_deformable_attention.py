@@ -549,6 +549,20 @@ class _Block:
     points_per_level: list[int]  # P_l where they differ (the node's attribute); else empty
     final: ir.Node
     nodes: list[ir.Node]
+    # Where the locations are reference_points + sampling_offsets / (W_l, H_l), proven: the
+    # node then takes those two (FromOffsets) in place of the locations.
+    offsets: _Offsets | None = None
+
+
+@dataclass
+class _Offsets:
+    # The term of the sum that holds the reference points: [N, Lq, L, 2] (``squeeze`` False) or
+    # [N', Lq', 1, L', 1, 2'] (True); a constant as an array. Its sizes are N or 1, Lq or 1, ...:
+    # ``expand`` when they are not proven to be the locations' (the Add broadcast it).
+    reference_points: ir.Value | np.ndarray
+    squeeze: bool
+    expand: bool
+    sampling_offsets: ir.Value  # [N, Lq, M, L, P, 2], in value's element type
 
 
 def _same_atoms(actual: tuple[_Atom, ...], expected: list[_Atom]) -> bool:
@@ -658,6 +672,108 @@ def _weights_of_constant(
         laid_out = laid_out.reshape(batch, count, heads, points // int(per_level), int(per_level))
     laid_out = np.ascontiguousarray(laid_out.astype(value.dtype.numpy()))
     return laid_out, [_Atom(f"w{i}", sp.Integer(size)) for i, size in enumerate(laid_out.shape)]
+
+
+def _normalizer(tracer: _Tracer, value: ir.Value) -> list[Any]:
+    """The entries, row-major, of a float tensor that a file fixes or computes from shapes
+    (an integer shape tensor cast to float and unsqueezed), as sympy expressions."""
+    array = constant(value)
+    if array is not None:
+        if not np.all(np.isfinite(array)) or not np.all(array == np.round(array)):
+            raise _Refused("the offsets are divided by other numbers than the levels' sizes")
+        return [_sympy().Integer(int(v)) for v in array.reshape(-1)]
+    node = value.producer()
+    while node is not None and node.op_type in ("Unsqueeze", "Reshape") and node.domain in _ONNX_DOMAINS:
+        node = node.inputs[0].producer()
+    if node is None or node.op_type != "Cast" or node.domain not in _ONNX_DOMAINS:
+        raise _Refused("the offsets' divisor is neither a constant nor the levels' sizes cast to float")
+    return tracer.values(node.inputs[0])
+
+
+def _reference_term(tracer: _Tracer, term: ir.Value, full: list[Any]) -> tuple[ir.Value | np.ndarray, bool, bool]:
+    """The reference points in ``term`` of the sum: ``reference_points[:, :, None, :, None, :]``
+    (Unsqueezes at axes 2 and 4 of a rank-4 tensor) or any [N', Lq', 1, L', 1, 2'] tensor;
+    whether it must be squeezed, and broadcast to the locations' sizes."""
+    base, chain = term, []
+    while (node := base.producer()) is not None and node.op_type == "Unsqueeze" and node.domain in _ONNX_DOMAINS:
+        chain.append(node)
+        base = node.inputs[0]
+    inserted: list[int] = []
+    if chain and base.shape is not None:
+        axes = [f"r{i}" for i in range(len(base.shape))]
+        for node in reversed(chain):
+            axes_of_node = tracer.axes(node, 1) or []
+            rank = len(axes) + len(axes_of_node)
+            for axis in sorted(a % rank for a in axes_of_node):
+                axes.insert(axis, "new")
+        inserted = [i for i, a in enumerate(axes) if a == "new"]
+    shape = tracer.shape(term)
+    if len(shape) != 6 or not (_equal(shape[2], 1) and _equal(shape[4], 1)):
+        raise _Refused("the reference points' term is not [N, Lq, 1, L, 1, 2]")
+    squeeze = inserted != [2, 4]
+    reference: ir.Value | np.ndarray = term if squeeze else base
+    folded = constant(reference)
+    if folded is not None:
+        reference = folded
+    proven = all(_equal(shape[i], full[i]) for i in (0, 1, 3, 5))
+    return reference, squeeze, not proven
+
+
+def _from_offsets(
+    tracer: _Tracer, loc: ir.Value, g: list[_Atom], sizes: list[tuple[Any, Any]], value: ir.Value
+) -> _Offsets:
+    """Proves that the [N, Lq, M, L, P, 2] locations are Deformable DETR's
+    ``reference_points[:, :, None, :, None, :] + sampling_offsets / normalizer[None, None, None, :, None, :]``
+    with normalizer[l] = (W_l, H_l): an Add of a [N, Lq, 1, L, 1, 2] term (sizes of 1
+    broadcast) and a Div (in value's element type, perhaps cast to the reference points' wider
+    one) of a tensor of the locations' shape by the levels' sizes."""
+    add = loc.producer()
+    if add is not None and add.op_type == "Cast" and add.domain in _ONNX_DOMAINS and loc.dtype == value.dtype:
+        add = add.inputs[0].producer()  # the sum rounded to value's type, as the node rounds it
+    if add is None or add.op_type != "Add" or add.domain not in _ONNX_DOMAINS:
+        raise _Refused("the locations are not a sum")
+    full = [a.size for a in g]
+    last_error = "neither term of the sum is the reference points"
+    for side in (0, 1):
+        try:
+            reference, squeeze, expand = _reference_term(tracer, add.inputs[side], full)
+            offsets = _scaled_offsets(tracer, add.inputs[1 - side], full, sizes, value)
+            return _Offsets(reference, squeeze, expand, offsets)
+        except _Refused as refusal:
+            last_error = str(refusal)
+    raise _Refused(last_error)
+
+
+def _scaled_offsets(
+    tracer: _Tracer, scaled: ir.Value, full: list[Any], sizes: list[tuple[Any, Any]], value: ir.Value
+) -> ir.Value:
+    """The offsets of ``scaled`` = offsets / (W_l, H_l), proven."""
+    sp = _sympy()
+    div = scaled.producer()
+    if div is not None and div.op_type == "Cast" and div.domain in _ONNX_DOMAINS:
+        # Only a widening cast (float to double): the node rounds the sum to value's type once,
+        # where the file rounds it to the wider type first.
+        if scaled.dtype is None or scaled.dtype.name != "DOUBLE" or value.dtype.name != "FLOAT":
+            raise _Refused("the scaled offsets are cast to another type than float64")
+        div = div.inputs[0].producer()
+    if div is None or div.op_type != "Div" or div.domain not in _ONNX_DOMAINS:
+        raise _Refused("the offsets are not divided by the levels' sizes")
+    offsets, divisor = div.inputs
+    if offsets.dtype != value.dtype or value.dtype.name not in ("FLOAT", "DOUBLE"):
+        raise _Refused("the offsets are not divided in value's element type (float32 or float64)")
+    offsets_shape = tracer.shape(offsets)
+    if len(offsets_shape) != 6 or not all(_equal(a, b) for a, b in zip(offsets_shape, full)):
+        raise _Refused("the offsets are not proven to have the locations' shape")
+    divisor_shape = tracer.shape(divisor)
+    padded = [sp.Integer(1)] * (6 - len(divisor_shape)) + list(divisor_shape)
+    expected = [1, 1, 1, len(sizes), 1, 2]
+    if len(padded) != 6 or not all(_equal(a, b) for a, b in zip(padded, expected)):
+        raise _Refused("the offsets' divisor is not [L, 2] broadcast over queries, heads and points")
+    entries = _normalizer(tracer, divisor)
+    widths_heights = [size for h, w in sizes for size in (w, h)]
+    if len(entries) != len(widths_heights) or not all(_equal(a, b) for a, b in zip(entries, widths_heights)):
+        raise _Refused("the offsets are not divided by the levels' (W_l, H_l)")
+    return offsets
 
 
 def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) -> _Block:
@@ -918,6 +1034,12 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
     nodes += [node for node, _, _ in weight_path]
     if stacked:
         nodes += [u.producer() for u in join.inputs]
+    offsets = None
+    if not isinstance(loc, np.ndarray) and loc_rank == 6 and uniform:
+        try:
+            offsets = _from_offsets(tracer, loc, g, sizes, value)
+        except _Refused:
+            offsets = None  # the locations as they are
     return _Block(
         value=value,
         locations=loc,
@@ -931,10 +1053,40 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
         points_per_level=[] if uniform else [int(p) for p in points],
         final=final,
         nodes=list(dict.fromkeys(nodes)),
+        offsets=offsets,
     )
 
 
 # --- the rewrite ---------------------------------------------------------------------------------
+
+
+def _reference_input(graph: Any, before: ir.Node, offsets: _Offsets, dtype: Any) -> ir.Value:
+    """The node's [N, Lq, L, 2] reference points, in value's element type, from the term of the
+    sum: squeezed at axes 2 and 4, broadcast to the offsets' sizes where the Add broadcast them."""
+    reference = offsets.reference_points
+    # Sizes N, Lq, L and 2 of a [N, Lq, ...] tensor: axes 0, 1, 3 and 5 of a rank-6 one.
+    axes = np.array([0, 1, 3, 5], np.int64)
+    if isinstance(reference, np.ndarray):
+        if offsets.squeeze:
+            reference = reference.reshape([reference.shape[i] for i in axes])
+        reference = insert_constant(graph, before, np.ascontiguousarray(reference.astype(dtype.numpy())))
+    else:
+        if offsets.squeeze:
+            sizes = insert_node(
+                graph,
+                before,
+                "Gather",
+                [insert_node(graph, before, "Shape", [reference]), insert_constant(graph, before, axes)],
+                axis=0,
+            )
+            reference = insert_node(graph, before, "Reshape", [reference, sizes])
+        if reference.dtype != dtype:
+            reference = insert_node(graph, before, "Cast", [reference], to=dtype.value)
+    if offsets.expand:
+        shape = insert_node(graph, before, "Shape", [offsets.sampling_offsets])
+        target = insert_node(graph, before, "Gather", [shape, insert_constant(graph, before, axes)], axis=0)
+        reference = insert_node(graph, before, "Expand", [reference, target])
+    return reference
 
 
 def _rewrite(graph: Any, block: _Block) -> ir.Node:
@@ -963,7 +1115,12 @@ def _rewrite(graph: Any, block: _Block) -> ir.Node:
         heights, widths = (insert_node(graph, before, "Gather", [spatial, c], axis=1) for c in column)
         areas = insert_node(graph, before, "Mul", [heights, widths])
         starts = insert_node(graph, before, "CumSum", [areas, column[0]], exclusive=1)
-    if isinstance(block.locations, np.ndarray):
+    op = "MultiScaleDeformableAttention"
+    if block.offsets is not None:
+        op = "MultiScaleDeformableAttentionFromOffsets"
+        reference = _reference_input(graph, before, block.offsets, dtype)
+        locations = block.offsets.sampling_offsets
+    elif isinstance(block.locations, np.ndarray):
         locations = insert_constant(graph, before, block.locations)
     else:
         locations = block.locations
@@ -981,9 +1138,11 @@ def _rewrite(graph: Any, block: _Block) -> ir.Node:
         target = np.array([0, 0, 0, block.levels, block.points], np.int64)
         weights = insert_node(graph, before, "Reshape", [weights, insert_constant(graph, before, target)])
     inputs = [block.value, spatial, starts, locations, weights]
+    if block.offsets is not None:
+        inputs[3:3] = [reference]
     # With points_per_level the node takes the concat form's [N, Lq, M, sum(P_l), ...] as they are.
     points_per_level = {"points_per_level": block.points_per_level} if block.points_per_level else {}
-    output = insert_node(graph, before, "MultiScaleDeformableAttention", inputs, ORTOPS_DOMAIN, **points_per_level)
+    output = insert_node(graph, before, op, inputs, ORTOPS_DOMAIN, **points_per_level)
     replace_value(graph, block.final.outputs[0], output)
     return output.producer()
 
@@ -1029,13 +1188,16 @@ def _walk(graph: Any, model: ir.Model) -> None:
 RULE = Rule(
     name="deformable-attention",
     summary="multi-scale deformable attention (per-level GridSample, weighted sum) into "
-    "ortops::MultiScaleDeformableAttention",
+    "ortops::MultiScaleDeformableAttention, or MultiScaleDeformableAttentionFromOffsets with the Div and Add "
+    "that make its locations",
     handles=(
         "the stack form (mmcv's and Deformable DETR's multi_scale_deformable_attn_pytorch, HuggingFace's "
         "Deformable DETR, Grounding DINO, Mask2Former, OneFormer, RT-DETR) and the concat form (RT-DETRv2, "
         "D-FINE, DEIM, Ultralytics), any number of levels, static or dynamic sizes, GridSample 'bilinear' "
         "(opset 16-19) or 'linear' (20 on) or mmdeploy's grid_sampler, a float64 grid (cast to the value's type), "
-        "different numbers of points per level (the concat form; the node's points_per_level)",
+        "different numbers of points per level (the concat form; the node's points_per_level), locations "
+        "computed as reference_points + offsets / (W_l, H_l) (into MultiScaleDeformableAttentionFromOffsets, "
+        "with that Div and Add)",
         "left alone: align_corners 1, padding other than zeros, modes other than bilinear, split sizes not "
         "H_l * W_l, sums over other axes",
     ),
