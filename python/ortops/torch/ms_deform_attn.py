@@ -242,14 +242,16 @@ def multi_scale_deformable_attention_from_offsets(
     attention_weights: torch.Tensor,
     points_per_level: Sequence[int] = (),
 ) -> torch.Tensor:
-    """Multi-scale deformable attention given reference points and offsets, as Deformable
-    DETR's encoder and mmcv's ``MultiScaleDeformableAttention`` (2-d reference points) compute
-    the locations, as one op that exports to ``ortops::MultiScaleDeformableAttentionFromOffsets``.
+    """Multi-scale deformable attention given each query's reference points and each point's
+    offset from them (Deformable DETR's encoder, mmcv's ``MultiScaleDeformableAttention`` with
+    2-d reference points), one op that exports to
+    ``ortops::MultiScaleDeformableAttentionFromOffsets``.
 
     The location of point ``p`` of level ``l`` is ``reference_points[b, q, l] +
-    sampling_offsets[b, q, h, l, p] / (W_l, H_l)`` (divided, then added, in ``value``'s dtype;
-    float32 for float16 in the kernel); the rest is ``multi_scale_deformable_attention``'s. One
-    node in place of the model's Div and Add, which broadcast over every sample.
+    sampling_offsets[b, q, h, l, p] / (W_l, H_l)``, divided, then added, in ``value``'s dtype
+    (the kernel computes float16 data in float32); the rest is
+    ``multi_scale_deformable_attention``'s. One node in place of the model's Div and Add, which
+    broadcast over every sample.
 
     Returns:
         ``Tensor[B, Q, H * D]``: per query and head, the weighted sum of the points' bilinear
