@@ -15,7 +15,10 @@ from ortops.torch.deform_conv import deform_conv2d
 from ortops.torch.grid_sample import grid_sample
 from ortops.torch.group_norm import group_norm
 from ortops.torch.matrix_inverse import matrix_inverse
-from ortops.torch.ms_deform_attn import multi_scale_deformable_attention
+from ortops.torch.ms_deform_attn import (
+    multi_scale_deformable_attention,
+    multi_scale_deformable_attention_from_offsets,
+)
 from ortops.torch.multi_level_roi_align import multi_level_roi_align
 from ortops.torch.nms import nms
 from ortops.torch.nms_match import nms_match
@@ -44,6 +47,7 @@ __all__ = [
     "matrix_inverse",
     "multi_level_roi_align",
     "multi_scale_deformable_attention",
+    "multi_scale_deformable_attention_from_offsets",
     "multiclass_nms",
     "nms",
     "nms_match",

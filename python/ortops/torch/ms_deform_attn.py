@@ -1,5 +1,7 @@
 """Multi-scale deformable attention: ``torch.ops.ortops.multi_scale_deformable_attention``,
-exported to ``ortops::MultiScaleDeformableAttention``."""
+exported to ``ortops::MultiScaleDeformableAttention``, and
+``torch.ops.ortops.multi_scale_deformable_attention_from_offsets`` (reference points and offsets
+in place of the locations), exported to ``ortops::MultiScaleDeformableAttentionFromOffsets``."""
 
 from __future__ import annotations
 
@@ -91,19 +93,14 @@ def _reference(
 
 
 def _documented_layout(shapes: list[Any], attributes: dict[str, Any]) -> list[Any]:
-    """With ``points_per_level``, locations ``[B, Q, H, sum(P_l), 2]`` and weights
-    ``[B, Q, H, sum(P_l)]`` seen as the documented ``[B, Q, H, L, P, 2]`` and ``[B, Q, H, L, P]``
-    with one level of all the points: the output's ``[B, Q, H * D]`` binds the same."""
-    value, spatial_shapes, level_start_index, locations, weights = shapes
+    """With ``points_per_level``, locations (or offsets) ``[B, Q, H, sum(P_l), 2]`` and weights
+    ``[B, Q, H, sum(P_l)]``, the node's last two inputs, seen as the documented
+    ``[B, Q, H, L, P, 2]`` and ``[B, Q, H, L, P]`` with one level of all the points: the output's
+    ``[B, Q, H * D]`` binds the same (an ``L`` bound before, by the reference points, stays)."""
+    *levels, locations, weights = shapes
     if not attributes.get("points_per_level") or locations is None or weights is None:
         return shapes  # (None: a rank the exporter does not know)
-    return [
-        value,
-        spatial_shapes,
-        level_start_index,
-        [*locations[:3], 1, *locations[3:]],
-        [*weights[:3], 1, *weights[3:]],
-    ]
+    return [*levels, [*locations[:3], 1, *locations[3:]], [*weights[:3], 1, *weights[3:]]]
 
 
 MULTI_SCALE_DEFORMABLE_ATTENTION = Op(
@@ -177,6 +174,99 @@ def multi_scale_deformable_attention(
         spatial_shapes,
         level_start_index,
         sampling_locations.to(value.dtype),
+        attention_weights.to(value.dtype),
+        list(points_per_level),
+    )
+
+
+def _reference_from_offsets(
+    value: torch.Tensor,
+    spatial_shapes: torch.Tensor,
+    level_start_index: torch.Tensor,
+    reference_points: torch.Tensor,
+    sampling_offsets: torch.Tensor,
+    attention_weights: torch.Tensor,
+    points_per_level: list[int],
+) -> torch.Tensor:
+    """The locations as the node computes them, ``reference_points`` of each point's level plus
+    its offset divided by the level's ``(W_l, H_l)`` (in ``value``'s dtype), given to
+    :func:`_reference`; its autograd differentiates through them to the points and offsets."""
+    # (W_l, H_l) per level: the offsets' (x, y) order.
+    normaliser = spatial_shapes.flip(-1).to(value.dtype)
+    if points_per_level:  # [B, Q, H, sum(P_l), 2]: each point takes its level's row
+        counts = torch.tensor(points_per_level, device=value.device)
+        level_of_point = torch.repeat_interleave(torch.arange(len(counts), device=value.device), counts)
+        reference = reference_points[:, :, None, level_of_point]
+        normaliser = normaliser[level_of_point]
+    else:  # [B, Q, H, L, P, 2]
+        reference = reference_points[:, :, None, :, None]
+        normaliser = normaliser[:, None]
+    locations = reference + sampling_offsets / normaliser
+    return _reference(value, spatial_shapes, level_start_index, locations, attention_weights, points_per_level)
+
+
+MULTI_SCALE_DEFORMABLE_ATTENTION_FROM_OFFSETS = Op(
+    "multi_scale_deformable_attention_from_offsets",
+    "MultiScaleDeformableAttentionFromOffsets",
+    [
+        *MULTI_SCALE_DEFORMABLE_ATTENTION.args[:3],
+        Arg(
+            "reference_points",
+            torch.Tensor,
+            "``Tensor[B, Q, L, 2]`` each query's reference point ``(x, y)`` on each level, normalised to the "
+            "level as locations are (0 and 1 are its outer edges); cast to ``value``'s dtype.",
+        ),
+        Arg(
+            "sampling_offsets",
+            torch.Tensor,
+            "``Tensor[B, Q, H, L, P, 2]`` each point's offset ``(x, y)`` from its level's reference point, in "
+            "pixels of that level, or ``Tensor[B, Q, H, sum(P_l), 2]`` with ``points_per_level``; cast to "
+            "``value``'s dtype.",
+        ),
+        *MULTI_SCALE_DEFORMABLE_ATTENTION.args[4:],
+    ],
+    check=_check,
+    reference=_reference_from_offsets,
+    differentiable=(0, 3, 4, 5),
+    documented_layout=_documented_layout,
+)
+
+
+@MULTI_SCALE_DEFORMABLE_ATTENTION_FROM_OFFSETS.public
+def multi_scale_deformable_attention_from_offsets(
+    value: torch.Tensor,
+    spatial_shapes: torch.Tensor,
+    level_start_index: torch.Tensor,
+    reference_points: torch.Tensor,
+    sampling_offsets: torch.Tensor,
+    attention_weights: torch.Tensor,
+    points_per_level: Sequence[int] = (),
+) -> torch.Tensor:
+    """Multi-scale deformable attention given each query's reference points and each point's
+    offset from them (Deformable DETR's encoder, mmcv's ``MultiScaleDeformableAttention`` with
+    2-d reference points), one op that exports to
+    ``ortops::MultiScaleDeformableAttentionFromOffsets``.
+
+    The location of point ``p`` of level ``l`` is ``reference_points[b, q, l] +
+    sampling_offsets[b, q, h, l, p] / (W_l, H_l)``, divided, then added, in ``value``'s dtype
+    (the kernel computes float16 data in float32); the rest is
+    ``multi_scale_deformable_attention``'s. One node in place of the model's Div and Add, which
+    broadcast over every sample.
+
+    Returns:
+        ``Tensor[B, Q, H * D]``: per query and head, the weighted sum of the points' bilinear
+        samples (zeros padding, ``align_corners=False``); a non-finite location contributes 0.
+
+    CPU tensors run ortops' kernel, others a torch implementation of the same semantics.
+    Differentiable with respect to value, reference_points, sampling_offsets and
+    attention_weights.
+    """
+    return MULTI_SCALE_DEFORMABLE_ATTENTION_FROM_OFFSETS(
+        value,
+        spatial_shapes,
+        level_start_index,
+        reference_points.to(value.dtype),
+        sampling_offsets.to(value.dtype),
         attention_weights.to(value.dtype),
         list(points_per_level),
     )

@@ -101,6 +101,17 @@ def cases(gen: torch.Generator) -> dict[str, tuple[Callable[..., object], tuple[
             ortops.torch.multiclass_nms,
             (boxes.expand(2, -1, -1), torch.rand(2, 60, 3, generator=gen, dtype=torch.float64), 0.4, 0.2, 20),
         ),
+        "multi_scale_deformable_attention_from_offsets": (
+            ortops.torch.multi_scale_deformable_attention_from_offsets,
+            (
+                torch.randn(2, 16 * 16 + 8 * 8, 4, 8, generator=gen, dtype=torch.float64),
+                torch.tensor([[16, 16], [8, 8]]),
+                torch.tensor([0, 256]),
+                torch.rand(2, 30, 2, 2, generator=gen, dtype=torch.float64),
+                torch.rand(2, 30, 4, 2, 3, 2, generator=gen, dtype=torch.float64) * 8 - 4,
+                torch.rand(2, 30, 4, 2, 3, generator=gen, dtype=torch.float64),
+            ),
+        ),
     }
 
 

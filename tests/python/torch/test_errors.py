@@ -98,6 +98,18 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
         ),
         r"must have shape \[1, 3, 2, 1, 1\] .*, got \[1, 3, 2, 1, 2\]",  # the kernel's
     ),
+    (
+        "multi_scale_deformable_attention_from_offsets",
+        lambda: ot.multi_scale_deformable_attention_from_offsets(
+            z(1, 6, 2, 4),
+            torch.tensor([[2, 3]]),
+            torch.tensor([0]),
+            z(1, 3, 2, 2),
+            z(1, 3, 2, 1, 1, 2),
+            z(1, 3, 2, 1, 1),
+        ),
+        r"'reference_points' must have shape \[B, Q, L, 2\] = \[1, 3, 1, 2\] .*, got \[1, 3, 2, 2\]",  # the kernel's
+    ),
 ]
 
 

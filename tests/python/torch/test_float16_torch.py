@@ -87,6 +87,18 @@ def _cases() -> list[tuple[str, object, tuple[torch.Tensor, ...]]]:
                 torch.rand(2, 30, 3, generator=gen, dtype=torch.float64),
             ),
         ),
+        (
+            "multi_scale_deformable_attention_from_offsets",
+            lambda v, ref, off, w: ortops.torch.multi_scale_deformable_attention_from_offsets(
+                v, torch.tensor([[5, 6], [2, 3]]), torch.tensor([0, 30]), ref, off, w
+            ),
+            (
+                torch.randn(2, 36, 4, 32, generator=gen, dtype=torch.float64),
+                torch.rand(2, 9, 2, 2, generator=gen, dtype=torch.float64),
+                torch.rand(2, 9, 4, 2, 3, 2, generator=gen, dtype=torch.float64) * 6 - 3,
+                torch.rand(2, 9, 4, 2, 3, generator=gen, dtype=torch.float64),
+            ),
+        ),
     ]
 
 
@@ -170,6 +182,7 @@ def test_float16_model_exports_and_matches_float32(exporter: str) -> None:
         "roi_align_rotated",
         "deform_conv2d",
         "multi_scale_deformable_attention",
+        "multi_scale_deformable_attention_from_offsets",
     ],
 )
 def test_float16_gradients_follow_float32(name: str) -> None:

@@ -77,6 +77,32 @@ def _cases() -> list[tuple[str, tuple, bool]]:
             True,
         ),
         (
+            "multi_scale_deformable_attention_from_offsets",
+            (
+                torch.rand(2, 6 * 5 + 3 * 2, 2, 4, generator=gen, **f64),
+                torch.tensor([[6, 5], [3, 2]]),
+                torch.tensor([0, 30]),
+                torch.rand(2, 7, 2, 2, generator=gen, **f64),  # reference points
+                torch.rand(2, 7, 2, 2, 3, 2, generator=gen, **f64) * 4 - 2,  # offsets of up to 2 pixels
+                torch.rand(2, 7, 2, 2, 3, generator=gen, **f64),
+                [],
+            ),
+            True,
+        ),
+        (
+            "multi_scale_deformable_attention_from_offsets",  # points_per_level: [B, Q, H, sum(P_l), ...]
+            (
+                torch.rand(2, 6 * 5 + 3 * 2, 2, 4, generator=gen, **f64),
+                torch.tensor([[6, 5], [3, 2]]),
+                torch.tensor([0, 30]),
+                torch.rand(2, 7, 2, 2, generator=gen, **f64),
+                torch.rand(2, 7, 2, 5, 2, generator=gen, **f64) * 4 - 2,
+                torch.rand(2, 7, 2, 5, generator=gen, **f64),
+                [2, 3],
+            ),
+            True,
+        ),
+        (
             "multi_level_roi_align",  # float32 only
             (
                 [x.float(), x[:, :, ::2, ::2].float()],
