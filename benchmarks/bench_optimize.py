@@ -25,7 +25,7 @@ Concat before and after.
 Before anything is timed, the optimized file's outputs are compared with the baseline's as
 ``ortops optimize --verify`` compares them. Prints a Markdown table and writes JSON.
 
-    python benchmarks/bench_optimize.py [--json results.json] [--only NAME] [--small]
+    python benchmarks/bench_optimize.py [--json results.json] [--only NAME] [--small] [--image-size N]
 
 ``--small`` exports the models at a fraction of their size (a check of the plumbing, not figures
 to report). Environment: ORTOPS_LIBRARY, as for any ortops session.
@@ -109,9 +109,9 @@ def random_image(shape: tuple[int, ...]) -> torch.Tensor:
     return torch.rand(shape, generator=torch.Generator().manual_seed(0))
 
 
-def two_stage(name: str, build: Callable[..., torch.nn.Module], small: bool) -> Family:
+def two_stage(name: str, build: Callable[..., torch.nn.Module], small: bool, image_size: int | None) -> Family:
     """A torchvision two-stage detector of ``build`` (random weights), every box scored."""
-    size = 160 if small else 320
+    size = image_size or (160 if small else 320)
     torch.manual_seed(0)
     detector = build(weights=None, weights_backbone=None, box_score_thresh=0.0, min_size=size, max_size=size)
     image = random_image((3, size, size))
@@ -123,19 +123,23 @@ def two_stage(name: str, build: Callable[..., torch.nn.Module], small: bool) -> 
     )
 
 
-def faster_rcnn(small: bool) -> Family:
+def faster_rcnn(small: bool, image_size: int | None) -> Family:
     detection = torchvision.models.detection
     return two_stage(
-        "torchvision Faster R-CNN MobileNetV3-320 FPN", detection.fasterrcnn_mobilenet_v3_large_320_fpn, small
+        "torchvision Faster R-CNN MobileNetV3-320 FPN",
+        detection.fasterrcnn_mobilenet_v3_large_320_fpn,
+        small,
+        image_size,
     )
 
 
-def mask_rcnn(small: bool) -> Family:
-    return two_stage("torchvision Mask R-CNN ResNet-50 FPN", torchvision.models.detection.maskrcnn_resnet50_fpn, small)
+def mask_rcnn(small: bool, image_size: int | None) -> Family:
+    detection = torchvision.models.detection
+    return two_stage("torchvision Mask R-CNN ResNet-50 FPN", detection.maskrcnn_resnet50_fpn, small, image_size)
 
 
-def fcos(small: bool) -> Family:
-    size = 256 if small else 512
+def fcos(small: bool, image_size: int | None) -> Family:
+    size = image_size or (256 if small else 512)
     torch.manual_seed(0)
     detector = torchvision.models.detection.fcos_resnet50_fpn(
         weights=None, weights_backbone=None, min_size=size, max_size=size
@@ -149,10 +153,10 @@ def fcos(small: bool) -> Family:
     )
 
 
-def deformable_detr(small: bool) -> Family:
+def deformable_detr(small: bool, image_size: int | None) -> Family:
     import transformers  # noqa: PLC0415 (only the HuggingFace families need it)
 
-    size = 256 if small else 512
+    size = image_size or (256 if small else 512)
     layers = 1 if small else 6
     config = transformers.DeformableDetrConfig(
         use_timm_backbone=False,
@@ -173,10 +177,10 @@ def deformable_detr(small: bool) -> Family:
     )
 
 
-def rt_detr_v2(small: bool) -> Family:
+def rt_detr_v2(small: bool, image_size: int | None) -> Family:
     import transformers  # noqa: PLC0415
 
-    size = 320 if small else 640
+    size = image_size or (320 if small else 640)
     config = transformers.RTDetrV2Config(use_timm_backbone=False, use_pretrained_backbone=False)
     torch.manual_seed(0)
     image = random_image((1, 3, size, size))
@@ -190,7 +194,7 @@ def rt_detr_v2(small: bool) -> Family:
     )
 
 
-FAMILIES: list[Callable[[bool], Family]] = [faster_rcnn, mask_rcnn, deformable_detr, rt_detr_v2, fcos]
+FAMILIES: list[Callable[[bool, int | None], Family]] = [faster_rcnn, mask_rcnn, deformable_detr, rt_detr_v2, fcos]
 
 
 # ---- baselines, checks, profiles -------------------------------------------------------------
@@ -301,6 +305,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="original and optimized are timed in turn this often")
     parser.add_argument("--only", default="", help="only the families whose function name contains this")
     parser.add_argument("--small", action="store_true", help="small models: the plumbing, not figures to report")
+    parser.add_argument("--image-size", type=int, help="a square image of this size in place of each family's own")
     parser.add_argument("--no-profile", action="store_true", help="leave out the profiler's op shares")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
@@ -314,7 +319,7 @@ def main() -> None:
     for make in FAMILIES:
         if args.only and args.only not in make.__name__:
             continue
-        family = make(args.small)
+        family = make(args.small, args.image_size)
         print(f"## {family.name}: {family.configuration}")
         optimized, report = optimize_with_report(family.model)
         counts = block_counts(report)
