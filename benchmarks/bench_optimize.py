@@ -50,11 +50,10 @@ import onnxruntime as ort
 import torch
 import torchvision
 from bench import cpu_model, interleaved_seconds, onnx_session, provenance
-from onnx import TensorProto, helper
 
 import ortops
 from ortops._cli import _compare_outputs
-from ortops._optimize import OptimizeReport, optimize_with_report
+from ortops._optimize import OptimizeReport, optimize_with_report, with_float32_grids
 
 
 @dataclass
@@ -198,39 +197,6 @@ FAMILIES: list[Callable[[bool, int | None], Family]] = [faster_rcnn, mask_rcnn, 
 
 
 # ---- baselines, checks, profiles -------------------------------------------------------------
-
-
-def elem_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Element types of the model's values, as ONNX shape inference finds them."""
-    inferred = onnx.shape_inference.infer_shapes(model)
-    types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.graph.value_info, *inferred.graph.input)}
-    types.update({t.name: t.data_type for t in inferred.graph.initializer})
-    return types
-
-
-def with_float32_grids(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    """A copy of ``model`` with a Cast to float32 in front of every GridSample whose grid is
-    float64 and whose input is float32 (what a user does by hand to run HuggingFace's file), and
-    how many it cast."""
-    types = elem_types(model)
-    edited = onnx.ModelProto()
-    edited.CopyFrom(model)
-    nodes: list[onnx.NodeProto] = []
-    cast = 0
-    for node in edited.graph.node:
-        if (
-            node.op_type == "GridSample"
-            and types.get(node.input[1]) == TensorProto.DOUBLE
-            and types.get(node.input[0]) == TensorProto.FLOAT
-        ):
-            grid32 = f"{node.input[1]}/float32_by_hand"
-            nodes.append(helper.make_node("Cast", [node.input[1]], [grid32], to=TensorProto.FLOAT, name=grid32))
-            node.input[1] = grid32
-            cast += 1
-        nodes.append(node)
-    del edited.graph.node[:]
-    edited.graph.node.extend(nodes)
-    return edited, cast
 
 
 def runs_in_onnx_runtime(model: onnx.ModelProto) -> bool:

@@ -316,12 +316,40 @@ def test_huggingface_file_that_does_not_run_runs_after_optimize_with_pytorchs_ou
     assert_same(exported.output_names, expected, run(rewritten, {"pixel_values": other.numpy()}))
 
 
-def test_cli_verify_says_the_original_cannot_run(deformable_detr: Exported, tmp_path: Path, capsys) -> None:
-    """``--verify`` compares with ONNX Runtime running the original: here it cannot, and says so."""
+def test_cli_verify_compares_with_the_grids_cast_where_the_original_cannot_run(
+    deformable_detr: Exported, tmp_path: Path, capsys
+) -> None:
+    """``--verify`` compares with ONNX Runtime running the original: here it cannot (float64
+    grids), so it says so and compares with the original with its grids cast to float32, as a
+    user runs it by hand."""
     target = tmp_path / "out.onnx"
     code = _cli.main(["optimize", str(deformable_detr.path), str(target), "--verify"])
-    assert code == _cli.CANNOT_RUN and not target.exists()
-    assert "could not load the original" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == _cli.OK and target.exists(), err
+    assert "could not load the original" in err
+    assert "comparing with the original with its 8 float64 GridSample grids cast to float32" in err
+    assert "equal to those of the original with its grids cast to float32" in err
+
+
+def test_cli_verify_refuses_where_the_grids_cast_do_not_match(
+    deformable_detr: Exported, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The comparison with the cast original is a real one: a rewrite that changed the outputs
+    is refused there too."""
+    from ortops import _optimize
+
+    def wrong(model, rules=None):
+        result, report = optimize_with_report(model, rules)
+        weights = next(i for i in result.graph.initializer if i.data_type == onnx.TensorProto.FLOAT and i.dims)
+        weights.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(weights) + 1, weights.name))
+        return result, report
+
+    monkeypatch.setattr(_optimize, "optimize_with_report", wrong)
+    target = tmp_path / "out.onnx"
+    code = _cli.main(["optimize", str(deformable_detr.path), str(target), "--verify"])
+    err = capsys.readouterr().err
+    assert code == _cli.CANNOT_RUN and not target.exists(), err
+    assert "outputs differ" in err
 
 
 # --- files that run as exported: the same outputs, fewer nodes ------------------------------------

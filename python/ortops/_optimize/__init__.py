@@ -528,6 +528,42 @@ def optimize(model: ModelInput, rule_names: Sequence[str] | None = None) -> onnx
     return optimize_with_report(model, rule_names)[0]
 
 
+# --- running the original -------------------------------------------------------------------------
+
+
+def with_float32_grids(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    """A copy of ``model`` with a Cast to float32 in front of every GridSample whose grid is
+    float64 and whose input is float32, and how many it cast: what a user does by hand to run
+    HuggingFace's TorchScript exports of Deformable DETR and Mask2Former, which ONNX Runtime
+    cannot load (it has no GridSample for that pair of types). Element types come from ONNX's
+    shape inference; GridSamples inside subgraphs are left as they are."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in (*inferred.graph.value_info, *inferred.graph.input)}
+    types.update({t.name: t.data_type for t in inferred.graph.initializer})
+    edited = onnx.ModelProto()
+    edited.CopyFrom(model)
+    nodes: list[onnx.NodeProto] = []
+    cast = 0
+    for node in edited.graph.node:
+        if (
+            node.op_type == "GridSample"
+            and node.domain in ("", "ai.onnx")
+            and types.get(node.input[1]) == TensorProto.DOUBLE
+            and types.get(node.input[0]) == TensorProto.FLOAT
+        ):
+            grid32 = f"{node.input[1]}/float32_by_hand"
+            nodes.append(helper.make_node("Cast", [node.input[1]], [grid32], to=TensorProto.FLOAT, name=grid32))
+            node.input[1] = grid32
+            cast += 1
+        nodes.append(node)
+    del edited.graph.node[:]
+    edited.graph.node.extend(nodes)
+    return edited, cast
+
+
 # --- saving -------------------------------------------------------------------------------------
 
 # Protobuf cannot serialize a message of 2 GiB or more: such a model keeps its weights outside.
