@@ -316,18 +316,20 @@ def test_huggingface_file_that_does_not_run_runs_after_optimize_with_pytorchs_ou
     assert_same(exported.output_names, expected, run(rewritten, {"pixel_values": other.numpy()}))
 
 
+@pytest.mark.parametrize(("name", "grids"), [("deformable_detr", 8), ("mask2former", 6)])
 def test_cli_verify_compares_with_the_grids_cast_where_the_original_cannot_run(
-    deformable_detr: Exported, tmp_path: Path, capsys
+    request: pytest.FixtureRequest, name: str, grids: int, tmp_path: Path, capsys
 ) -> None:
     """``--verify`` compares with ONNX Runtime running the original: here it cannot (float64
     grids), so it says so and compares with the original with its grids cast to float32, as a
     user runs it by hand."""
+    exported: Exported = request.getfixturevalue(name)
     target = tmp_path / "out.onnx"
-    code = _cli.main(["optimize", str(deformable_detr.path), str(target), "--verify"])
+    code = _cli.main(["optimize", str(exported.path), str(target), "--verify"])
     err = capsys.readouterr().err
     assert code == _cli.OK and target.exists(), err
     assert "could not load the original" in err
-    assert "comparing with the original with its 8 float64 GridSample grids cast to float32" in err
+    assert f"comparing with the original with its {grids} float64 GridSample grids cast to float32" in err
     assert "equal to those of the original with its grids cast to float32" in err
 
 
