@@ -89,19 +89,16 @@ struct ZeroPaddedSample {
   bool valid[4] = {false, false, false, false};  // the neighbour lies in the map
 };
 
+// The sample of a point inside the map whose floor (y0, x0) and fractions ly = y - y0,
+// lx = x - x0 are known (ZeroPaddedBilinear finds them; a vectorised caller finds them for
+// several points at once, with the same arithmetic).
 template <typename T>
-ORTOPS_HD ZeroPaddedSample<T> ZeroPaddedBilinear(T y, T x, int64_t height, int64_t width) {
+ORTOPS_HD ZeroPaddedSample<T> ZeroPaddedAtFloor(int64_t y0, int64_t x0, T ly, T lx, int64_t height, int64_t width) {
   ZeroPaddedSample<T> s;
-  // One branch rather than four (& not &&): most points are inside.
-  if (!((y > T(-1)) & (y < static_cast<T>(height)) & (x > T(-1)) & (x < static_cast<T>(width)))) return s;
   s.inside = true;
-  // floor of a coordinate in (-1, size): truncate, then step down below 0. Exact, and
-  // cheaper than std::floor, which must also handle values beyond any integer type.
-  s.y0 = static_cast<int64_t>(y);
-  s.x0 = static_cast<int64_t>(x);
-  s.y0 -= static_cast<T>(s.y0) > y ? 1 : 0;
-  s.x0 -= static_cast<T>(s.x0) > x ? 1 : 0;
-  const T ly = y - static_cast<T>(s.y0), lx = x - static_cast<T>(s.x0), hy = 1 - ly, hx = 1 - lx;
+  s.y0 = y0;
+  s.x0 = x0;
+  const T hy = 1 - ly, hx = 1 - lx;
   // Written out rather than looped over k, so that the struct stays in registers.
   s.weight[0] = hy * hx;
   s.weight[1] = hy * lx;
@@ -113,6 +110,19 @@ ORTOPS_HD ZeroPaddedSample<T> ZeroPaddedBilinear(T y, T x, int64_t height, int64
   s.valid[2] = bottom && left;
   s.valid[3] = bottom && right;
   return s;
+}
+
+template <typename T>
+ORTOPS_HD ZeroPaddedSample<T> ZeroPaddedBilinear(T y, T x, int64_t height, int64_t width) {
+  // One branch rather than four (& not &&): most points are inside.
+  if (!((y > T(-1)) & (y < static_cast<T>(height)) & (x > T(-1)) & (x < static_cast<T>(width)))) return {};
+  // floor of a coordinate in (-1, size): truncate, then step down below 0. Exact, and
+  // cheaper than std::floor, which must also handle values beyond any integer type.
+  auto y0 = static_cast<int64_t>(y);
+  auto x0 = static_cast<int64_t>(x);
+  y0 -= static_cast<T>(y0) > y ? 1 : 0;
+  x0 -= static_cast<T>(x0) > x ? 1 : 0;
+  return ZeroPaddedAtFloor(y0, x0, y - static_cast<T>(y0), x - static_cast<T>(x0), height, width);
 }
 
 }  // namespace ORTOPS_ISA_NS

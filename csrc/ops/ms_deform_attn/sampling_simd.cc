@@ -1,8 +1,10 @@
 // Compiled once per instruction-set level (core/isa.h).
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "core/vector_lanes.h"
-#include "ops/ms_deform_attn/sum_taps.h"
+#include "ops/ms_deform_attn/sampling.h"
 
 namespace ortops::ms_deform_attn::ORTOPS_ISA_NS {
 namespace {
@@ -81,7 +83,68 @@ void Sum(const Tap<A>* taps, size_t count, int64_t dim, A* out) {
   }
 }
 
+// The x and y of `lanes` (x, y) pairs in two vectors: two loads and two shuffles for a whole
+// vector of pairs, zeros past `lanes`.
+inline void Deinterleave(const float* pairs, int64_t lanes, Lanes<float>::Vector& x, Lanes<float>::Vector& y) {
+  using V = Lanes<float>::Vector;
+  typedef int32_t I __attribute__((vector_size(kVectorBytes)));
+  constexpr int64_t kLanes = Lanes<float>::kCount;
+  if (lanes == kLanes) {
+    I even, odd;
+    for (int i = 0; i < kLanes; ++i) {
+      even[i] = 2 * i;
+      odd[i] = 2 * i + 1;
+    }
+    const V low = Load<V>(pairs), high = Load<V>(pairs + kLanes);
+    x = __builtin_shuffle(low, high, even);
+    y = __builtin_shuffle(low, high, odd);
+    return;
+  }
+  x = V{};
+  y = V{};
+  for (int64_t i = 0; i < lanes; ++i) {
+    x[i] = pairs[2 * i];
+    y[i] = pairs[2 * i + 1];
+  }
+}
+
 }  // namespace
+
+void LocateSamples(const float* location, const float* reference, const float* width, const float* height,
+                   int64_t count, const SampleFloors& floors) {
+  using V = Lanes<float>::Vector;
+  typedef int32_t I __attribute__((vector_size(kVectorBytes)));
+  constexpr int64_t kLanes = Lanes<float>::kCount;
+  static_assert(kLocateLanes % kLanes == 0);
+  for (int64_t first = 0; first < count; first += kLanes) {
+    const int64_t lanes = std::min(kLanes, count - first);
+    V gx, gy;
+    Deinterleave(location + 2 * first, lanes, gx, gy);
+    const V w = Load<V>(width + first), h = Load<V>(height + first);
+    if (reference != nullptr) {
+      V rx, ry;
+      Deinterleave(reference + 2 * first, lanes, rx, ry);
+      gx = rx + gx / w;
+      gy = ry + gy / h;
+    }
+    V x = gx * w - 0.5f, y = gy * h - 0.5f;
+    const I inside = (y > -1.0f) & (y < h) & (x > -1.0f) & (x < w);
+    // Points outside (NaN included) are read as 0 here, so that every conversion is in range.
+    x = inside ? x : V{};
+    y = inside ? y : V{};
+    // floor of a coordinate in (-1, size): truncate, then step down where that went up (a true
+    // comparison is -1).
+    I x0 = __builtin_convertvector(x, I), y0 = __builtin_convertvector(y, I);
+    x0 += __builtin_convertvector(x0, V) > x;
+    y0 += __builtin_convertvector(y0, V) > y;
+    const V east = x - __builtin_convertvector(x0, V), south = y - __builtin_convertvector(y0, V);
+    std::memcpy(floors.inside + first, &inside, sizeof(I));
+    std::memcpy(floors.x0 + first, &x0, sizeof(I));
+    std::memcpy(floors.y0 + first, &y0, sizeof(I));
+    std::memcpy(floors.east + first, &east, sizeof(V));
+    std::memcpy(floors.south + first, &south, sizeof(V));
+  }
+}
 
 void SumTaps(const Tap<float>* taps, size_t count, int64_t dim, float* out) { Sum(taps, count, dim, out); }
 void SumTaps(const Tap<double>* taps, size_t count, int64_t dim, double* out) { Sum(taps, count, dim, out); }
