@@ -52,15 +52,7 @@ struct MsDeformAttnKernel : OpKernel<T, kSchemaOf<kNode>, ParsedWith<PointsPerLe
     Scratch<A> planes;
     const bool in_planes = heads > 1 && queries * samples >= keys;
     if (in_planes) {
-      planes = io.Allocate<A>(static_cast<size_t>(batch * keys * channels));
-      io.ParallelForRanges(static_cast<size_t>(batch * keys), 1024, [&](size_t begin, size_t end) {
-        for (auto pixel = static_cast<int64_t>(begin); pixel < static_cast<int64_t>(end); ++pixel) {
-          const int64_t b = pixel / keys, s = pixel % keys;
-          for (int64_t h = 0; h < heads; ++h) {
-            std::copy_n(values + pixel * channels + h * dim, dim, planes.data() + ((b * heads + h) * keys + s) * dim);
-          }
-        }
-      });
+      planes = HeadPlanes(io, values, batch, keys, heads, dim);
       values = planes.data();
     }
     // Where a head's values start in a batch item's, and how far apart its pixels lie.
@@ -150,6 +142,21 @@ struct MsDeformAttnKernel : OpKernel<T, kSchemaOf<kNode>, ParsedWith<PointsPerLe
   }
 
  private:
+  // [B, S, H, D] values as [B, H, S, D].
+  static Scratch<A> HeadPlanes(const KernelIO& io, const A* values, int64_t batch, int64_t keys, int64_t heads,
+                               int64_t dim) {
+    Scratch<A> planes = io.Allocate<A>(static_cast<size_t>(batch * keys * heads * dim));
+    io.ParallelForRanges(static_cast<size_t>(batch * keys), 1024, [&](size_t begin, size_t end) {
+      for (auto pixel = static_cast<int64_t>(begin); pixel < static_cast<int64_t>(end); ++pixel) {
+        const int64_t b = pixel / keys, s = pixel % keys;
+        for (int64_t h = 0; h < heads; ++h) {
+          std::copy_n(values + (pixel * heads + h) * dim, dim, planes.data() + ((b * heads + h) * keys + s) * dim);
+        }
+      }
+    });
+    return planes;
+  }
+
   // The taps of one query and head: its samples that read anything, in (level, point) order.
   // `head_values` is the head's D-vector at the batch item's first pixel; `stride` (H * D)
   // separates neighbouring pixels. sample_of(level, l, s) is where sample s, of level l, reads.
