@@ -698,15 +698,19 @@ def _reference_term(tracer: _Tracer, term: ir.Value, full: list[Any]) -> tuple[i
     while (node := base.producer()) is not None and node.op_type == "Unsqueeze" and node.domain in _ONNX_DOMAINS:
         chain.append(node)
         base = node.inputs[0]
-    inserted: list[int] = []
-    if chain and base.shape is not None:
-        axes = [f"r{i}" for i in range(len(base.shape))]
+    # The axes the chain inserted into a rank-4 base, where every Unsqueeze's axes are known.
+    inserted: list[int] | None = None
+    if chain and base.shape is not None and len(base.shape) == 4:
+        axes = ["base"] * 4
         for node in reversed(chain):
-            axes_of_node = tracer.axes(node, 1) or []
+            axes_of_node = tracer.axes(node, 1)
+            if axes_of_node is None:
+                axes = []
+                break
             rank = len(axes) + len(axes_of_node)
             for axis in sorted(a % rank for a in axes_of_node):
                 axes.insert(axis, "new")
-        inserted = [i for i, a in enumerate(axes) if a == "new"]
+        inserted = [i for i, a in enumerate(axes) if a == "new"] if axes else None
     shape = tracer.shape(term)
     if len(shape) != 6 or not (_equal(shape[2], 1) and _equal(shape[4], 1)):
         raise _Refused("the reference points' term is not [N, Lq, 1, L, 1, 2]")
