@@ -1070,26 +1070,22 @@ def _reference_input(graph: Any, before: ir.Node, offsets: _Offsets, dtype: Any)
     reference = offsets.reference_points
     # Sizes N, Lq, L and 2 of a [N, Lq, ...] tensor: axes 0, 1, 3 and 5 of a rank-6 one.
     axes = np.array([0, 1, 3, 5], np.int64)
+
+    def sizes_of(value: ir.Value) -> ir.Value:
+        shape = insert_node(graph, before, "Shape", [value])
+        return insert_node(graph, before, "Gather", [shape, insert_constant(graph, before, axes)], axis=0)
+
     if isinstance(reference, np.ndarray):
         if offsets.squeeze:
             reference = reference.reshape([reference.shape[i] for i in axes])
         reference = insert_constant(graph, before, np.ascontiguousarray(reference.astype(dtype.numpy())))
     else:
         if offsets.squeeze:
-            sizes = insert_node(
-                graph,
-                before,
-                "Gather",
-                [insert_node(graph, before, "Shape", [reference]), insert_constant(graph, before, axes)],
-                axis=0,
-            )
-            reference = insert_node(graph, before, "Reshape", [reference, sizes])
+            reference = insert_node(graph, before, "Reshape", [reference, sizes_of(reference)])
         if reference.dtype != dtype:
             reference = insert_node(graph, before, "Cast", [reference], to=dtype.value)
     if offsets.expand:
-        shape = insert_node(graph, before, "Shape", [offsets.sampling_offsets])
-        target = insert_node(graph, before, "Gather", [shape, insert_constant(graph, before, axes)], axis=0)
-        reference = insert_node(graph, before, "Expand", [reference, target])
+        reference = insert_node(graph, before, "Expand", [reference, sizes_of(offsets.sampling_offsets)])
     return reference
 
 
