@@ -1,7 +1,7 @@
 """``ortops optimize`` on whole files written by the real exporters: small random-weight models of
-transformers (Deformable DETR, Mask2Former, RT-DETR v1 and v2, D-FINE), torchvision (Faster
-R-CNN) and an mmcv-style encoder layer, exported in the test run. Every block a rule can fuse
-is fused; the blocks it cannot prove are left alone and reported; the optimized file gives ONNX
+transformers (Deformable DETR, Mask2Former, OneFormer, Grounding DINO, RT-DETR v1 and v2,
+D-FINE), torchvision (Faster R-CNN, Mask R-CNN, FCOS) and mmcv-style layers, exported in the
+test run. Every block a rule can fuse is fused; the blocks it cannot prove are left alone and reported; the optimized file gives ONNX
 Runtime's outputs for the original (PyTorch's where the original cannot run in ONNX Runtime).
 
 The models are exported once per module (under pytest's temporary directory) and shared by
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import onnx
@@ -247,6 +248,113 @@ def mask2former(models_dir: Path) -> Exported:
         return hf_export(models_dir, "mask2former", transformers.Mask2FormerModel, config)
 
 
+class GroundingDinoOfTokens(torch.nn.Module):
+    """Grounding DINO given an image and text token ids. Its text masks and positions are
+    computed with ``torch.isin`` and ``cummax``, which the TorchScript exporter cannot write:
+    as users do to export it, every token here attends to every other, in order."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        from transformers.models.grounding_dino import modeling_grounding_dino
+
+        def all_tokens(input_ids: torch.Tensor, special_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            batch, length = input_ids.shape
+            positions = torch.arange(length, device=input_ids.device)[None].expand(batch, length)
+            return torch.ones(batch, length, length, dtype=torch.bool, device=input_ids.device), positions
+
+        with mock.patch.object(
+            modeling_grounding_dino, "generate_masks_with_special_tokens_and_transfer_map", all_tokens
+        ):
+            return tuple(flat_tensors(self.model(pixel_values=pixel_values, input_ids=input_ids)))
+
+
+@pytest.fixture(scope="module")
+def grounding_dino(models_dir: Path) -> Exported:
+    """Deformable DETR's layout with a text encoder: 2 encoder layers (deformable attention over
+    4 levels, from reference points and offsets) and 2 decoder layers (deformable attention from
+    boxes picked by a TopK, whose batch the file's shapes lose)."""
+    text = transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
+    config = transformers.GroundingDinoConfig(
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        backbone_config=tiny_resnet(["stage2", "stage3", "stage4"], [8, 16, 16, 16]),
+        text_config=text,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        num_queries=10,
+        num_feature_levels=4,
+        encoder_n_points=4,
+        decoder_n_points=4,
+        max_text_len=16,
+    )
+    torch.manual_seed(0)
+    model = GroundingDinoOfTokens(transformers.GroundingDinoModel(config))
+    randomize_weights(model)
+    tokens = torch.from_numpy(np.random.default_rng(0).integers(1, 100, (1, 8)))
+    return export(models_dir, "grounding_dino", model, (image(0), tokens), ["pixel_values", "input_ids"], 17)
+
+
+class OneFormerOfTask(torch.nn.Module):
+    """OneFormer given an image and its task's token ids."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor, task_inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(flat_tensors(self.model(pixel_values=pixel_values, task_inputs=task_inputs)))
+
+
+@pytest.fixture(scope="module")
+def oneformer(models_dir: Path) -> Exported:
+    """Its pixel decoder, as Mask2Former's: 2 deformable encoder layers over 3 levels."""
+    config = transformers.OneFormerConfig(
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        backbone_config=tiny_resnet(["stage1", "stage2", "stage3", "stage4"], [8, 16, 16, 32]),
+        hidden_dim=32,
+        conv_dim=32,
+        mask_dim=32,
+        encoder_feedforward_dim=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        num_attention_heads=2,
+        dim_feedforward=64,
+        num_queries=10,
+        num_classes=10,
+        text_encoder_width=32,
+        text_encoder_num_layers=1,
+        text_encoder_context_length=8,
+        text_encoder_proj_layers=1,
+        text_encoder_n_ctx=2,
+        text_encoder_vocab_size=100,
+        max_seq_len=8,
+        task_seq_len=8,
+    )
+    torch.manual_seed(0)
+    model = OneFormerOfTask(transformers.OneFormerModel(config))
+    randomize_weights(model)
+    task = torch.from_numpy(np.random.default_rng(0).integers(1, 100, (1, 8)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return export(models_dir, "oneformer", model, (image(0), task), ["pixel_values", "task_inputs"], 17)
+
+
 @pytest.fixture(scope="module")
 def rt_detr(models_dir: Path) -> Exported:
     config = transformers.RTDetrConfig(backbone_config=tiny_rt_detr_backbone(), **RT_DETR_SIZES)
@@ -289,34 +397,46 @@ def attention_blocks(exported: Exported, levels: int) -> int:
 
 
 @pytest.mark.parametrize(
-    ("name", "levels", "blocks", "group_norms"),
-    [("deformable_detr", 4, 4, 4), ("mask2former", 3, 2, 5)],
+    ("name", "levels", "from_offsets", "from_locations", "group_norms"),
+    [
+        ("deformable_detr", 4, 4, 0, 4),
+        ("mask2former", 3, 2, 0, 5),
+        ("oneformer", 3, 2, 0, 5),
+        # Its decoder samples around boxes (4-d reference points): the locations node.
+        ("grounding_dino", 4, 2, 2, 4),
+    ],
 )
 def test_huggingface_file_that_does_not_run_runs_after_optimize_with_pytorchs_outputs(
-    request: pytest.FixtureRequest, name: str, levels: int, blocks: int, group_norms: int
+    request: pytest.FixtureRequest, name: str, levels: int, from_offsets: int, from_locations: int, group_norms: int
 ) -> None:
     """The TorchScript exporter writes their grids in float64 (value float32): ONNX Runtime has
     no GridSample for that. Every attention block is fused, with the float64 sum of its reference
-    points and offsets (the node takes the reference points cast to float32)."""
+    points and offsets where it has one (the node takes the reference points cast to float32)."""
     exported: Exported = request.getfixturevalue(name)
+    blocks = from_offsets + from_locations
     assert attention_blocks(exported, levels) == blocks
     with pytest.raises(Exception, match="GridSample"):
         session(exported.model)
     rewritten, report = optimize_with_report(exported.model)
     counts = op_counts(rewritten)
-    assert counts[FROM_OFFSETS] == blocks, report.lines()
+    assert counts[FROM_OFFSETS] == from_offsets, report.lines()
+    assert counts["ortops::MultiScaleDeformableAttention"] == from_locations, report.lines()
     assert "ai.onnx::GridSample" not in counts and not report.near_misses
     # The input projections' GroupNorms (torch's decomposition) are fused too.
     assert counts["ortops::GroupNorm"] == group_norms and "ai.onnx::InstanceNormalization" not in counts
     assert rewrites_by_rule(report) == {"deformable-attention": blocks, "group-norm": group_norms}
     assert_same(exported.output_names, exported.torch_outputs, run(rewritten, exported.feeds))
-    other = image(1)  # an image the file was not traced with
+    # An image the file was not traced with (and the same text, where there is one).
+    other = {**exported.feeds, "pixel_values": image(1).numpy()}
     with torch.no_grad():
-        expected = [t.numpy() for t in flat_tensors(exported.module(other))]
-    assert_same(exported.output_names, expected, run(rewritten, {"pixel_values": other.numpy()}))
+        tensors = [torch.from_numpy(other[name]) for name in exported.feeds]
+        expected = [t.numpy() for t in flat_tensors(exported.module(*tensors))]
+    assert_same(exported.output_names, expected, run(rewritten, other))
 
 
-@pytest.mark.parametrize(("name", "grids"), [("deformable_detr", 8), ("mask2former", 6)])
+@pytest.mark.parametrize(
+    ("name", "grids"), [("deformable_detr", 8), ("mask2former", 6), ("oneformer", 6), ("grounding_dino", 8)]
+)
 def test_cli_verify_compares_with_the_grids_cast_where_the_original_cannot_run(
     request: pytest.FixtureRequest, name: str, grids: int, tmp_path: Path, capsys
 ) -> None:

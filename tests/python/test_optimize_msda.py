@@ -580,6 +580,28 @@ def test_constant_grids_with_a_dynamic_batch_are_left_alone() -> None:
     assert "constants" in miss.reason, report.lines()
 
 
+def test_locations_whose_batch_shape_inference_lost_are_fused_and_refuse_another_batch() -> None:
+    """Grounding DINO's decoder picks its reference points with a TopK: the file's locations
+    have a batch of their own symbol. Each level's GridSample requires it to be value's, so the
+    rule may take it; a run where it is not fails in the node as in the GridSample."""
+    shapes = [(8, 8), (4, 4)]
+    rng = np.random.default_rng(23)
+    inputs = attention_inputs(rng, 2, 10, 2, 8, shapes, 3)
+    dynamic = {"value": {0: "n"}, "locations": {0: "b", 1: "q"}, "weights": {0: "n", 1: "q"}}
+    model = export(StackAttention(shapes), tuple(torch.from_numpy(a) for a in inputs), NAMES, 17, dynamic=dynamic)
+    rewritten, report = optimize_with_report(model, RULE)
+    assert op_counts(rewritten)["ortops::MultiScaleDeformableAttention"] == 1, report.lines()
+    assert not report.near_misses
+    feeds = dict(zip(NAMES, inputs))
+    assert_close(run(rewritten, feeds), run(model, feeds))
+    value, locations, weights = attention_inputs(rng, 3, 10, 2, 8, shapes, 3)
+    other = {"value": value[:2], "locations": locations, "weights": weights[:2]}
+    with pytest.raises(Exception, match="GridSample"):
+        run(model, other)
+    with pytest.raises(Exception, match="sampling_locations"):
+        run(rewritten, other)
+
+
 # --- the emulated device -------------------------------------------------------------------------
 
 

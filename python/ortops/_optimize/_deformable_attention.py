@@ -896,9 +896,15 @@ def _prove(join: ir.Node, samplers: list[ir.Node], stacked: bool, opset: int) ->
         raise _Refused(f"sampling_locations has {g[3].size} levels where {levels} are sampled")
     if loc_rank == 5 and not _equal(g[3].size, total_points):
         raise _Refused(f"sampling_locations has {g[3].size} points where {levels} levels of {points} are sampled")
-    for what, a, b in (("batch", g[0], n), ("heads", g[2], m)):
-        if not _equal(a.size, b.size):
-            raise _Refused(f"the {what} of sampling_locations ({a.size}) is not proven equal to value's ({b.size})")
+    if not _equal(g[2].size, m.size):
+        raise _Refused(f"the heads of sampling_locations ({g[2].size}) are not proven equal to value's ({m.size})")
+    # A batch that shape inference lost (Grounding DINO's decoder: reference points picked by a
+    # TopK) is still value's on every run the file completes: each level's GridSample requires
+    # its grid's N' * M to equal its map's N * M, and M is a known positive number. Where the
+    # two differ the node refuses the run, as the GridSample does.
+    heads_known = m.size.is_number and m.size > 0
+    if not _equal(g[0].size, n.size) and not heads_known:
+        raise _Refused(f"the batch of sampling_locations ({g[0].size}) is not proven equal to value's ({n.size})")
     if not isinstance(loc, np.ndarray) and (loc.dtype is None or loc.dtype.name not in _FLOAT_TYPES):
         raise _Refused(f"sampling_locations' element type {loc.dtype}")
 
