@@ -576,8 +576,89 @@ def test_cli_verify_refuses_to_write_a_result_that_differs(
     monkeypatch.setattr(_optimize, "optimize_with_report", wrong_epsilon)
     target = tmp_path / "out.onnx"
     assert _cli.main(["optimize", str(save_group_norm(tmp_path)), str(target), "--verify"]) == _cli.CANNOT_RUN
-    assert "outputs differ from the original's (not written" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "outputs differ from the original's:" in err
+    assert "and so do rewritten blocks, each run alone on the original's values (not written" in err
+    assert "add/ortops_GroupNorm: y: values differ" in err
     assert not target.exists()
+
+
+def group_norm_then_ranking() -> onnx.ModelProto:
+    """A GroupNorm (4 groups, torch's decomposition) whose channels are then ranked by their
+    largest value (TopK): channels that tie are ranked by index, so a change far below float
+    rounding in one of them can reorder the ranking, as 900 queries are picked in DINO."""
+    initializers = [
+        numpy_helper.from_array(np.array([0, 4, -1], np.int64), "groups"),
+        numpy_helper.from_array(np.ones(4, np.float32), "ones"),
+        numpy_helper.from_array(np.zeros(4, np.float32), "zeros"),
+        numpy_helper.from_array(np.ones((4, 1, 1), np.float32), "gamma"),
+        numpy_helper.from_array(np.zeros((4, 1, 1), np.float32), "beta"),
+        numpy_helper.from_array(np.array([4], np.int64), "k"),
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["x", "groups"], ["grouped"], name="reshape_in"),
+        helper.make_node("InstanceNormalization", ["grouped", "ones", "zeros"], ["normed"], name="norm"),
+        helper.make_node("Shape", ["x"], ["x_shape"], name="shape"),
+        helper.make_node("Reshape", ["normed", "x_shape"], ["restored"], name="reshape_out"),
+        helper.make_node("Mul", ["restored", "gamma"], ["scaled"], name="mul"),
+        helper.make_node("Add", ["scaled", "beta"], ["y"], name="add"),
+        helper.make_node("ReduceMax", ["y"], ["largest"], name="largest", axes=[2, 3], keepdims=0),
+        helper.make_node("TopK", ["largest", "k"], ["ranked", "ranking"], name="rank"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ranked_group_norm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3])],
+        [helper.make_tensor_value_info("ranking", TensorProto.INT64, None)],
+        initializers,
+    )
+    return helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def scale_one_channel(factor: float):
+    """An optimizer whose GroupNorm scales channel 1 by ``factor`` (a stand-in for rounding)."""
+    from ortops import _optimize
+
+    real = _optimize.optimize_with_report
+
+    def optimize(model: object, rules: object = None) -> tuple[onnx.ModelProto, object]:
+        result, report = real(model, rules)
+        (node,) = (n for n in result.graph.node if n.op_type == "GroupNorm")
+        (constant,) = (n for n in result.graph.node if n.output[0] == node.input[1])
+        scale = constant.attribute[0].t  # the rule's scale, a Constant
+        values = numpy_helper.to_array(scale).copy()
+        values[1] *= factor
+        scale.CopyFrom(numpy_helper.from_array(values, scale.name))
+        return result, report
+
+    return optimize
+
+
+@pytest.mark.parametrize("factor", [1 + 1e-6, 1.01])
+def test_cli_verify_checks_each_block_alone_where_rounding_reorders_a_ranking(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, factor: float
+) -> None:
+    """Channels 0 and 1 are equal: the original ranks 0 before 1, the result (channel 1 larger
+    by ``factor``) 1 before 0. Within float rounding (1 + 1e-6) every block, run alone on the
+    original's values, gives the original's, and the result is written with the reason; a real
+    difference (1.01) is refused."""
+    from ortops import _optimize
+
+    source, target = tmp_path / "ranked.onnx", tmp_path / "out.onnx"
+    onnx.save(group_norm_then_ranking(), str(source))
+    x = np.random.default_rng(0).normal(size=(1, 4, 3, 3)).astype(np.float32)
+    x[0, 1] = x[0, 0]
+    np.save(tmp_path / "x.npy", x)
+    monkeypatch.setattr(_optimize, "optimize_with_report", scale_one_channel(factor))
+    code = _cli.main(["optimize", str(source), str(target), "--verify", "--input", f"x={tmp_path / 'x.npy'}"])
+    err = capsys.readouterr().err
+    assert "ranking: 2 of 4 values differ" in err, err
+    if factor < 1.001:
+        assert code == _cli.OK and target.exists()
+        assert "verified: each of the 1 rewritten blocks, run alone on the values the original computes" in err
+    else:
+        assert code == _cli.CANNOT_RUN and not target.exists()
+        assert "add/ortops_GroupNorm: y: values differ" in err
 
 
 def test_cli_keeps_external_data_external(tmp_path: Path) -> None:
@@ -611,3 +692,27 @@ def test_rewritten_file_runs_on_the_emulated_device(tmp_path: Path, mode: str) -
     expected = run(model, feeds)[0]
     got = first_output_with_library(ortops.optimize(model), feeds, device_library, tmp_path)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_cli_verify_refuses_a_result_changed_outside_its_blocks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The blocks alone prove the result only where the rest is the original's: a result whose
+    ranking was changed (the smallest first) is refused, though its one block is exact."""
+    from ortops import _optimize
+
+    real = _optimize.optimize_with_report
+
+    def smallest_first(model: object, rules: object = None) -> tuple[onnx.ModelProto, object]:
+        result, report = real(model, rules)
+        (rank,) = (n for n in result.graph.node if n.op_type == "TopK")
+        rank.attribute.append(helper.make_attribute("largest", 0))
+        return result, report
+
+    source, target = tmp_path / "ranked.onnx", tmp_path / "out.onnx"
+    onnx.save(group_norm_then_ranking(), str(source))
+    monkeypatch.setattr(_optimize, "optimize_with_report", smallest_first)
+    assert _cli.main(["optimize", str(source), str(target), "--verify"]) == _cli.CANNOT_RUN
+    err = capsys.readouterr().err
+    assert "  ranking: " in err and " of 4 values differ" in err, err
+    assert "rank: not the original's node" in err and not target.exists()

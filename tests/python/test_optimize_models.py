@@ -1,8 +1,9 @@
 """``ortops optimize`` on whole files written by the real exporters: small random-weight models of
 transformers (Deformable DETR, Mask2Former, OneFormer, Grounding DINO, RT-DETR v1 and v2,
 D-FINE), torchvision (Faster R-CNN, Mask R-CNN, FCOS) and mmcv-style layers, exported in the
-test run. Every block a rule can fuse is fused; the blocks it cannot prove are left alone and reported; the optimized file gives ONNX
-Runtime's outputs for the original (PyTorch's where the original cannot run in ONNX Runtime).
+test run. Every block a rule can fuse is fused; the blocks it cannot prove are left alone and
+reported; the optimized file gives ONNX Runtime's outputs for the original (PyTorch's where the
+original cannot run in ONNX Runtime).
 
 The models are exported once per module (under pytest's temporary directory) and shared by
 the tests that look at them."""

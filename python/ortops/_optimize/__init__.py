@@ -89,12 +89,14 @@ def one_pattern(
 
 @dataclass(frozen=True)
 class Rewrite:
-    """One rewrite: which rule, in which graph, the nodes it replaced and the node it made."""
+    """One rewrite: which rule, in which graph, the nodes it replaced and the node it made (as
+    the report names nodes: name and op type), and the made node's name alone."""
 
     rule: str
     graph: str
     replaced: tuple[str, ...]
     made: str
+    made_name: str
 
 
 @dataclass(frozen=True)
@@ -513,7 +515,7 @@ def optimize_with_report(
     replaced_ids = {(rule, id(n)) for rule, _, nodes, _ in recorder.rewrites for n in nodes}
     for rule, graph, nodes, node in recorder.rewrites:
         where = recorder.graph_names.get(id(graph), "subgraph")
-        report.rewrites.append(Rewrite(rule, where, tuple(_node_label(n) for n in nodes), _node_label(node)))
+        report.rewrites.append(Rewrite(rule, where, tuple(_node_label(n) for n in nodes), _node_label(node), node.name))
     for (rule, subject_id), (_, graph, subject, reason) in recorder.near_misses.items():
         if (rule, subject_id) in replaced_ids:
             continue  # a later pass of the rule rewrote it after all
