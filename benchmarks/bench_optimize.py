@@ -13,17 +13,21 @@ The families:
   mask head's 14x14), and masks among the outputs;
 - HuggingFace Deformable DETR, the default configuration (6 encoder and 6 decoder layers,
   d_model 256, 300 queries, 4 levels, 4 points) on transformers' own ResNet-50, opset 17;
+- HuggingFace Grounding DINO, the default configuration (Swin-T, a BERT-base text encoder, 6+6
+  layers, 900 queries, 4 levels, 4 points) on an image and 8 text tokens, opset 17;
 - HuggingFace RT-DETR v2, the default configuration (ResNet-50-vd, 6 decoder layers), opset 17;
 - torchvision FCOS ResNet-50 FPN (GroupNorm in both heads, NonMaxSuppression in an If), opset 16.
 
-HuggingFace's Deformable DETR file does not run as exported (its GridSample grids are float64,
-its values float32: ONNX Runtime has no kernel for that). Its baseline is the file with a Cast
-of each grid to float32 put in front of each GridSample by hand (the benchmark says so when it
-does it); for it ONNX Runtime's profiler also gives the share of the time in GridSample and
-Concat before and after.
+HuggingFace's Deformable DETR and Grounding DINO files do not run as exported (their GridSample
+grids are float64, their values float32: ONNX Runtime has no kernel for that). Their baseline is
+the file with a Cast of each grid to float32 put in front of each GridSample by hand (the
+benchmark says so when it does it); for them ONNX Runtime's profiler also gives the share of
+the time in GridSample and Concat before and after.
 
 Before anything is timed, the optimized file's outputs are compared with the baseline's as
-``ortops optimize --verify`` compares them. Prints a Markdown table and writes JSON.
+``ortops optimize --verify`` compares them (and where they differ, each rewritten block alone on
+the baseline's values, as --verify then does: Grounding DINO's TopK over its proposals reorders
+queries whose scores tie within rounding). Prints a Markdown table and writes JSON.
 
     python benchmarks/bench_optimize.py [--json results.json] [--only NAME] [--small] [--image-size N]
 
@@ -37,11 +41,13 @@ import argparse
 import io
 import json
 import os
+import sys
 import tempfile
 import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,8 +57,12 @@ import torch
 import torchvision
 from bench import cpu_model, interleaved_seconds, onnx_session, provenance
 
+# The wrappers that make the models exportable are the optimize tests' own.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
+from exportable import Detections, FlatOutputs, GroundingDinoOfTokens  # noqa: E402
+
 import ortops
-from ortops._cli import _compare_outputs
+from ortops._cli import _compare_outputs, _verify_blocks
 from ortops._optimize import OptimizeReport, optimize_with_report, with_float32_grids
 
 
@@ -78,30 +88,6 @@ def export(
         warnings.simplefilter("ignore")
         torch.onnx.export(module.eval(), args, buffer, dynamo=False, opset_version=opset, input_names=input_names)
     return onnx.load_from_string(buffer.getvalue())
-
-
-class Detections(torch.nn.Module):
-    """A torchvision detector on one image [3, H, W] -> boxes [K, 4], labels [K], scores [K]
-    (and masks [K, 1, H, W] for a detector that finds them)."""
-
-    def __init__(self, detector: torch.nn.Module) -> None:
-        super().__init__()
-        self.detector = detector
-
-    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        found = self.detector([image])[0]
-        return tuple(found[k] for k in ("boxes", "labels", "scores", "masks") if k in found)
-
-
-class FlatOutputs(torch.nn.Module):
-    """A transformers model on pixel_values [1, 3, H, W] -> its output's tensors, flattened."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(t for t in self.model(pixel_values=pixel_values).to_tuple() if isinstance(t, torch.Tensor))
 
 
 def random_image(shape: tuple[int, ...]) -> torch.Tensor:
@@ -176,6 +162,33 @@ def deformable_detr(small: bool, image_size: int | None) -> Family:
     )
 
 
+def grounding_dino(small: bool, image_size: int | None) -> Family:
+    import transformers  # noqa: PLC0415
+
+    size = image_size or (256 if small else 512)
+    layers = 1 if small else 6
+    config = transformers.GroundingDinoConfig(
+        use_timm_backbone=False, use_pretrained_backbone=False, encoder_layers=layers, decoder_layers=layers
+    )
+    torch.manual_seed(0)
+    image = random_image((1, 3, size, size))
+    # "[CLS] a cat. a dog. [SEP]" in BERT's vocabulary.
+    tokens = torch.tensor([[101, 1037, 4937, 1012, 1037, 3899, 1012, 102]])
+    model = export(
+        GroundingDinoOfTokens(transformers.GroundingDinoModel(config)),
+        (image, tokens),
+        ["pixel_values", "input_ids"],
+        17,
+    )
+    return Family(
+        "HuggingFace Grounding DINO",
+        model,
+        {"pixel_values": image.numpy(), "input_ids": tokens.numpy()},
+        f"default config (Swin-T, BERT-base text encoder, {layers}+{layers} layers, d_model 256, 900 queries, "
+        f"4 levels x 4 points), 8 text tokens, {size}x{size} image, opset 17",
+    )
+
+
 def rt_detr_v2(small: bool, image_size: int | None) -> Family:
     import transformers  # noqa: PLC0415
 
@@ -193,7 +206,14 @@ def rt_detr_v2(small: bool, image_size: int | None) -> Family:
     )
 
 
-FAMILIES: list[Callable[[bool, int | None], Family]] = [faster_rcnn, mask_rcnn, deformable_detr, rt_detr_v2, fcos]
+FAMILIES: list[Callable[[bool, int | None], Family]] = [
+    faster_rcnn,
+    mask_rcnn,
+    deformable_detr,
+    grounding_dino,
+    rt_detr_v2,
+    fcos,
+]
 
 
 # ---- baselines, checks, profiles -------------------------------------------------------------
@@ -253,8 +273,24 @@ def compare(baseline: list[Any], optimized: list[Any], names: list[str]) -> dict
     for a, b in zip(baseline, optimized):
         a, b = np.asarray(a), np.asarray(b)
         if a.shape == b.shape and a.dtype.kind == "f" and a.size:
-            worst = max(worst, float(np.nanmax(np.abs(a.astype(np.float64) - b))))
+            with np.errstate(invalid="ignore"):  # inf - inf: masked logits, equal in both
+                worst = max(worst, float(np.nanmax(np.abs(a.astype(np.float64) - b))))
     return {"equal_within_verify_tolerance": not problems, "problems": problems, "max_abs_difference": worst}
+
+
+def blocks_alone(
+    baseline: onnx.ModelProto, optimized: onnx.ModelProto, report: OptimizeReport, feeds: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """--verify's second look where the outputs differ: each rewritten block run alone on the
+    baseline's values (a model that amplifies rounding, as Grounding DINO's TopK does)."""
+
+    def session(path: str, what: str) -> ort.InferenceSession:
+        return ort.InferenceSession(path, ortops.session_options(), providers=["CPUExecutionProvider"])
+
+    with tempfile.TemporaryDirectory(prefix="ortops-bench-blocks-") as folder:
+        made = [r.made_name for r in report.rewrites]
+        checked, problems = _verify_blocks(baseline, optimized, made, feeds, folder, session)
+    return {"blocks_checked_alone": checked, "block_problems": problems}
 
 
 def runner(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> Callable[[], Any]:
@@ -307,6 +343,12 @@ def main() -> None:
             f"outputs: {'equal' if check['equal_within_verify_tolerance'] else 'DIFFER'} within --verify's "
             f"tolerance (largest float difference {check['max_abs_difference']:.3g})"
         )
+        if not check["equal_within_verify_tolerance"]:
+            check.update(blocks_alone(baseline, optimized, report, family.feeds))
+            print(
+                f"  {check['problems']}\n  each rewritten block alone on the baseline's values, as --verify checks "
+                f"then: {check['blocks_checked_alone']} checked, differences: {check['block_problems'] or 'none'}"
+            )
         timings: dict[int, dict[str, float]] = {}
         for threads in thread_counts:
             runs = {

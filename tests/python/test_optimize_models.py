@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import onnx
@@ -31,6 +30,8 @@ from ortops._optimize import OptimizeReport, optimize_with_report
 
 pytest.importorskip("onnxscript")
 torch = pytest.importorskip("torch")
+from exportable import Detections, FlatOutputs, GroundingDinoOfTokens, OneFormerOfTask, flat_tensors  # noqa: E402
+
 F = torch.nn.functional
 
 
@@ -51,28 +52,6 @@ class Exported:
     @property
     def output_names(self) -> list[str]:
         return [o.name for o in self.model.graph.output]
-
-
-def flat_tensors(outputs: Any) -> list[torch.Tensor]:
-    """The tensors of a (nested) model output in the order the exporters flatten them."""
-    if isinstance(outputs, torch.Tensor):
-        return [outputs]
-    if hasattr(outputs, "to_tuple"):
-        outputs = outputs.to_tuple()
-    if isinstance(outputs, (list, tuple)):
-        return [t for item in outputs for t in flat_tensors(item)]
-    return []
-
-
-class FlatOutputs(torch.nn.Module):
-    """A transformers model that returns its output's tensors as one flat tuple."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(flat_tensors(self.model(pixel_values=pixel_values)))
 
 
 def export(
@@ -227,16 +206,13 @@ def deformable_detr(models_dir: Path) -> Exported:
     return hf_export(models_dir, "deformable_detr", transformers.DeformableDetrModel, config)
 
 
-@pytest.fixture(scope="module")
-def mask2former(models_dir: Path) -> Exported:
-    """Its pixel decoder: 2 deformable encoder layers over 3 levels."""
-    config = transformers.Mask2FormerConfig(
+def pixel_decoder_sizes() -> dict[str, Any]:
+    """What Mask2Former's and OneFormer's configurations share: a pixel decoder of 2 deformable
+    encoder layers over 3 levels, on a tiny ResNet."""
+    return dict(
         use_timm_backbone=False,
         use_pretrained_backbone=False,
         backbone_config=tiny_resnet(["stage1", "stage2", "stage3", "stage4"], [8, 16, 16, 32]),
-        feature_size=32,
-        mask_feature_size=32,
-        hidden_dim=32,
         encoder_feedforward_dim=64,
         encoder_layers=2,
         decoder_layers=2,
@@ -244,32 +220,16 @@ def mask2former(models_dir: Path) -> Exported:
         dim_feedforward=64,
         num_queries=10,
     )
+
+
+@pytest.fixture(scope="module")
+def mask2former(models_dir: Path) -> Exported:
+    config = transformers.Mask2FormerConfig(
+        feature_size=32, mask_feature_size=32, hidden_dim=32, **pixel_decoder_sizes()
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return hf_export(models_dir, "mask2former", transformers.Mask2FormerModel, config)
-
-
-class GroundingDinoOfTokens(torch.nn.Module):
-    """Grounding DINO given an image and text token ids. Its text masks and positions are
-    computed with ``torch.isin`` and ``cummax``, which the TorchScript exporter cannot write:
-    as users do to export it, every token here attends to every other, in order."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        from transformers.models.grounding_dino import modeling_grounding_dino
-
-        def all_tokens(input_ids: torch.Tensor, special_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            batch, length = input_ids.shape
-            positions = torch.arange(length, device=input_ids.device)[None].expand(batch, length)
-            return torch.ones(batch, length, length, dtype=torch.bool, device=input_ids.device), positions
-
-        with mock.patch.object(
-            modeling_grounding_dino, "generate_masks_with_special_tokens_and_transfer_map", all_tokens
-        ):
-            return tuple(flat_tensors(self.model(pixel_values=pixel_values, input_ids=input_ids)))
 
 
 @pytest.fixture(scope="module")
@@ -310,33 +270,12 @@ def grounding_dino(models_dir: Path) -> Exported:
     return export(models_dir, "grounding_dino", model, (image(0), tokens), ["pixel_values", "input_ids"], 17)
 
 
-class OneFormerOfTask(torch.nn.Module):
-    """OneFormer given an image and its task's token ids."""
-
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, pixel_values: torch.Tensor, task_inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(flat_tensors(self.model(pixel_values=pixel_values, task_inputs=task_inputs)))
-
-
 @pytest.fixture(scope="module")
 def oneformer(models_dir: Path) -> Exported:
-    """Its pixel decoder, as Mask2Former's: 2 deformable encoder layers over 3 levels."""
     config = transformers.OneFormerConfig(
-        use_timm_backbone=False,
-        use_pretrained_backbone=False,
-        backbone_config=tiny_resnet(["stage1", "stage2", "stage3", "stage4"], [8, 16, 16, 32]),
         hidden_dim=32,
         conv_dim=32,
         mask_dim=32,
-        encoder_feedforward_dim=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        num_attention_heads=2,
-        dim_feedforward=64,
-        num_queries=10,
         num_classes=10,
         text_encoder_width=32,
         text_encoder_num_layers=1,
@@ -346,6 +285,7 @@ def oneformer(models_dir: Path) -> Exported:
         text_encoder_vocab_size=100,
         max_seq_len=8,
         task_seq_len=8,
+        **pixel_decoder_sizes(),
     )
     torch.manual_seed(0)
     model = OneFormerOfTask(transformers.OneFormerModel(config))
@@ -517,19 +457,6 @@ def test_d_fine_attention_with_points_per_level_that_differ_is_fused(d_fine: Exp
 # --- torchvision's two-stage detector -------------------------------------------------------------
 
 torchvision = pytest.importorskip("torchvision")
-
-
-class Detections(torch.nn.Module):
-    """A torchvision detector on one image [3, H, W] -> boxes [K, 4], labels [K], scores [K]
-    (and masks [K, 1, H, W] for a detector that finds them)."""
-
-    def __init__(self, detector: torch.nn.Module) -> None:
-        super().__init__()
-        self.detector = detector
-
-    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        found = self.detector([image])[0]
-        return tuple(found[k] for k in ("boxes", "labels", "scores", "masks") if k in found)
 
 
 @pytest.fixture(scope="module")
