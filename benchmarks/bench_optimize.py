@@ -13,12 +13,16 @@ The families:
   mask head's 14x14), and masks among the outputs;
 - HuggingFace Deformable DETR, the default configuration (6 encoder and 6 decoder layers,
   d_model 256, 300 queries, 4 levels, 4 points) on transformers' own ResNet-50, opset 17;
+- HuggingFace Deformable DETR two-stage with box refinement, configured as DINO-4scale (900
+  queries picked from the encoder's proposals by a TopK, 2048-wide feed-forwards), with its
+  detection heads, opset 17: DINO's inference architecture (mmdet's DINO needs mmcv's compiled
+  operators to build);
 - HuggingFace Grounding DINO, the default configuration (Swin-T, a BERT-base text encoder, 6+6
   layers, 900 queries, 4 levels, 4 points) on an image and 8 text tokens, opset 17;
 - HuggingFace RT-DETR v2, the default configuration (ResNet-50-vd, 6 decoder layers), opset 17;
 - torchvision FCOS ResNet-50 FPN (GroupNorm in both heads, NonMaxSuppression in an If), opset 16.
 
-HuggingFace's Deformable DETR and Grounding DINO files do not run as exported (their GridSample
+HuggingFace's Deformable DETR (both) and Grounding DINO files do not run as exported (their GridSample
 grids are float64, their values float32: ONNX Runtime has no kernel for that). Their baseline is
 the file with a Cast of each grid to float32 put in front of each GridSample by hand (the
 benchmark says so when it does it); for them ONNX Runtime's profiler also gives the share of
@@ -138,7 +142,11 @@ def fcos(small: bool, image_size: int | None) -> Family:
     )
 
 
-def deformable_detr(small: bool, image_size: int | None) -> Family:
+def hf_deformable_detr(
+    name: str, small: bool, image_size: int | None, detector: bool = False, **options: Any
+) -> tuple[Family, int]:
+    """transformers' Deformable DETR with its default configuration but for ``options``, on its
+    own ResNet-50; the model alone or, with ``detector``, with its heads (which two-stage needs)."""
     import transformers  # noqa: PLC0415 (only the HuggingFace families need it)
 
     size = image_size or (256 if small else 512)
@@ -149,17 +157,47 @@ def deformable_detr(small: bool, image_size: int | None) -> Family:
         backbone_config=transformers.ResNetConfig(out_features=["stage2", "stage3", "stage4"]),
         encoder_layers=layers,
         decoder_layers=layers,
+        **options,
     )
     torch.manual_seed(0)
     image = random_image((1, 3, size, size))
-    model = export(FlatOutputs(transformers.DeformableDetrModel(config)), (image,), ["pixel_values"], 17)
-    return Family(
-        "HuggingFace Deformable DETR",
-        model,
-        {"pixel_values": image.numpy()},
+    model_class = transformers.DeformableDetrForObjectDetection if detector else transformers.DeformableDetrModel
+    model = export(FlatOutputs(model_class(config)), (image,), ["pixel_values"], 17)
+    return Family(name, model, {"pixel_values": image.numpy()}, ""), layers
+
+
+def deformable_detr(small: bool, image_size: int | None) -> Family:
+    family, layers = hf_deformable_detr("HuggingFace Deformable DETR", small, image_size)
+    size = family.feeds["pixel_values"].shape[-1]
+    family.configuration = (
         f"default config ({layers}+{layers} layers, d_model 256, 300 queries, 4 levels x 4 points), "
-        f"ResNet-50, {size}x{size} image, opset 17",
+        f"ResNet-50, {size}x{size} image, opset 17"
     )
+    return family
+
+
+def dino_style_detr(small: bool, image_size: int | None) -> Family:
+    """DINO-4scale's inference architecture as transformers has it: Deformable DETR two-stage
+    with box refinement, 900 queries from the encoder's top proposals, 2048-wide feed-forwards."""
+    queries = 100 if small else 900
+    family, layers = hf_deformable_detr(
+        "HuggingFace Deformable DETR two-stage, as DINO-4scale",
+        small,
+        image_size,
+        detector=True,
+        two_stage=True,
+        with_box_refine=True,
+        num_queries=queries,
+        two_stage_num_proposals=queries,
+        encoder_ffn_dim=2048,
+        decoder_ffn_dim=2048,
+    )
+    size = family.feeds["pixel_values"].shape[-1]
+    family.configuration = (
+        f"two-stage with box refinement, {layers}+{layers} layers, d_model 256, {queries} queries, FFN 2048, "
+        f"4 levels x 4 points, ResNet-50, 91 classes, {size}x{size} image, opset 17"
+    )
+    return family
 
 
 def grounding_dino(small: bool, image_size: int | None) -> Family:
@@ -210,6 +248,7 @@ FAMILIES: list[Callable[[bool, int | None], Family]] = [
     faster_rcnn,
     mask_rcnn,
     deformable_detr,
+    dino_style_detr,
     grounding_dino,
     rt_detr_v2,
     fcos,

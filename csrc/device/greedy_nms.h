@@ -122,6 +122,9 @@ struct KeepRows {
 };
 
 #if defined(__CUDACC__)
+// Asks for the 128-byte line at `address` in the SM's L1 cache, without waiting for it.
+__device__ inline void PrefetchToL1(const void* address) { asm volatile("prefetch.global.L1 [%0];" ::"l"(address)); }
+
 // Removed sets of at most this many words (327,680 positions, 40 KiB) live in the block's
 // shared memory during the pass; larger ones stay in device memory.
 inline constexpr int64_t kSharedRemovedWords = 5120;
@@ -159,6 +162,15 @@ static __global__ void __launch_bounds__(kKeepThreads) KeepRowsInBlock(KeepRows 
     if (t < kMaskBits) diagonal[t] = next_diagonal;
     next_diagonal = diagonal_word(c + 1);
     __syncthreads();  // the diagonal, and the removed words of the chunk before
+    // The tiles this thread ORs in at the next chunk (its words move up by one): into L1 now,
+    // while this chunk is resolved, so that the next chunk's loads wait for L1, not for L2.
+    // That wait, two per chunk, is most of a chunk's time.
+    if ((c + 1) * kMaskBits < end_row) {
+      for (int64_t w = c + 2 + t; w < band.words; w += threads) {
+        const uint64_t* tile = keep.mask + band.Tile(s, c + 1, w);
+        for (int line = 0; line < kMaskBits / 16; ++line) PrefetchToL1(tile + 16 * line);
+      }
+    }
     const uint64_t live = GreedyBand::LiveBits(removed, c, end_row);
     const uint64_t kept_bits = ResolveChunk(diagonal, live, band.limit - k, SuppressorsInWarp(diagonal, live));
     if (t < kMaskBits && (kept_bits & Bit(t)) != 0) kept[k + BitCount(kept_bits & (Bit(t) - 1))] = c * kMaskBits + t;

@@ -184,10 +184,9 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("exported-models")
 
 
-@pytest.fixture(scope="module")
-def deformable_detr(models_dir: Path) -> Exported:
+def deformable_detr_config(**options: Any) -> Any:
     """4 levels, 4 points, 2 encoder and 2 decoder layers: 4 deformable attention blocks."""
-    config = transformers.DeformableDetrConfig(
+    return transformers.DeformableDetrConfig(
         use_timm_backbone=False,
         use_pretrained_backbone=False,
         backbone_config=tiny_resnet(["stage2", "stage3", "stage4"], [8, 16, 16, 16]),
@@ -202,8 +201,23 @@ def deformable_detr(models_dir: Path) -> Exported:
         num_feature_levels=4,
         encoder_n_points=4,
         decoder_n_points=4,
+        **options,
     )
-    return hf_export(models_dir, "deformable_detr", transformers.DeformableDetrModel, config)
+
+
+@pytest.fixture(scope="module")
+def deformable_detr(models_dir: Path) -> Exported:
+    return hf_export(models_dir, "deformable_detr", transformers.DeformableDetrModel, deformable_detr_config())
+
+
+@pytest.fixture(scope="module")
+def deformable_detr_two_stage(models_dir: Path) -> Exported:
+    """DINO's architecture (as transformers has it): Deformable DETR two-stage, with box
+    refinement, its queries the encoder's top proposals (a TopK), the decoder sampling around
+    their boxes."""
+    config = deformable_detr_config(two_stage=True, with_box_refine=True, two_stage_num_proposals=10)
+    model_class = transformers.DeformableDetrForObjectDetection
+    return hf_export(models_dir, "deformable_detr_two_stage", model_class, config)
 
 
 def pixel_decoder_sizes() -> dict[str, Any]:
@@ -341,6 +355,8 @@ def attention_blocks(exported: Exported, levels: int) -> int:
     ("name", "levels", "from_offsets", "from_locations", "group_norms"),
     [
         ("deformable_detr", 4, 4, 0, 4),
+        # Its decoder samples around the proposals' boxes, picked by a TopK.
+        ("deformable_detr_two_stage", 4, 2, 2, 4),
         ("mask2former", 3, 2, 0, 5),
         ("oneformer", 3, 2, 0, 5),
         # Its decoder samples around boxes (4-d reference points): the locations node.
@@ -376,7 +392,14 @@ def test_huggingface_file_that_does_not_run_runs_after_optimize_with_pytorchs_ou
 
 
 @pytest.mark.parametrize(
-    ("name", "grids"), [("deformable_detr", 8), ("mask2former", 6), ("oneformer", 6), ("grounding_dino", 8)]
+    ("name", "grids"),
+    [
+        ("deformable_detr", 8),
+        ("deformable_detr_two_stage", 8),
+        ("mask2former", 6),
+        ("oneformer", 6),
+        ("grounding_dino", 8),
+    ],
 )
 def test_cli_verify_compares_with_the_grids_cast_where_the_original_cannot_run(
     request: pytest.FixtureRequest, name: str, grids: int, tmp_path: Path, capsys
