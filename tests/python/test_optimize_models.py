@@ -184,9 +184,10 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("exported-models")
 
 
-def deformable_detr_config(**options: Any) -> Any:
-    """4 levels, 4 points, 2 encoder and 2 decoder layers: 4 deformable attention blocks."""
-    return transformers.DeformableDetrConfig(
+def deformable_sizes() -> dict[str, Any]:
+    """Deformable DETR's and Grounding DINO's configurations: 4 levels, 4 points, 2 encoder and
+    2 decoder layers (4 deformable attention blocks), on a tiny ResNet."""
+    return dict(
         use_timm_backbone=False,
         use_pretrained_backbone=False,
         backbone_config=tiny_resnet(["stage2", "stage3", "stage4"], [8, 16, 16, 16]),
@@ -201,8 +202,11 @@ def deformable_detr_config(**options: Any) -> Any:
         num_feature_levels=4,
         encoder_n_points=4,
         decoder_n_points=4,
-        **options,
     )
+
+
+def deformable_detr_config(**options: Any) -> Any:
+    return transformers.DeformableDetrConfig(**deformable_sizes(), **options)
 
 
 @pytest.fixture(scope="module")
@@ -259,24 +263,7 @@ def grounding_dino(models_dir: Path) -> Exported:
         intermediate_size=64,
         max_position_embeddings=32,
     )
-    config = transformers.GroundingDinoConfig(
-        use_timm_backbone=False,
-        use_pretrained_backbone=False,
-        backbone_config=tiny_resnet(["stage2", "stage3", "stage4"], [8, 16, 16, 16]),
-        text_config=text,
-        d_model=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        num_queries=10,
-        num_feature_levels=4,
-        encoder_n_points=4,
-        decoder_n_points=4,
-        max_text_len=16,
-    )
+    config = transformers.GroundingDinoConfig(text_config=text, max_text_len=16, **deformable_sizes())
     torch.manual_seed(0)
     model = GroundingDinoOfTokens(transformers.GroundingDinoModel(config))
     randomize_weights(model)
