@@ -172,11 +172,13 @@ def randomize_weights(module: torch.nn.Module, seed: int = 0) -> None:
                 parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1)
 
 
-def hf_export(directory: Path, name: str, model_class: Any, config: Any, opset: int = 17) -> Exported:
+def hf_export(
+    directory: Path, name: str, model_class: Any, config: Any, opset: int = 17, dynamo: bool = False
+) -> Exported:
     torch.manual_seed(0)
     model = FlatOutputs(model_class(config))
     randomize_weights(model)
-    return export(directory, name, model, (image(0),), ["pixel_values"], opset)
+    return export(directory, name, model, (image(0),), ["pixel_values"], opset, dynamo)
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +214,14 @@ def deformable_detr_config(**options: Any) -> Any:
 @pytest.fixture(scope="module")
 def deformable_detr(models_dir: Path) -> Exported:
     return hf_export(models_dir, "deformable_detr", transformers.DeformableDetrModel, deformable_detr_config())
+
+
+@pytest.fixture(scope="module")
+def deformable_detr_dynamo(models_dir: Path) -> Exported:
+    """As torch exports it by default now: the dynamo exporter writes float32 grids, so the
+    file runs as exported."""
+    model_class = transformers.DeformableDetrModel
+    return hf_export(models_dir, "deformable_detr_dynamo", model_class, deformable_detr_config(), 18, dynamo=True)
 
 
 @pytest.fixture(scope="module")
@@ -442,6 +452,22 @@ def test_rt_detr_decoder_attention_is_fused_with_the_same_outputs(
     assert rewrites_by_rule(report) == {"deformable-attention": blocks}
     before = run(exported.model, exported.feeds)
     assert_same(exported.output_names, before, run(rewritten, exported.feeds))
+    assert_same(exported.output_names, exported.torch_outputs, run(rewritten, exported.feeds))
+
+
+def test_deformable_detr_of_the_dynamo_exporter_is_fused_with_the_same_outputs(
+    deformable_detr_dynamo: Exported,
+) -> None:
+    """Every attention block with its reference points and offsets, and every GroupNorm, as in
+    the TorchScript exporter's file; this one runs as exported, so the outputs are compared
+    with ONNX Runtime's for it as well as with PyTorch's."""
+    exported = deformable_detr_dynamo
+    assert attention_blocks(exported, 4) == 4
+    rewritten, report = optimize_with_report(exported.model)
+    counts = op_counts(rewritten)
+    assert counts[FROM_OFFSETS] == 4 and counts["ortops::GroupNorm"] == 4, report.lines()
+    assert "ai.onnx::GridSample" not in counts and not report.near_misses
+    assert_same(exported.output_names, run(exported.model, exported.feeds), run(rewritten, exported.feeds))
     assert_same(exported.output_names, exported.torch_outputs, run(rewritten, exported.feeds))
 
 
