@@ -36,7 +36,9 @@ queries whose scores tie within rounding). Prints a Markdown table and writes JS
     python benchmarks/bench_optimize.py [--json results.json] [--only NAME] [--small] [--image-size N]
 
 ``--small`` exports the models at a fraction of their size (a check of the plumbing, not figures
-to report). Environment: ORTOPS_LIBRARY, as for any ortops session.
+to report). ``--grid-sampler`` writes every GridSample as mmdeploy writes mmcv's grid_sample
+(``mmdeploy::grid_sampler``, run by ortops' own kernel in the baseline: the attention of an
+mmdeploy export of Deformable DETR or DINO). Environment: ORTOPS_LIBRARY, as for any ortops session.
 """
 
 from __future__ import annotations
@@ -61,9 +63,11 @@ import torch
 import torchvision
 from bench import cpu_model, interleaved_seconds, onnx_session, provenance
 
-# The wrappers that make the models exportable are the optimize tests' own.
+# The wrappers that make the models exportable, and mmdeploy's spelling of GridSample, are the
+# optimize tests' own.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
 from exportable import Detections, FlatOutputs, GroundingDinoOfTokens  # noqa: E402
+from optimizing import as_mmdeploy_grid_sampler  # noqa: E402
 
 import ortops
 from ortops._cli import _compare_outputs, _verify_blocks
@@ -348,6 +352,11 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="small models: the plumbing, not figures to report")
     parser.add_argument("--image-size", type=int, help="a square image of this size in place of each family's own")
     parser.add_argument("--no-profile", action="store_true", help="leave out the profiler's op shares")
+    parser.add_argument(
+        "--grid-sampler",
+        action="store_true",
+        help="each GridSample written as mmdeploy writes it (mmdeploy::grid_sampler, ortops' kernel in the baseline)",
+    )
     args = parser.parse_args()
     cores = os.cpu_count() or 1
     thread_counts = sorted({1, cores})
@@ -361,6 +370,9 @@ def main() -> None:
         if args.only and args.only not in make.__name__:
             continue
         family = make(args.small, args.image_size)
+        if args.grid_sampler:
+            family.model = as_mmdeploy_grid_sampler(with_float32_grids(family.model)[0])
+            family.name += ", grid_sampler"
         print(f"## {family.name}: {family.configuration}")
         optimized, report = optimize_with_report(family.model)
         counts = block_counts(report)

@@ -33,6 +33,24 @@ def op_counts(model: onnx.ModelProto) -> Counter[str]:
     return counts
 
 
+def as_mmdeploy_grid_sampler(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The export with each GridSample written as mmdeploy writes mmcv's grid_sample."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for node in model.graph.node:
+        if node.op_type == "GridSample":
+            node.op_type, node.domain = "grid_sampler", "mmdeploy"
+            del node.attribute[:]
+            node.attribute.extend(
+                [
+                    onnx.helper.make_attribute("interpolation_mode", 0),
+                    onnx.helper.make_attribute("padding_mode", 0),
+                    onnx.helper.make_attribute("align_corners", 0),
+                ]
+            )
+    model.opset_import.append(onnx.helper.make_opsetid("mmdeploy", 1))
+    return model
+
+
 def emulated_device_library() -> Path | None:
     """The emulated device's library beside the library under test, or None when not built."""
     library = Path(ortops.get_library_path()).with_name("libortops_device_on_cpu.so")

@@ -14,7 +14,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from optimizing import concat_form, emulated_device_library, first_output_with_library, stack_form
+from optimizing import (
+    as_mmdeploy_grid_sampler,
+    concat_form,
+    emulated_device_library,
+    first_output_with_library,
+    stack_form,
+)
 
 import ortops
 from ortops._optimize import optimize_with_report
@@ -363,24 +369,6 @@ def test_float64_grid_gets_a_cast_and_runs() -> None:
     with torch.no_grad():
         expected = module(*args).numpy()
     assert_close(run(rewritten, feeds), expected)
-
-
-def as_mmdeploy_grid_sampler(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The export with each GridSample written as mmdeploy writes mmcv's grid_sample."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    for node in model.graph.node:
-        if node.op_type == "GridSample":
-            node.op_type, node.domain = "grid_sampler", "mmdeploy"
-            del node.attribute[:]
-            node.attribute.extend(
-                [
-                    helper.make_attribute("interpolation_mode", 0),
-                    helper.make_attribute("padding_mode", 0),
-                    helper.make_attribute("align_corners", 0),
-                ]
-            )
-    model.opset_import.append(helper.make_opsetid("mmdeploy", 1))
-    return model
 
 
 def test_mmdeploy_grid_sampler_is_fused() -> None:
