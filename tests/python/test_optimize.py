@@ -716,3 +716,19 @@ def test_cli_verify_refuses_a_result_changed_outside_its_blocks(
     err = capsys.readouterr().err
     assert "  ranking: " in err and " of 4 values differ" in err, err
     assert "rank: not the original's node" in err and not target.exists()
+
+
+def test_saving_with_external_data_leaves_the_model_as_it_was(tmp_path: Path) -> None:
+    """onnx moves a tensor's bytes out of a model it writes with external data; --verify writes
+    the result to a temporary file (externally when it is 2 GB or more) before writing it to
+    OUT, which then held references to the deleted temporary data."""
+    from ortops._optimize import save
+
+    model = decomposed_group_norm(weight_size=1024)
+    before = model.SerializeToString()
+    save(model, str(tmp_path / "first.onnx"), external=True)
+    assert model.SerializeToString() == before
+    save(model, str(tmp_path / "second.onnx"), external=True)
+    assert (tmp_path / "second.onnx.data").stat().st_size == 4 * 1024
+    feeds = {"input": np.random.default_rng(0).normal(size=(1024, 4, 3, 3)).astype(np.float32)}
+    assert_same_outputs(model, onnx.load(str(tmp_path / "second.onnx")), feeds)

@@ -592,7 +592,8 @@ def uses_external_data(path: str) -> bool:
 
 def save(model: onnx.ModelProto, path: str, *, external: bool) -> None:
     """Writes ``model`` to ``path``; its tensors go to ``<path>.data`` beside it when
-    ``external`` or when the model is too large for one protobuf file."""
+    ``external`` or when the model is too large for one protobuf file. ``model`` is left as it
+    was (onnx moves the tensors' bytes out of the model it writes externally: a copy goes)."""
     import onnx
 
     large = sum(len(t.raw_data) for t in model.graph.initializer) > _PROTOBUF_LIMIT
@@ -601,6 +602,8 @@ def save(model: onnx.ModelProto, path: str, *, external: bool) -> None:
         data_path = os.path.join(os.path.dirname(os.path.abspath(path)), location)
         if os.path.exists(data_path):
             os.remove(data_path)  # onnx appends to an existing file
-        onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=location)
+        written = onnx.ModelProto()
+        written.CopyFrom(model)
+        onnx.save_model(written, path, save_as_external_data=True, all_tensors_to_one_file=True, location=location)
     else:
         onnx.save_model(model, path)
