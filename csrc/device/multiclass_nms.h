@@ -8,9 +8,10 @@
 // On the device: the candidates are compacted in (image, box, class) order (or (image, class,
 // box)), so that their position is the tie order; a stable sort by score within each group
 // orders them; every group is a segment of device/greedy_nms.h's pass (its size: the group's
-// candidates, at most pre_topk; its limit: max_output); the kept ones are sorted again by
-// score within each image. The host waits three times, for sizes it allocates and sorts by:
-// the number of candidates, the largest group and the number kept.
+// candidates, at most pre_topk; its limit: max_output); each kept candidate then finds its
+// rank among its image's kept ones by a binary search in each of the image's groups (each
+// kept list already in rank order), and the first max_output go to the image's rows. The host
+// waits twice, for sizes it allocates by: the number of candidates and the largest group.
 //
 // The node's own arithmetic comes in a Problem, a plain struct called on the device:
 //   bool Passes(int64_t b, int64_t n, int64_t c) const   the score test of box n, class c, image b
@@ -87,7 +88,6 @@ struct MakeCandidates {
   const int64_t* items;
   NmsCandidate<A>* candidates;
   A* scores;
-  int64_t* image;
   int64_t* group;
   int64_t boxes, classes, groups;
   ORTOPS_HD void operator()(int64_t m) const {
@@ -95,7 +95,6 @@ struct MakeCandidates {
     const A score = problem.Score(b, n, c);
     candidates[m] = NmsCandidate<A>{score, static_cast<int32_t>(n), static_cast<int32_t>(c)};
     scores[m] = score;
-    image[m] = b;
     group[m] = b * groups + (groups == 1 ? 0 : c);
   }
 };
@@ -159,56 +158,57 @@ struct GroupSuppresses {
   }
 };
 
-// Kept slot e = s capacity + k holds one when k < kept_count[s].
-struct IsKeptSlot {
-  const int64_t* kept_count;
-  int64_t capacity;
-  ORTOPS_HD bool operator()(int64_t e) const { return e % capacity < kept_count[e / capacity]; }
-};
-
-// The candidate (its place in the compacted list) of kept slot slots[q].
-struct KeptCandidate {
-  const int64_t* slots;
-  const int64_t* kept;
-  const int64_t* order;
-  const int64_t* start;
-  int64_t* positions;
-  int64_t capacity;
-  ORTOPS_HD void operator()(int64_t q) const {
-    const int64_t e = slots[q];
-    positions[q] = order[start[e / capacity] + kept[e]];
-  }
-};
-
+// Kept slot e = s capacity + k of group s (k < kept_count[s]): its candidate's rank among the
+// kept candidates of its image b, in the CPU's order (score descending, then the compacted
+// order), is k plus, for each other group of b, how many of that group's kept ones come before
+// it: a prefix of the group's kept list, which is in that order, found by binary search. The
+// ranks of an image's kept candidates are distinct (no two share a compacted position), so
+// the first max_output go to distinct rows.
 template <typename A>
-struct GatherKept {
-  const int64_t* positions;
-  const A* scores;
-  const int64_t* image;
-  A* kept_scores;
-  int64_t* kept_image;
-  ORTOPS_HD void operator()(int64_t q) const {
-    kept_scores[q] = scores[positions[q]];
-    kept_image[q] = image[positions[q]];
-  }
-};
-
-// Row r of image b (i = b max_output + r): the r-th of its kept candidates in rank order.
-template <typename A>
-struct WriteDetections {
+struct PlaceKept {
   const NmsCandidate<A>* candidates;
-  const int64_t* positions;
-  const int64_t* order;  // of the kept ones, by image
+  const A* scores;
+  const int64_t* order;  // group s's set: order[start[s] + i]
   const int64_t* start;
-  const int64_t* end;
+  const int64_t* kept;  // [groups of all images, capacity]: positions into the set
+  const int64_t* kept_count;
   NmsCandidate<A>* rows;
+  int64_t capacity, groups, max_output;
+
+  ORTOPS_HD int64_t Candidate(int64_t s, int64_t k) const { return order[start[s] + kept[s * capacity + k]]; }
+  ORTOPS_HD void operator()(int64_t e) const {
+    const int64_t s = e / capacity, k = e % capacity;
+    if (k >= kept_count[s]) return;
+    const int64_t b = s / groups, p = Candidate(s, k);
+    const A score = scores[p];
+    int64_t rank = k;
+    for (int64_t t = b * groups; t < (b + 1) * groups; ++t) {
+      if (t == s) continue;
+      int64_t before = 0, after = kept_count[t];
+      while (before < after) {
+        const int64_t middle = before + (after - before) / 2, q = Candidate(t, middle);
+        const bool ahead = scores[q] > score || (!(scores[q] < score) && q < p);
+        if (ahead) {
+          before = middle + 1;
+        } else {
+          after = middle;
+        }
+      }
+      rank += before;
+    }
+    if (rank < max_output) rows[b * max_output + rank] = candidates[p];
+  }
+};
+
+// Image b's number of detections: its groups' kept candidates, at most max_output.
+struct CountDetections {
+  const int64_t* kept_count;
   int64_t* count;
-  int64_t max_output;
-  ORTOPS_HD void operator()(int64_t i) const {
-    const int64_t b = i / max_output, r = i % max_output;
-    const int64_t found = end[b] - start[b], n = found < max_output ? found : max_output;
-    if (r < n) rows[i] = candidates[positions[order[start[b] + r]]];
-    if (r == 0) count[b] = n;
+  int64_t groups, max_output;
+  ORTOPS_HD void operator()(int64_t b) const {
+    int64_t found = 0;
+    for (int64_t t = b * groups; t < (b + 1) * groups; ++t) found += kept_count[t];
+    count[b] = found < max_output ? found : max_output;
   }
 };
 
@@ -241,9 +241,9 @@ Detections<A> MulticlassNms(const DeviceIO& io, const MulticlassNmsConfig& confi
   const int64_t groups = config.class_agnostic ? 1 : num_classes, segments = batch * groups;
   Scratch<NmsCandidate<A>> candidate = io.Allocate<NmsCandidate<A>>(size);
   Scratch<A> score = io.Allocate<A>(size);
-  Scratch<int64_t> image = io.Allocate<int64_t>(size), group = io.Allocate<int64_t>(size);
-  io.ForEach(candidates, MakeCandidates<A, Problem>{problem, item.data(), candidate.data(), score.data(), image.data(),
-                                                    group.data(), num_boxes, num_classes, groups});
+  Scratch<int64_t> group = io.Allocate<int64_t>(size);
+  io.ForEach(candidates, MakeCandidates<A, Problem>{problem, item.data(), candidate.data(), score.data(), group.data(),
+                                                    num_boxes, num_classes, groups});
 
   // Each group's candidates in rank order, the first pre_topk of them its NMS set.
   Scratch<int64_t> order = io.Allocate<int64_t>(size);
@@ -262,23 +262,10 @@ Detections<A> MulticlassNms(const DeviceIO& io, const MulticlassNmsConfig& confi
                      GroupSuppresses<A, Problem>{problem, candidate.data(), order.data(), start.data(), groups},
                      kept.data(), kept_count.data());
 
-  // The kept candidates, in their compacted order (the tie order), then by image and score.
-  Scratch<int64_t> slot = io.Allocate<int64_t>(static_cast<size_t>(segments * capacity));
-  const int64_t total = Compact(io, segments * capacity, IsKeptSlot{kept_count.data(), capacity}, slot.data());
-  if (total == 0) return out;
-  const auto kept_size = static_cast<size_t>(total);
-  Scratch<int64_t> position = io.Allocate<int64_t>(kept_size);
-  io.ForEach(total, KeptCandidate{slot.data(), kept.data(), order.data(), start.data(), position.data(), capacity});
-  thrust::sort(io.policy(), position.data(), position.data() + total);
-  Scratch<A> kept_score = io.Allocate<A>(kept_size);
-  Scratch<int64_t> kept_image = io.Allocate<int64_t>(kept_size);
-  io.ForEach(total, GatherKept<A>{position.data(), score.data(), image.data(), kept_score.data(), kept_image.data()});
-  Scratch<int64_t> kept_order = io.Allocate<int64_t>(kept_size);
-  OrderByScoreWithinSegments(io, kept_score.data(), kept_image.data(), total, kept_order.data());
-  const auto [image_start, image_end] = FindSegments(io, kept_image.data(), kept_order.data(), total, batch);
-  io.ForEach(batch * max_output,
-             WriteDetections<A>{candidate.data(), position.data(), kept_order.data(), image_start.data(),
-                                image_end.data(), out.rows.data(), out.count.data(), max_output});
+  // Each image's kept candidates by rank, the first max_output of them its detections.
+  io.ForEach(segments * capacity, PlaceKept<A>{candidate.data(), score.data(), order.data(), start.data(), kept.data(),
+                                               kept_count.data(), out.rows.data(), capacity, groups, max_output});
+  io.ForEach(batch, CountDetections{kept_count.data(), out.count.data(), groups, max_output});
   return out;
 }
 
