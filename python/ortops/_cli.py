@@ -323,7 +323,7 @@ def _random_input(arg: onnxruntime.NodeArg, shape: list[int], rng: np.random.Gen
     if dtype.startswith("float"):
         return rng.random(shape).astype(dtype)
     if dtype == "bool":
-        return rng.random(shape) < 0.5
+        return np.asarray(rng.random(shape) < 0.5)  # a 0-d comparison gives a scalar, not an array
     if dtype == "object":
         return np.full(shape, "a", dtype=object)
     return rng.integers(0, 4, shape).astype(dtype)

@@ -732,3 +732,40 @@ def test_saving_with_external_data_leaves_the_model_as_it_was(tmp_path: Path) ->
     assert (tmp_path / "second.onnx.data").stat().st_size == 4 * 1024
     feeds = {"input": np.random.default_rng(0).normal(size=(1024, 4, 3, 3)).astype(np.float32)}
     assert_same_outputs(model, onnx.load(str(tmp_path / "second.onnx")), feeds)
+
+
+def group_norm_read_by_a_branch() -> onnx.ModelProto:
+    """The GroupNorm of group_norm_then_ranking whose output only an If's branches read (by
+    name, from the outer graph)."""
+    model = group_norm_then_ranking()
+    graph = model.graph
+    del graph.node[6:]  # the ranking
+    then_branch = helper.make_graph(
+        [helper.make_node("Identity", ["y"], ["picked"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("picked", 1, None)],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Neg", ["y"], ["negated"])], "else", [], [helper.make_tensor_value_info("negated", 1, None)]
+    )
+    graph.node.append(
+        helper.make_node("If", ["flag"], ["out"], name="pick", then_branch=then_branch, else_branch=else_branch)
+    )
+    graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("out", TensorProto.FLOAT, None))
+    return model
+
+
+def test_cli_verify_compares_a_block_output_that_only_a_branch_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ortops import _optimize
+
+    source, target = tmp_path / "branch.onnx", tmp_path / "out.onnx"
+    onnx.save(group_norm_read_by_a_branch(), str(source))
+    monkeypatch.setattr(_optimize, "optimize_with_report", scale_one_channel(1.01))
+    assert _cli.main(["optimize", str(source), str(target), "--verify"]) == _cli.CANNOT_RUN
+    err = capsys.readouterr().err
+    assert "and so do rewritten blocks" in err and "ortops_GroupNorm" in err and not target.exists(), err

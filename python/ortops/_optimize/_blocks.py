@@ -37,6 +37,17 @@ def _graph_values(graph: onnx.GraphProto) -> set[str]:
     return values | {out for node in graph.node for out in node.output if out}
 
 
+def _read_in_bodies(node: onnx.NodeProto) -> set[str]:
+    """The names the node's subgraphs (an If's branches, a Loop's body) read, at any depth."""
+    names: set[str] = set()
+    for attribute in node.attribute:
+        for body in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+            for inner in body.node:
+                names.update(name for name in inner.input if name)
+                names |= _read_in_bodies(inner)
+    return names
+
+
 def find_blocks(original: onnx.ModelProto, result: onnx.ModelProto, made: Iterable[str]) -> list[Block | str]:
     """The block of each node named in ``made`` (a rewrite's node in the result's main graph),
     or the name itself where it has none there (a node made inside an If or Loop body)."""
@@ -47,6 +58,8 @@ def find_blocks(original: onnx.ModelProto, result: onnx.ModelProto, made: Iterab
     for node in result.graph.node:
         for slot, name in enumerate(node.input):
             consumers.setdefault(name, []).append((node, slot))
+        for name in _read_in_bodies(node):  # an If's or Loop's body reads outer values by name
+            consumers.setdefault(name, []).append((node, -1))
     original_producer = {out: node for node in original.graph.node for out in node.output if out}
     result_outputs = [o.name for o in result.graph.output]
     by_name = {node.name: node for node in result.graph.node if node.name}
@@ -62,6 +75,9 @@ def find_blocks(original: onnx.ModelProto, result: onnx.ModelProto, made: Iterab
         outside = [(user, slot) for user, slot in consumers.get(value, []) if id(user) not in members]
         if not outside:
             return ""
+        if any(slot < 0 for _, slot in outside):
+            # A body reads it by name: the same name in the original, or nothing to compare with.
+            return value if value in known else None
         user, slot = outside[0]
         twin = original_producer.get(next((o for o in user.output if o), ""))
         return twin.input[slot] if twin is not None and slot < len(twin.input) else None
@@ -144,6 +160,43 @@ def _trimmed(inputs: list[str]) -> list[str]:
     return inputs
 
 
+def _same_node(node: onnx.NodeProto, twin: onnx.NodeProto, instead: dict[str, str]) -> bool:
+    """The same op on the same inputs (a block's outputs read as the original's values in their
+    place) with the same attributes; names of nodes, which the rewriter gives unnamed ones in
+    bodies, do not count."""
+    return (
+        (node.domain, node.op_type, list(node.output)) == (twin.domain, twin.op_type, list(twin.output))
+        and _trimmed([instead.get(name, name) for name in node.input]) == _trimmed(list(twin.input))
+        and len(node.attribute) == len(twin.attribute)
+        and all(_same_attribute(a, b) for a, b in zip(node.attribute, twin.attribute))
+    )
+
+
+def _same_attribute(a: onnx.AttributeProto, b: onnx.AttributeProto) -> bool:
+    a_graphs = [a.g] if a.HasField("g") else list(a.graphs)
+    b_graphs = [b.g] if b.HasField("g") else list(b.graphs)
+    if not a_graphs and not b_graphs:
+        return a.SerializeToString() == b.SerializeToString()
+    return (
+        a.name == b.name
+        and len(a_graphs) == len(b_graphs)
+        and all(_same_graph(x, y) for x, y in zip(a_graphs, b_graphs))
+    )
+
+
+def _same_graph(a: onnx.GraphProto, b: onnx.GraphProto) -> bool:
+    def names(values: Sequence[onnx.ValueInfoProto]) -> list[str]:
+        return [v.name for v in values]
+
+    return (
+        names(a.input) == names(b.input)
+        and names(a.output) == names(b.output)
+        and [i.SerializeToString() for i in a.initializer] == [i.SerializeToString() for i in b.initializer]
+        and len(a.node) == len(b.node)
+        and all(_same_node(x, y, {}) for x, y in zip(a.node, b.node))
+    )
+
+
 def differences_outside(original: onnx.ModelProto, result: onnx.ModelProto, blocks: Sequence[Block]) -> list[str]:
     """Where the result, outside its blocks, is not the original node for node (the same op,
     attributes, inputs, with a block's outputs read as the original's values in their place)
@@ -158,13 +211,7 @@ def differences_outside(original: onnx.ModelProto, result: onnx.ModelProto, bloc
         if id(node) in in_blocks:
             continue
         twin = twins.get(next((out for out in node.output if out), ""))
-        same = (
-            twin is not None
-            and (node.domain, node.op_type, list(node.output)) == (twin.domain, twin.op_type, list(twin.output))
-            and _trimmed([instead.get(name, name) for name in node.input]) == _trimmed(list(twin.input))
-            and [a.SerializeToString() for a in node.attribute] == [a.SerializeToString() for a in twin.attribute]
-        )
-        if not same:
+        if twin is None or not _same_node(node, twin, instead):
             problems.append(f"{node.name or node.op_type}: not the original's node")
         read.update(node.input)
     for weight in result.graph.initializer:
