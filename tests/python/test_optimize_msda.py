@@ -590,6 +590,19 @@ def test_locations_whose_batch_shape_inference_lost_are_fused_and_refuse_another
         run(rewritten, other)
 
 
+def test_weights_whose_batch_is_another_symbol_stay_a_near_miss() -> None:
+    """Unlike the locations' (which every GridSample checks), the weights' batch can broadcast
+    in the file's Mul: a batch of their own is not proven to be value's."""
+    shapes = [(8, 8), (4, 4)]
+    inputs = attention_inputs(np.random.default_rng(24), 2, 10, 2, 8, shapes, 3)
+    dynamic = {"value": {0: "n"}, "locations": {0: "n", 1: "q"}, "weights": {0: "b", 1: "q"}}
+    model = export(StackAttention(shapes), tuple(torch.from_numpy(a) for a in inputs), NAMES, 17, dynamic=dynamic)
+    rewritten, report = optimize_with_report(model, RULE)
+    assert not report.rewrites and "ortops::MultiScaleDeformableAttention" not in op_counts(rewritten)
+    (miss,) = report.near_misses
+    assert "weights" in miss.reason, report.lines()
+
+
 # --- the emulated device -------------------------------------------------------------------------
 
 
