@@ -147,10 +147,16 @@ def fcos(small: bool, image_size: int | None) -> Family:
 
 
 def hf_deformable_detr(
-    name: str, small: bool, image_size: int | None, detector: bool = False, **options: Any
-) -> tuple[Family, int]:
+    name: str,
+    small: bool,
+    image_size: int | None,
+    describe: Callable[[int, int], str],
+    detector: bool = False,
+    **options: Any,
+) -> Family:
     """transformers' Deformable DETR with its default configuration but for ``options``, on its
-    own ResNet-50; the model alone or, with ``detector``, with its heads (which two-stage needs)."""
+    own ResNet-50; the model alone or, with ``detector``, with its heads (which two-stage needs).
+    ``describe(layers, size)`` says how it was configured."""
     import transformers  # noqa: PLC0415 (only the HuggingFace families need it)
 
     size = image_size or (256 if small else 512)
@@ -167,27 +173,33 @@ def hf_deformable_detr(
     image = random_image((1, 3, size, size))
     model_class = transformers.DeformableDetrForObjectDetection if detector else transformers.DeformableDetrModel
     model = export(FlatOutputs(model_class(config)), (image,), ["pixel_values"], 17)
-    return Family(name, model, {"pixel_values": image.numpy()}, ""), layers
+    return Family(name, model, {"pixel_values": image.numpy()}, describe(layers, size))
 
 
 def deformable_detr(small: bool, image_size: int | None) -> Family:
-    family, layers = hf_deformable_detr("HuggingFace Deformable DETR", small, image_size)
-    size = family.feeds["pixel_values"].shape[-1]
-    family.configuration = (
-        f"default config ({layers}+{layers} layers, d_model 256, 300 queries, 4 levels x 4 points), "
-        f"ResNet-50, {size}x{size} image, opset 17"
+    return hf_deformable_detr(
+        "HuggingFace Deformable DETR",
+        small,
+        image_size,
+        lambda layers, size: (
+            f"default config ({layers}+{layers} layers, d_model 256, 300 queries, 4 levels x 4 "
+            f"points), ResNet-50, {size}x{size} image, opset 17"
+        ),
     )
-    return family
 
 
 def dino_style_detr(small: bool, image_size: int | None) -> Family:
     """DINO-4scale's inference architecture as transformers has it: Deformable DETR two-stage
     with box refinement, 900 queries from the encoder's top proposals, 2048-wide feed-forwards."""
     queries = 100 if small else 900
-    family, layers = hf_deformable_detr(
+    return hf_deformable_detr(
         "HuggingFace Deformable DETR two-stage, as DINO-4scale",
         small,
         image_size,
+        lambda layers, size: (
+            f"two-stage with box refinement, {layers}+{layers} layers, d_model 256, {queries} "
+            f"queries, FFN 2048, 4 levels x 4 points, ResNet-50, 91 classes, {size}x{size} image, opset 17"
+        ),
         detector=True,
         two_stage=True,
         with_box_refine=True,
@@ -196,12 +208,6 @@ def dino_style_detr(small: bool, image_size: int | None) -> Family:
         encoder_ffn_dim=2048,
         decoder_ffn_dim=2048,
     )
-    size = family.feeds["pixel_values"].shape[-1]
-    family.configuration = (
-        f"two-stage with box refinement, {layers}+{layers} layers, d_model 256, {queries} queries, FFN 2048, "
-        f"4 levels x 4 points, ResNet-50, 91 classes, {size}x{size} image, opset 17"
-    )
-    return family
 
 
 def grounding_dino(small: bool, image_size: int | None) -> Family:
