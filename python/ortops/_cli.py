@@ -684,6 +684,8 @@ def _verify_blocks(
     from ortops._optimize import _blocks, save
 
     blocks = _blocks.find_blocks(original, result, made)
+    if not blocks:
+        return 0, ["nothing was rewritten: there is no block to check alone"]
     loose = [b for b in blocks if isinstance(b, str)]
     if loose:
         return 0, [f"{name}: cannot be run alone (made inside an If or Loop body)" for name in loose]
