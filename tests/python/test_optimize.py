@@ -99,17 +99,24 @@ def decomposed_group_norm(
     in_scale: float = 1.0,
     gamma_shape: tuple[int, ...] = (4, 1, 1),
     weight_size: int = 0,
+    groups: int = 2,
+    identity_affine: bool = False,
 ) -> onnx.ModelProto:
-    """Reshape/InstanceNormalization/Reshape/Mul/Add on x [N, 4, 3, 3], as torch writes it;
-    with ``weight_size``, x is first multiplied by a weight of that many floats (a file with
-    a tensor large enough to keep outside)."""
+    """Reshape/InstanceNormalization/Reshape/Mul/Add on x [N, 4, 3, 3], as torch writes it, in
+    ``groups`` groups (``shape1`` their reshape); gamma and beta random, or 1 and 0 with
+    ``identity_affine``. With ``weight_size``, x is first multiplied by a weight of that many
+    floats (a file with a tensor large enough to keep outside)."""
     rng = np.random.default_rng(0)
+    gamma = rng.normal(size=gamma_shape).astype(np.float32)
+    beta = rng.normal(size=(4, 1, 1)).astype(np.float32)
+    if identity_affine:
+        gamma, beta = np.ones_like(gamma), np.zeros_like(beta)
     initializers = [
         numpy_helper.from_array(np.array(shape1, np.int64), "shape1"),
-        numpy_helper.from_array(np.full(2, in_scale, np.float32), "in_scale"),
-        numpy_helper.from_array(np.zeros(2, np.float32), "in_bias"),
-        numpy_helper.from_array(rng.normal(size=gamma_shape).astype(np.float32), "gamma"),
-        numpy_helper.from_array(rng.normal(size=(4, 1, 1)).astype(np.float32), "beta"),
+        numpy_helper.from_array(np.full(groups, in_scale, np.float32), "in_scale"),
+        numpy_helper.from_array(np.zeros(groups, np.float32), "in_bias"),
+        numpy_helper.from_array(gamma, "gamma"),
+        numpy_helper.from_array(beta, "beta"),
     ]
     nodes = [
         helper.make_node("Mul", ["input", "weight"], ["x"], name="weigh"),
@@ -587,32 +594,18 @@ def group_norm_then_ranking() -> onnx.ModelProto:
     """A GroupNorm (4 groups, torch's decomposition) whose channels are then ranked by their
     largest value (TopK): channels that tie are ranked by index, so a change far below float
     rounding in one of them can reorder the ranking, as 900 queries are picked in DINO."""
-    initializers = [
-        numpy_helper.from_array(np.array([0, 4, -1], np.int64), "groups"),
-        numpy_helper.from_array(np.ones(4, np.float32), "ones"),
-        numpy_helper.from_array(np.zeros(4, np.float32), "zeros"),
-        numpy_helper.from_array(np.ones((4, 1, 1), np.float32), "gamma"),
-        numpy_helper.from_array(np.zeros((4, 1, 1), np.float32), "beta"),
-        numpy_helper.from_array(np.array([4], np.int64), "k"),
-    ]
-    nodes = [
-        helper.make_node("Reshape", ["x", "groups"], ["grouped"], name="reshape_in"),
-        helper.make_node("InstanceNormalization", ["grouped", "ones", "zeros"], ["normed"], name="norm"),
-        helper.make_node("Shape", ["x"], ["x_shape"], name="shape"),
-        helper.make_node("Reshape", ["normed", "x_shape"], ["restored"], name="reshape_out"),
-        helper.make_node("Mul", ["restored", "gamma"], ["scaled"], name="mul"),
-        helper.make_node("Add", ["scaled", "beta"], ["y"], name="add"),
-        helper.make_node("ReduceMax", ["y"], ["largest"], name="largest", axes=[2, 3], keepdims=0),
-        helper.make_node("TopK", ["largest", "k"], ["ranked", "ranking"], name="rank"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "ranked_group_norm",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 3, 3])],
-        [helper.make_tensor_value_info("ranking", TensorProto.INT64, None)],
-        initializers,
+    model = decomposed_group_norm(shape1=[0, 4, -1], groups=4, identity_affine=True)
+    graph = model.graph
+    graph.initializer.append(numpy_helper.from_array(np.array([4], np.int64), "k"))
+    graph.node.extend(
+        [
+            helper.make_node("ReduceMax", ["y"], ["largest"], name="largest", axes=[2, 3], keepdims=0),
+            helper.make_node("TopK", ["largest", "k"], ["ranked", "ranking"], name="rank"),
+        ]
     )
-    return helper.make_model(graph, ir_version=IR_VERSION, opset_imports=[helper.make_opsetid("", 17)])
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("ranking", TensorProto.INT64, None))
+    return model
 
 
 def scale_one_channel(factor: float):
