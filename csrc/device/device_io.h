@@ -243,6 +243,16 @@ struct IsNotFinite {
   ORTOPS_HD bool operator()(int64_t i) const { return !std::isfinite(values[i]); }
 };
 
+// Two data checks at the cost of one wait: item i < first_count is `first`'s item i, the rest
+// are `second`'s (FirstWhere's predicate over both tensors).
+template <typename First, typename Second>
+struct EitherFails {
+  First first;
+  Second second;
+  int64_t first_count;
+  ORTOPS_HD bool operator()(int64_t i) const { return i < first_count ? first(i) : second(i - first_count); }
+};
+
 // Validates data on the device with the CPU kernel's own check, so that both give the same
 // error: `fails(i)` (run on the device) tells whether item i would fail, and for the first
 // that does, `check(i, host_copy)` runs on the host, on a copy of that item's `width`

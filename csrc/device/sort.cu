@@ -1,6 +1,13 @@
 #include <thrust/functional.h>
 #include <thrust/sort.h>
 
+#include <algorithm>
+
+#if defined(__CUDACC__)
+#include <cub/device/device_segmented_radix_sort.cuh>
+#include <cub/util_type.cuh>
+#endif
+
 #include "core/half.h"
 #include "device/sort.h"
 
@@ -38,7 +45,54 @@ void StableBySegment(const DeviceIO& io, int64_t count, const int64_t* given, in
   thrust::stable_sort_by_key(io.policy(), segment.data(), segment.data() + count, order);
 }
 
+#if !defined(__CUDACC__)
+// SortWithinRanges's twin on the emulated device: one range after another, into the
+// alternate arrays (where a GPU's sort may leave it, so that the tests take that path).
+template <typename K>
+struct SortRange {
+  const K* keys;
+  const int32_t* values;
+  const int64_t* begin;
+  const int64_t* end;
+  K* sorted_keys;
+  int32_t* sorted_values;
+  void operator()(int64_t s) const {
+    std::copy(keys + begin[s], keys + end[s], sorted_keys + begin[s]);
+    std::copy(values + begin[s], values + end[s], sorted_values + begin[s]);
+    thrust::stable_sort_by_key(thrust::seq, sorted_keys + begin[s], sorted_keys + end[s], sorted_values + begin[s],
+                               thrust::greater<K>());
+  }
+};
+#endif
+
 }  // namespace
+
+template <typename K>
+int SortWithinRanges(const DeviceIO& io, K* keys, K* alternate_keys, int32_t* values, int32_t* alternate_values,
+                     int64_t count, int64_t segments, const int64_t* begin, const int64_t* end) {
+  if (count <= 0 || segments <= 0) return 0;
+#if defined(__CUDACC__)
+  // Every range takes the same passes, so all end in the same buffer, which the host knows
+  // from the key's width alone.
+  cub::DoubleBuffer<K> key_buffers(keys, alternate_keys);
+  cub::DoubleBuffer<int32_t> value_buffers(values, alternate_values);
+  size_t bytes = 0;
+  const auto sort = [&](void* temporary) {
+    return cub::DeviceSegmentedRadixSort::SortPairsDescending(temporary, bytes, key_buffers, value_buffers, count,
+                                                              segments, begin, end, 0, sizeof(K) * 8, io.stream());
+  };
+  Check(sort(nullptr) == cudaSuccess, "the segmented sort of batched NMS could not be sized");
+  Scratch<char> temporary = io.Allocate<char>(std::max<size_t>(bytes, 1));
+  io.NoteLaunch();
+  Check(sort(temporary.data()) == cudaSuccess, "the segmented sort of batched NMS could not start");
+  return key_buffers.selector;
+#else
+  // Counted as the GPU's: its temporary storage, and its launch.
+  Scratch<char> temporary = io.Allocate<char>(1);
+  io.ForEach(segments, SortRange<K>{keys, values, begin, end, alternate_keys, alternate_values});
+  return 1;
+#endif
+}
 
 template <typename T>
 void OrderByScore(const DeviceIO& io, const T* scores, int64_t count, int64_t* order) {
@@ -72,5 +126,10 @@ ORTOPS_INSTANTIATE(float)
 ORTOPS_INSTANTIATE(double)
 ORTOPS_INSTANTIATE(Half)
 #undef ORTOPS_INSTANTIATE
+
+template int SortWithinRanges<float>(const DeviceIO&, float*, float*, int32_t*, int32_t*, int64_t, int64_t,
+                                     const int64_t*, const int64_t*);
+template int SortWithinRanges<double>(const DeviceIO&, double*, double*, int32_t*, int32_t*, int64_t, int64_t,
+                                      const int64_t*, const int64_t*);
 
 }  // namespace ortops::device

@@ -28,4 +28,15 @@ template <typename T>
 void OrderByScoreWithinSegments(const DeviceIO& io, const T* scores, const int64_t* segment, int64_t count,
                                 int64_t* order);
 
+// Sorts each of `segments` ranges [begin[s], end[s]) of keys (device memory, bounds included,
+// ranges disjoint within [0, count)) by descending key, stably, carrying values along. The
+// sort may move the ranges to the same places of the alternate arrays (each of count
+// elements, its other places left as they were): returns 1 where it did, 0 where the result
+// is in keys and values. Keys hold no NaN, and -0 only where +0 may rank after it. The
+// ranges' bounds stay on the device: nothing comes back to the host (a segmented radix sort
+// on a GPU, a block per range).
+template <typename K>
+int SortWithinRanges(const DeviceIO& io, K* keys, K* alternate_keys, int32_t* values, int32_t* alternate_values,
+                     int64_t count, int64_t segments, const int64_t* begin, const int64_t* end);
+
 }  // namespace ortops::device

@@ -134,8 +134,12 @@ class NmsMatchDeviceKernel : public device::DeviceKernelWithHostInputs<kIouThres
   void Compute(const device::DeviceIO& io) const {
     const auto [boxes, scores, iou_threshold, score_threshold] = ReadInputs<T>(io);
     const int64_t batch = boxes.dim(0), count = boxes.dim(1), classes = scores.dim(1);
-    Check(io.FirstWhere(boxes.size(), device::IsNaN<T>{boxes.data}) < 0, kBoxesNaN);
-    Check(io.FirstWhere(scores.size(), device::IsNaN<T>{scores.data}) < 0, kScoresNaN);
+    // Both inputs checked in one pass, for one wait.
+    const int64_t nan = io.FirstWhere(
+        boxes.size() + scores.size(),
+        device::EitherFails<device::IsNaN<T>, device::IsNaN<T>>{{boxes.data}, {scores.data}, boxes.size()});
+    Check(nan < 0 || nan >= boxes.size(), kBoxesNaN);
+    Check(nan < 0, kScoresNaN);
     if (scores.size() == 0) {  // no box or no class: no match, and B * C may be huge
       io.Output<int64_t>(0, {0, 4});
       return;

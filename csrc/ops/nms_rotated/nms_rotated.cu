@@ -73,12 +73,19 @@ class NmsRotatedDeviceKernel : public device::DeviceKernelBase {
   void Compute(const device::DeviceIO& io) const {
     const auto [boxes, scores] = BoxesAndScoresInputs<T>(io);
     const int64_t batch = boxes.dim(0), count = boxes.dim(1), classes = scores.dim(1);
-    const auto check_finite = [&](const ConstTensor<T>& tensor, const char* name) {
-      device::CheckEach(io, tensor.data, tensor.size(), 1, device::IsNotFinite<T>{tensor.data},
-                        [&](int64_t i, const T* value) { FailNotFinite(tensor.shape, name, i, *value); });
-    };
-    check_finite(boxes, "boxes");
-    check_finite(scores, "scores");
+    // Both inputs checked in one pass, for one wait; the first value that fails is named as the
+    // CPU kernel names it.
+    const int64_t bad = io.FirstWhere(
+        boxes.size() + scores.size(),
+        device::EitherFails<device::IsNotFinite<T>, device::IsNotFinite<T>>{{boxes.data}, {scores.data}, boxes.size()});
+    if (bad >= 0) {
+      const bool in_boxes = bad < boxes.size();
+      const ConstTensor<T>& tensor = in_boxes ? boxes : scores;
+      const int64_t i = in_boxes ? bad : bad - boxes.size();
+      T value{};
+      io.CopyToHost(&value, tensor.data + i, 1);
+      FailNotFinite(tensor.shape, in_boxes ? "boxes" : "scores", i, value);
+    }
     if (scores.size() == 0) {  // no box or no class: nothing to keep, and B * C may be huge
       io.Output<int64_t>(0, {0, 3});
       return;

@@ -24,7 +24,9 @@ pytestmark = [
 ]
 
 
-def _model(nodes: list[onnx.NodeProto], inputs: dict[str, list[int]], outputs: list[str], **weights) -> bytes:
+def _model(
+    nodes: list[onnx.NodeProto], inputs: dict[str, list[int]], outputs: list[str], domain: str = "ortops", **weights
+) -> bytes:
     graph = helper.make_graph(
         nodes,
         "graph",
@@ -32,7 +34,7 @@ def _model(nodes: list[onnx.NodeProto], inputs: dict[str, list[int]], outputs: l
         [helper.make_value_info(name, onnx.TypeProto()) for name in outputs],
         [numpy_helper.from_array(value, name) for name, value in weights.items()],
     )
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ortops", 1)]
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)]
     return helper.make_model(graph, ir_version=8, opset_imports=opsets).SerializeToString()
 
 
@@ -69,12 +71,36 @@ def _attention() -> tuple[bytes, dict[str, list[int]]]:
     return _model([node], inputs, ["out"], shapes=levels, starts=np.cumsum(areas) - areas), inputs
 
 
+def _yolo_head() -> tuple[bytes, dict[str, list[int]]]:
+    """A detector's last step: sigmoid class scores and corner boxes (scaled so that many
+    overlap) into EfficientNMS_TRT, whose selection sizes nothing by the data."""
+    nodes = [
+        helper.make_node("Mul", ["raw_boxes", "scale"], ["boxes"]),
+        helper.make_node("Sigmoid", ["logits"], ["scores"]),
+        helper.make_node(
+            "EfficientNMS_TRT",
+            ["boxes", "scores"],
+            ["num_detections", "detection_boxes", "detection_scores", "detection_classes"],
+            domain="TRT",
+            score_threshold=0.65,
+            iou_threshold=0.3,
+            max_output_boxes=500,
+            background_class=-1,
+            score_activation=0,
+            box_coding=0,
+        ),
+    ]
+    inputs = {"raw_boxes": [2, 300, 4], "logits": [2, 300, 8]}
+    outputs = ["num_detections", "detection_boxes", "detection_scores", "detection_classes"]
+    return _model(nodes, inputs, outputs, domain="TRT", scale=np.full(4, 20, np.float32)), inputs
+
+
 def _feeds(shapes: dict[str, list[int]], seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {name: rng.uniform(-1, 1, shape).astype(np.float32) for name, shape in shapes.items()}
 
 
-@pytest.mark.parametrize("build", [_dcn_block, _attention], ids=["dcn_block", "attention"])
+@pytest.mark.parametrize("build", [_dcn_block, _attention, _yolo_head], ids=["dcn_block", "attention", "yolo_head"])
 def test_replays_give_the_results_of_plain_runs(build) -> None:
     model, shapes = build()
     options = ort.SessionOptions()
