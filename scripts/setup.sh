@@ -102,6 +102,19 @@ make_venv() {
   cp "$requirements" "$stamp"
 }
 
+# add_no_deps DIR REQUIREMENTS: installs REQUIREMENTS into the environment DIR without their
+# declared dependencies (deps/python-main-no-deps.txt says why), once per version of the file.
+add_no_deps() {
+  local dir="$1" requirements="$2"
+  local stamp="$dir/.ortops-no-deps"
+  if [[ -f "$stamp" ]] && cmp -s "$stamp" "$requirements"; then
+    return
+  fi
+  log "Python environment $dir: $requirements, without their dependencies"
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$requirements"
+  cp "$requirements" "$stamp"
+}
+
 # The CUDA toolchain's folders in .venv-cuda (deps/python-cuda.txt): CUDA_HOME, with bin/nvcc,
 # include/ and include/cccl (CCCL's headers).
 cuda_home() {
@@ -152,6 +165,7 @@ if [[ $deps_only == 0 ]]; then
   build_pid=$!
 fi
 make_venv "$ROOT/.venv" "$ROOT/deps/python-main.txt"
+add_no_deps "$ROOT/.venv" "$ROOT/deps/python-main-no-deps.txt"
 make_venv "$ROOT/.venv-ort-min" "$ROOT/deps/python-ort-min.txt"
 make_venv "$ROOT/.venv-wheel" "$ROOT/deps/python-wheel.txt"  # scripts/build_wheel.sh, tests/python/test_wheel.py
 if [[ $with_ray == 1 ]]; then

@@ -1,7 +1,7 @@
 """``ortops optimize`` on whole files written by the real exporters: small random-weight models of
 transformers (Deformable DETR, Mask2Former, OneFormer, Grounding DINO, RT-DETR v1 and v2,
-D-FINE), torchvision (Faster R-CNN, Mask R-CNN, FCOS) and mmcv-style layers, exported in the
-test run. Every block a rule can fuse is fused; the blocks it cannot prove are left alone and
+D-FINE), Ultralytics (RT-DETR), torchvision (Faster R-CNN, Mask R-CNN, FCOS) and mmcv-style
+layers, exported in the test run. Every block a rule can fuse is fused; the blocks it cannot prove are left alone and
 reported; the optimized file gives ONNX Runtime's outputs for the original (PyTorch's where the
 original cannot run in ONNX Runtime).
 
@@ -487,6 +487,49 @@ def test_d_fine_attention_with_points_per_level_that_differ_is_fused(d_fine: Exp
     )
     before = run(exported.model, exported.feeds)
     assert_same(exported.output_names, before, run(rewritten, exported.feeds))
+    assert_same(exported.output_names, exported.torch_outputs, run(rewritten, exported.feeds))
+
+
+# --- Ultralytics' own RT-DETR ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=[("torchscript", 17), ("dynamo", 18)], ids=["torchscript", "dynamo"])
+def ultralytics_rt_detr(models_dir: Path, request: pytest.FixtureRequest) -> Exported:
+    """Ultralytics' RT-DETR (its own decoder, not transformers'), built from a model description
+    as its YAML files give one: a five-convolution backbone (strides 2 to 32), the decoder on
+    the last three levels with 2 layers, 4 heads of 8 channels, 40 queries, 4 points a level;
+    exported by either exporter."""
+    import os
+
+    # Its settings file (written on import) under the test's directory, and no network.
+    os.environ.setdefault("YOLO_CONFIG_DIR", str(models_dir / "ultralytics"))
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    tasks = pytest.importorskip("ultralytics.nn.tasks")
+    description = {
+        "nc": 5,
+        "backbone": [[-1, 1, "Conv", [channels, 3, 2]] for channels in (16, 32, 32, 48, 64)],
+        "head": [[[2, 3, 4], 1, "RTDETRDecoder", ["nc", 32, 40, 4, 4, 2, 64]]],
+    }
+    torch.manual_seed(0)
+    model = tasks.RTDETRDetectionModel(description, ch=3, nc=5, verbose=False)
+    randomize_weights(model)
+    exporter, opset = request.param
+    name = f"ultralytics_rt_detr_{exporter}"
+    return export(models_dir, name, model, (image(0),), ["images"], opset, dynamo=exporter == "dynamo")
+
+
+def test_ultralytics_rt_detr_decoder_attention_is_fused_with_the_same_outputs(ultralytics_rt_detr: Exported) -> None:
+    """Ultralytics writes the split/concat form over 3 levels, its layers sharing the value
+    split: every layer's attention is fused, and the file runs as exported, so the outputs are
+    compared with ONNX Runtime's for it as well as with PyTorch's."""
+    exported = ultralytics_rt_detr
+    assert attention_blocks(exported, 3) == 2
+    rewritten, report = optimize_with_report(exported.model)
+    counts = op_counts(rewritten)
+    assert counts["ortops::MultiScaleDeformableAttention"] == 2, report.lines()
+    assert "ai.onnx::GridSample" not in counts and not report.near_misses
+    assert rewrites_by_rule(report) == {"deformable-attention": 2}
+    assert_same(exported.output_names, run(exported.model, exported.feeds), run(rewritten, exported.feeds))
     assert_same(exported.output_names, exported.torch_outputs, run(rewritten, exported.feeds))
 
 
