@@ -88,30 +88,18 @@ fetch_ort_windows() {
   fi
 }
 
-# make_venv DIR REQUIREMENTS: creates DIR if needed and installs the pinned requirements,
-# skipping pip entirely when the same file was installed before.
+# make_venv DIR REQUIREMENTS [STAMP PIP-OPTION...]: creates DIR if needed and installs the pinned
+# requirements, skipping pip entirely when the same file was installed before (STAMP: the name of
+# the copy kept in DIR, another one for a second file added to the same environment).
 make_venv() {
-  local dir="$1" requirements="$2"
-  local stamp="$dir/.ortops-requirements"
+  local dir="$1" requirements="$2" stamp="$1/${3:-.ortops-requirements}"
+  local options=("${@:4}")
   if [[ -f "$stamp" ]] && cmp -s "$stamp" "$requirements"; then
     return
   fi
-  log "Python environment $dir from $requirements"
+  log "Python environment $dir from $requirements${options[*]:+ (${options[*]})}"
   [[ -x "$dir/bin/python" ]] || python3 -m venv "$dir"
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
-  cp "$requirements" "$stamp"
-}
-
-# add_no_deps DIR REQUIREMENTS: installs REQUIREMENTS into the environment DIR without their
-# declared dependencies (deps/python-main-no-deps.txt says why), once per version of the file.
-add_no_deps() {
-  local dir="$1" requirements="$2"
-  local stamp="$dir/.ortops-no-deps"
-  if [[ -f "$stamp" ]] && cmp -s "$stamp" "$requirements"; then
-    return
-  fi
-  log "Python environment $dir: $requirements, without their dependencies"
-  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$requirements"
+  "$dir/bin/python" -m pip install --quiet --disable-pip-version-check "${options[@]}" -r "$requirements"
   cp "$requirements" "$stamp"
 }
 
@@ -165,7 +153,8 @@ if [[ $deps_only == 0 ]]; then
   build_pid=$!
 fi
 make_venv "$ROOT/.venv" "$ROOT/deps/python-main.txt"
-add_no_deps "$ROOT/.venv" "$ROOT/deps/python-main-no-deps.txt"
+# Without their declared dependencies: deps/python-main-no-deps.txt says why.
+make_venv "$ROOT/.venv" "$ROOT/deps/python-main-no-deps.txt" .ortops-no-deps --no-deps
 make_venv "$ROOT/.venv-ort-min" "$ROOT/deps/python-ort-min.txt"
 make_venv "$ROOT/.venv-wheel" "$ROOT/deps/python-wheel.txt"  # scripts/build_wheel.sh, tests/python/test_wheel.py
 if [[ $with_ray == 1 ]]; then
