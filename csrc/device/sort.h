@@ -21,13 +21,6 @@ template <typename T>
 void OrderByScoreWithinSegments(const DeviceIO& io, const T* scores, int64_t segments, int64_t segment_size,
                                 int64_t* order);
 
-// The same with item i in segment[i] (device memory; any int64 values): order lists the items
-// by ascending segment, then descending score, then index. Items of one segment need not be
-// contiguous.
-template <typename T>
-void OrderByScoreWithinSegments(const DeviceIO& io, const T* scores, const int64_t* segment, int64_t count,
-                                int64_t* order);
-
 // Sorts each of `segments` ranges [begin[s], end[s]) of keys (device memory, bounds included,
 // ranges disjoint within [0, count)) by descending key, stably, carrying values along. The
 // sort may move the ranges to the same places of the alternate arrays (each of count
