@@ -20,6 +20,8 @@ The families:
 - HuggingFace Grounding DINO, the default configuration (Swin-T, a BERT-base text encoder, 6+6
   layers, 900 queries, 4 levels, 4 points) on an image and 8 text tokens, opset 17;
 - HuggingFace RT-DETR v2, the default configuration (ResNet-50-vd, 6 decoder layers), opset 17;
+- Ultralytics RT-DETR-l, its packaged model description (HGNetv2, its own decoder: 6 layers, the
+  split/concat form of the attention), opset 17;
 - torchvision FCOS ResNet-50 FPN (GroupNorm in both heads, NonMaxSuppression in an If), opset 16.
 
 HuggingFace's Deformable DETR (both) and Grounding DINO files do not run as exported (their GridSample
@@ -254,6 +256,25 @@ def rt_detr_v2(small: bool, image_size: int | None) -> Family:
     )
 
 
+def ultralytics_rt_detr(small: bool, image_size: int | None) -> Family:
+    # Its settings file (written on import) in the temporary folder, and no network.
+    os.environ.setdefault("YOLO_CONFIG_DIR", str(Path(tempfile.gettempdir()) / "ortops-ultralytics"))
+    os.environ.setdefault("YOLO_OFFLINE", "1")
+    from ultralytics.nn.tasks import RTDETRDetectionModel  # noqa: PLC0415
+
+    size = image_size or (320 if small else 640)
+    torch.manual_seed(0)
+    model = RTDETRDetectionModel("rtdetr-l.yaml", nc=80, verbose=False)
+    image = random_image((1, 3, size, size))
+    return Family(
+        "Ultralytics RT-DETR-l",
+        export(model, (image,), ["images"], 17),
+        {"images": image.numpy()},
+        f"rtdetr-l.yaml (HGNetv2, 6 decoder layers, 300 queries, 3 levels x 4 points), 80 classes, {size}x{size} "
+        "image, opset 17",
+    )
+
+
 FAMILIES: list[Callable[[bool, int | None], Family]] = [
     faster_rcnn,
     mask_rcnn,
@@ -261,6 +282,7 @@ FAMILIES: list[Callable[[bool, int | None], Family]] = [
     dino_style_detr,
     grounding_dino,
     rt_detr_v2,
+    ultralytics_rt_detr,
     fcos,
 ]
 
