@@ -707,6 +707,28 @@ def _verify_blocks(
     return len(blocks), problems
 
 
+def _undefined_input(graph: Any, outer: frozenset[str] = frozenset()) -> str | None:
+    """The first node input that nothing before it makes (no graph input, initializer, earlier
+    node's output or, in a body, value of the graphs around it), said as ONNX Runtime would
+    refuse it; None where there is none. onnx's whole checker is stricter than ONNX Runtime
+    (a graph output without a shape, say), so only this is asked."""
+    known = set(outer) | {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    known |= {t.name for t in graph.sparse_initializer}
+    for node in graph.node:
+        for name in node.input:
+            if name and name not in known:
+                return (
+                    f"node '{node.name or node.op_type}' ({node.op_type}) reads '{name}', which nothing before it makes"
+                )
+        for attribute in node.attribute:
+            for body in [attribute.g, *attribute.graphs] if attribute.HasField("g") else attribute.graphs:
+                problem = _undefined_input(body, frozenset(known))
+                if problem is not None:
+                    return problem
+        known.update(node.output)
+    return None
+
+
 def _cmd_optimize(args: argparse.Namespace) -> int:
     try:
         from ortops import _optimize
@@ -737,6 +759,14 @@ def _cmd_optimize(args: argparse.Namespace) -> int:
         model = onnx.load(args.model)
     except Exception as e:
         _fail(f"{args.model}: not an ONNX model onnx can read: {_first_line(e)}")
+    invalid = _undefined_input(model.graph)
+    if invalid is not None:
+        # The dynamo exporter writes such files at times: the rewrite goes ahead, but the
+        # result is no more valid than the original.
+        print(
+            f"warning: {args.model} is not a valid model: {invalid}; ONNX Runtime refuses it, and the result too",
+            file=sys.stderr,
+        )
     result, report = _optimize.optimize_with_report(model, chosen)
     if args.json:
         print(json.dumps({"model": args.model, "output": args.output, **report.to_dict()}, indent=2))

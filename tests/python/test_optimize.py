@@ -547,6 +547,26 @@ def test_cli_optimizes_verifies_and_writes(tmp_path: Path, capsys: pytest.Captur
     assert op_counts(onnx.load(str(target))) == {"ortops::GroupNorm": 1, "ai.onnx::Constant": 2}
 
 
+def test_cli_warns_of_an_original_that_is_not_valid_and_still_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A node reading a value that nothing makes (as the dynamo exporter writes at times): the
+    rewrite goes ahead, with a warning that ONNX Runtime may refuse the file; a valid file gets
+    none."""
+    source = save_group_norm(tmp_path)
+    assert _cli.main(["optimize", str(source), str(tmp_path / "valid.onnx")]) == _cli.OK
+    assert "warning" not in capsys.readouterr().err
+    model = onnx.load(str(source))
+    model.graph.node.append(helper.make_node("Relu", ["made_by_nothing"], ["dangling"]))
+    model.graph.output.append(helper.make_tensor_value_info("dangling", TensorProto.FLOAT, None))
+    invalid = tmp_path / "invalid.onnx"
+    onnx.save(model, str(invalid))
+    assert _cli.main(["optimize", str(invalid), str(tmp_path / "out.onnx")]) == _cli.OK
+    err = capsys.readouterr().err
+    assert f"warning: {invalid} is not a valid model: node" in err and "reads 'made_by_nothing'" in err
+    assert op_counts(onnx.load(str(tmp_path / "out.onnx")))["ortops::GroupNorm"] == 1
+
+
 def test_cli_json_report_and_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = save_group_norm(tmp_path)
     path = tmp_path / "max.onnx"

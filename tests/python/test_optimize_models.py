@@ -596,7 +596,9 @@ def test_cli_optimizes_faster_rcnn_with_verify(faster_rcnn: Exported, tmp_path: 
     target = tmp_path / "faster_rcnn.ortops.onnx"
     code = _cli.main(["optimize", str(faster_rcnn.path), str(target), "--verify", "--json"])
     assert code == _cli.OK, capsys.readouterr().err
-    assert "verified: 3 outputs equal" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "verified: 3 outputs equal" in err
+    assert "warning" not in err  # its If bodies read the main graph's values: valid
     counts = op_counts(onnx.load(str(target)))
     assert counts["ortops::RoIAlignByLevel"] == 1 and "ai.onnx::NonMaxSuppression" not in counts
 
