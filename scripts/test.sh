@@ -108,10 +108,11 @@ EOS
       "scripts/test_sanitizers.sh --junit-dir $REPORTS --step python $per_level_tests"
     echo "asan-ctest after asan-build: scripts/test_sanitizers.sh --junit-dir $REPORTS --step ctest"
     # The device path under the sanitizers: the fuzz test's random and adversarial cases of
-    # every node, and the existing files (at one level: the device kernels have no per-level
-    # loops).
+    # every node, also as a CUDA graph's capture runs them (no data check), and the existing
+    # files (at one level: the device kernels have no per-level loops).
     echo "asan-device-on-cpu after asan-build: ORTOPS_ISA=$widest_level ORTOPS_SANITIZED_LIBRARY=libortops_device_on_cpu.so" \
-      "scripts/test_sanitizers.sh --junit-dir $REPORTS --step python tests/python/ort/test_fuzz.py tests/python/ort/test_compat_files.py"
+      "scripts/test_sanitizers.sh --junit-dir $REPORTS --step python tests/python/ort/test_fuzz.py" \
+      "tests/python/ort/test_graph_capture.py tests/python/ort/test_compat_files.py"
   fi
   echo "python-ort-min: .venv-ort-min/bin/python $PYTEST tests/python/ort --junitxml $REPORTS/pytest-ort-min.xml"
   # The device path of every node (csrc/device/README.md), compiled for the host, through the

@@ -18,6 +18,7 @@ namespace ortops::device {
 template <typename Passes>
 int64_t Compact(const DeviceIO& io, int64_t count, const Passes& passes, int64_t* items) {
   if (count <= 0) return 0;
+  io.RequireNoCapture("the host must read what the device computed (an output's size)");
   const thrust::counting_iterator<int64_t> first(0);
   const int64_t passing = thrust::copy_if(io.policy(), first, first + count, items, passes) - items;
   io.NoteWait();

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <span>
 #include <utility>
@@ -160,10 +161,12 @@ class DeviceIO {
   }
 
   // The smallest i in [0, count) with predicate(i), or -1: the device's half of a check
-  // whose message the host then writes (see CheckEach). Waits for the stream.
+  // whose message the host then writes (see CheckEach). Waits for the stream, except in a
+  // CUDA graph's capture, where it checks nothing and gives -1: a replay runs no host code, so
+  // a graph cannot check data, and the kernels write RefusedValue for what a check refuses.
   template <typename Predicate>
   int64_t FirstWhere(int64_t count, const Predicate& predicate) const {
-    if (count <= 0) return -1;
+    if (count <= 0 || capturing_) return -1;
     const thrust::counting_iterator<int64_t> first(0);
     const int64_t found = thrust::find_if(policy(), first, first + count, predicate) - first;
     NoteWait();
@@ -174,12 +177,23 @@ class DeviceIO {
   // algorithm whose result came back to the host.
   void NoteLaunch() const { ++counts_.kernels; }
   void NoteWait() const { ++counts_.waits; }
+
+  // Whether ONNX Runtime is capturing the kernel's stream into a CUDA graph (a session with
+  // enable_cuda_graph): its work is then recorded, not run, and replayed later without any host
+  // code, so nothing may wait for the stream or copy from host memory. The emulated device
+  // plays a capture where ORTOPS_EMULATED_GRAPH_CAPTURE is set (for the tests).
+  bool Capturing() const { return capturing_; }
+  // Fails, naming `why`, where the kernel is being captured: before a wait it cannot do there.
+  void RequireNoCapture(const char* why) const {
+    Check(!capturing_, "cannot run in a CUDA graph (enable_cuda_graph): ", why);
+  }
   const DeviceCounts& counts() const { return counts_; }
 
   // Copies `count` elements from device memory to the host. Waits for the stream: for what
   // the host must know before it goes on (the size of a data-dependent output).
   template <typename T>
   void CopyToHost(T* host, const T* device, size_t count) const {
+    RequireNoCapture("the host must read what the device computed (an output's size)");
     ++counts_.waits;
     CopyBytesToHost(host, device, count * sizeof(T));
   }
@@ -187,6 +201,7 @@ class DeviceIO {
   // be reused as soon as this returns.
   template <typename T>
   void CopyToDevice(T* device, const T* host, size_t count) const {
+    RequireNoCapture("it copies a table from host memory, which a replay would read after it is gone");
     ++counts_.copies_to_device;
     CopyBytesToDevice(device, host, count * sizeof(T));
   }
@@ -224,12 +239,25 @@ class DeviceIO {
   OrtAllocator* allocator_ = nullptr;          // Allocate's and Thrust's
   mutable DeviceCounts counts_;
   mutable ThrustAllocator thrust_allocator_{nullptr, &counts_.allocations};
+  bool capturing_ = false;
 };
 
 // Appends what this run asked of the device, as a line of JSON naming the node's op, to the
 // file that ORTOPS_DEVICE_TRACE names (tests/python/ort/test_device_budgets.py reads it);
 // nothing without that variable. Called after every successful Compute (core/custom_op.h).
 void ReportRun(const OpDef& def, const DeviceIO& io);
+
+// What a kernel writes for an item whose data a check refuses, where the check could not run
+// (a CUDA graph: see FirstWhere): NaN, or 0 for an integer type. Outside a graph the host
+// raises the check's error, and the output is not seen.
+template <typename T>
+ORTOPS_HD T RefusedValue() {
+  if constexpr (std::numeric_limits<T>::is_integer) {
+    return T(0);
+  } else {
+    return T(std::numeric_limits<float>::quiet_NaN());  // float16 too, which has no numeric_limits
+  }
+}
 
 // Predicates of the data checks: value i is NaN; value i is NaN or infinite.
 template <typename T>

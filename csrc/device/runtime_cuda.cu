@@ -110,6 +110,9 @@ DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
   stream_allocator_.session = session_allocator_.get();
   stream_allocator_.memory_info = memory_info_.get();
   stream_allocator_.stream = stream_;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CheckCuda(cudaStreamIsCapturing(stream_, &capture), "cudaStreamIsCapturing");
+  capturing_ = capture == cudaStreamCaptureStatusActive;
 }
 
 Policy DeviceIO::MakePolicy() const { return thrust::cuda::par_nosync(thrust_allocator_).on(stream_); }

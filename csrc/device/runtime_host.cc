@@ -2,6 +2,7 @@
 // Device memory is the session's CPU memory, the stream is the calling thread (every
 // algorithm has finished when it returns), and copies are memcpy. The GPU's twin of this
 // file is runtime_cuda.cu.
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -30,7 +31,8 @@ DeviceIO::DeviceIO(OrtKernelContext* context, std::span<const IoSpec> inputs)
       memory_info_(CpuMemory()),
       session_allocator_(SessionAllocator(context, memory_info_.get())),
       allocator_(session_allocator_.get()),
-      thrust_allocator_(allocator_, &counts_.allocations) {}
+      thrust_allocator_(allocator_, &counts_.allocations),
+      capturing_(std::getenv("ORTOPS_EMULATED_GRAPH_CAPTURE") != nullptr) {}
 
 Policy DeviceIO::MakePolicy() const { return thrust::cpp::par(thrust_allocator_); }
 

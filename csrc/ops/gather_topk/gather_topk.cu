@@ -23,8 +23,10 @@ struct CopyElement {
 
   ORTOPS_HD void operator()(int64_t e) const {
     const int64_t pick = e / row_size, offset = e - pick * row_size;
-    const int64_t item = pick / picks;  // the flat batch position a...
-    output[e] = input[(item * rows + indices[pick]) * row_size + offset];
+    const int64_t item = pick / picks, index = indices[pick];  // item: the flat batch position
+    // An index the data check refuses, met only where it could not run (a CUDA graph).
+    output[e] =
+        index < 0 || index >= rows ? device::RefusedValue<T>() : input[(item * rows + index) * row_size + offset];
   }
 };
 

@@ -28,6 +28,11 @@ struct InvertMatrix {
     const int64_t size = m * m, b = first + i;
     const Workspace work{doubles + 2 * size * i, doubles + 2 * size * i + size, rows + m * i};
     outcomes[b] = Invert(x + size * b, y + size * b, m, work);
+    // A matrix the check refuses (met by the output only where the check could not run: a
+    // CUDA graph) has no inverse to give.
+    if (outcomes[b] != Outcome::kInverted) {
+      for (int64_t k = 0; k < size; ++k) y[size * b + k] = device::RefusedValue<T>();
+    }
   }
 };
 

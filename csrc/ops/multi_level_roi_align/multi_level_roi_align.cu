@@ -1,7 +1,9 @@
 // The multi-level nodes' device path: each roi's level, rescaled box and geometry as the CPU
 // kernel makes them (multi_level.h), pooled by the RoIAlign family's functor
 // (roi_pool_device.h); the CPU kernel's checks and bits. Any number of levels: their maps
-// reach the device as one small table, copied once per call.
+// reach the kernel in its arguments (LevelList), or as a table copied once per call where there
+// are more than eight.
+#include <algorithm>
 #include <vector>
 
 #include "device/device_kernel.h"
@@ -20,6 +22,27 @@ struct Level {
   ComputeType<T> scale;
 };
 
+// The levels, in the kernel's arguments where there are at most kInlineLevels (every real
+// FPN: a run then copies nothing from host memory, and a CUDA graph can hold it), else in
+// device memory. Level l is picked by an unrolled loop, so that the table stays in the
+// arguments rather than being copied to each thread's stack.
+template <typename T>
+struct LevelList {
+  static constexpr int64_t kInlineLevels = 8;
+  Level<T> inline_levels[kInlineLevels];
+  const Level<T>* device_levels = nullptr;  // where there are more
+
+  ORTOPS_HD Level<T> operator[](int64_t l) const {
+    if (device_levels != nullptr) return device_levels[l];
+    Level<T> level = inline_levels[0];
+    ORTOPS_UNROLL
+    for (int64_t k = 1; k < kInlineLevels; ++k) {
+      if (k == l) level = inline_levels[k];
+    }
+    return level;
+  }
+};
+
 // Rois [R, kColumns<Node>] (batch_index, box...), each on its level of `levels`.
 template <typename T, typename Node>
 struct LevelRois {
@@ -27,7 +50,7 @@ struct LevelRois {
   static constexpr int64_t kColumns = multi_level_roi_align::kColumns<Node>;
   const T* rois;
   const int64_t* given_levels;  // device memory; nullptr where the node finds the levels
-  const Level<T>* levels;       // device memory
+  LevelList<T> levels;
   int64_t level_count, images, channels, finest_scale;
   LevelGeometry<Node, A> geometry;
 
@@ -87,13 +110,20 @@ class MultiLevelDeviceKernel
       const ConstTensor<T>& level = features[static_cast<size_t>(l)];
       host_levels.push_back({level.data, level.dim(2), level.dim(3), attributes.Scale(l)});
     }
-    Scratch<Level<T>> levels = io.Allocate<Level<T>>(host_levels.size());
-    io.CopyToDevice(levels.data(), host_levels.data(), host_levels.size());
+    LevelList<T> levels{};
+    Scratch<Level<T>> device_levels;
+    if (level_count <= LevelList<T>::kInlineLevels) {
+      std::copy(host_levels.begin(), host_levels.end(), levels.inline_levels);
+    } else {
+      device_levels = io.Allocate<Level<T>>(host_levels.size());
+      io.CopyToDevice(device_levels.data(), host_levels.data(), host_levels.size());
+      levels.device_levels = device_levels.data();
+    }
 
     const int64_t count = rois.dim(0), channels = features[0].dim(1);
     const LevelGeometry<Node, A> geometry = attributes.Geometry();
-    const LevelRois<T, Node> located{rois.data,          given_levels.data, levels.data(),           level_count,
-                                     features[0].dim(0), channels,          attributes.finest_scale, geometry};
+    const LevelRois<T, Node> located{rois.data, given_levels.data,       levels,  level_count, features[0].dim(0),
+                                     channels,  attributes.finest_scale, geometry};
     device::CheckEach(io, rois.data, count, kColumns,
                       roi_pooling::RoiFails<LevelRois<T, Node>>{located, pooling.bins(), channels > 0},
                       [&](int64_t r, const T* values) {

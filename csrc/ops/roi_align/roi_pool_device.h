@@ -114,7 +114,18 @@ struct PoolBin {
     const int64_t bin = i % bins, pw = bin % pooling.output_width, ph = bin / pooling.output_width;
     const int64_t first = i / bins % groups * kChannels, r = i / (bins * groups);
     const int64_t here = channels - first < kChannels ? channels - first : kChannels;
-    const auto roi = rois.Locate(r);
+    T* out = output + (r * channels + first) * bins + bin;
+    // A roi that the data check refuses: met only where the check could not run (a CUDA
+    // graph), since the host raises its error otherwise. Read nothing for it.
+    const bool valid = rois.Valid(r);
+    const auto roi = valid ? rois.Locate(r) : decltype(rois.Locate(r)){};
+    if (!valid || !GridIsValid(roi.g.grid_h, roi.g.grid_w, bins)) {
+      ORTOPS_UNROLL
+      for (int64_t k = 0; k < kChannels; ++k) {
+        if (k < here) out[k * bins] = device::RefusedValue<T>();
+      }
+      return;
+    }
     const int64_t plane = roi.height * roi.width;
     const T* map = roi.image + first * plane;
     typename Pooling::State state[kChannels];
@@ -131,7 +142,6 @@ struct PoolBin {
         }
       }
     }
-    T* out = output + (r * channels + first) * bins + bin;
     ORTOPS_UNROLL
     for (int64_t k = 0; k < kChannels; ++k) {
       if (k < here) out[k * bins] = static_cast<T>(pool.Finish(state[k], roi.g.grid_h * roi.g.grid_w));

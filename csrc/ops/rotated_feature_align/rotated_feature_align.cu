@@ -22,8 +22,16 @@ struct AlignValue {
 
   ORTOPS_HD void operator()(int64_t i) const {
     const int64_t plane = height * width, map_index = i / plane, pixel = i % plane;  // map_index: n * C + c
+    const T* box = boxes + (map_index / channels * plane + pixel) * 5;
+    // A NaN box, which the data check refuses: met only where it could not run (a CUDA graph).
+    for (int k = 0; k < 5; ++k) {
+      if (box[k] != box[k]) {
+        output[i] = device::RefusedValue<T>();
+        return;
+      }
+    }
     BilinearTap<T> taps[5];
-    BoxTaps(boxes + (map_index / channels * plane + pixel) * 5, scale, y_first, points, height, width, taps);
+    BoxTaps(box, scale, y_first, points, height, width, taps);
     const T* map = features + map_index * plane;
     T value = features[i];
     for (int64_t p = 0; p < points; ++p) value += taps[p].Read(map);

@@ -71,6 +71,35 @@ def _attention() -> tuple[bytes, dict[str, list[int]]]:
     return _model([node], inputs, ["out"], shapes=levels, starts=np.cumsum(areas) - areas), inputs
 
 
+def _roi_heads() -> tuple[bytes, dict[str, list[int]]]:
+    """RoIAlign and the multi-level RoIAlign over three FPN levels, with constant rois: nodes
+    whose data checks a capture leaves out (the level table in the kernel's arguments)."""
+    rois = np.array([[0, 4, 4, 60, 50], [1, 10, 2, 90, 70], [0, 30, 30, 34, 36]], np.float32)
+    nodes = [
+        helper.make_node(
+            "RoIAlign",
+            ["p2", "rois"],
+            ["pooled"],
+            domain="ortops",
+            output_height=7,
+            output_width=7,
+            sampling_ratio=2,
+            spatial_scale=0.25,
+        ),
+        helper.make_node(
+            "MultiLevelRoIAlign",
+            ["rois", "p2", "p3", "p4"],
+            ["levels"],
+            domain="ortops",
+            featmap_strides=[4.0, 8.0, 16.0],
+            output_height=7,
+            output_width=7,
+        ),
+    ]
+    inputs = {"p2": [2, 8, 24, 32], "p3": [2, 8, 12, 16], "p4": [2, 8, 6, 8]}
+    return _model(nodes, inputs, ["pooled", "levels"], rois=rois), inputs
+
+
 def _yolo_head() -> tuple[bytes, dict[str, list[int]]]:
     """A detector's last step: sigmoid class scores and corner boxes (scaled so that many
     overlap) into EfficientNMS_TRT, whose selection sizes nothing by the data."""
@@ -100,7 +129,9 @@ def _feeds(shapes: dict[str, list[int]], seed: int) -> dict[str, np.ndarray]:
     return {name: rng.uniform(-1, 1, shape).astype(np.float32) for name, shape in shapes.items()}
 
 
-@pytest.mark.parametrize("build", [_dcn_block, _attention, _yolo_head], ids=["dcn_block", "attention", "yolo_head"])
+@pytest.mark.parametrize(
+    "build", [_dcn_block, _attention, _roi_heads, _yolo_head], ids=["dcn_block", "attention", "roi_heads", "yolo_head"]
+)
 def test_replays_give_the_results_of_plain_runs(build) -> None:
     model, shapes = build()
     options = ort.SessionOptions()
