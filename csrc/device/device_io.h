@@ -173,6 +173,13 @@ class DeviceIO {
     return found < count ? found : -1;
   }
 
+  // The same as a check that waits for nothing: the smallest i in [0, count) with
+  // predicate(i), or -1, goes to *first (device memory), for the host to read with what it
+  // copies anyway (an output's size: one wait for both). -1 in a capture, as FirstWhere gives.
+  // The kernels that run before the host reads it must stay in bounds on the data it refuses.
+  template <typename Predicate>
+  void FirstWhereInto(int64_t count, const Predicate& predicate, int64_t* first) const;
+
   // For the counts: a kernel launched by hand (GPU only, or its host twin), and a Thrust
   // algorithm whose result came back to the host.
   void NoteLaunch() const { ++counts_.kernels; }
@@ -246,6 +253,31 @@ class DeviceIO {
 // file that ORTOPS_DEVICE_TRACE names (tests/python/ort/test_device_budgets.py reads it);
 // nothing without that variable. Called after every successful Compute (core/custom_op.h).
 void ReportRun(const OpDef& def, const DeviceIO& io);
+
+// *first = i where i is below it, compared as unsigned (so that -1, all bits set, is above
+// every index): from many threads at once on a GPU, one after another on the host.
+ORTOPS_HD inline void LowerIndex(int64_t* first, int64_t i) {
+#if defined(__CUDA_ARCH__)
+  atomicMin(reinterpret_cast<unsigned long long*>(first), static_cast<unsigned long long>(i));
+#else
+  if (static_cast<uint64_t>(i) < static_cast<uint64_t>(*first)) *first = i;
+#endif
+}
+
+template <typename Predicate>
+struct LowestWhere {
+  Predicate predicate;
+  int64_t* first;
+  ORTOPS_HD void operator()(int64_t i) const {
+    if (predicate(i)) LowerIndex(first, i);
+  }
+};
+
+template <typename Predicate>
+void DeviceIO::FirstWhereInto(int64_t count, const Predicate& predicate, int64_t* first) const {
+  Fill(first, 0xff, sizeof(int64_t));  // -1
+  if (count > 0 && !capturing_) ForEach(count, LowestWhere<Predicate>{predicate, first});
+}
 
 // What a kernel writes for an item whose data a check refuses, where the check could not run
 // (a CUDA graph: see FirstWhere): NaN, or 0 for an integer type. Outside a graph the host

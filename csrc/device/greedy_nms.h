@@ -15,6 +15,7 @@
 // stops (its later rows are neither tested nor kept).
 #pragma once
 
+#include <thrust/copy.h>
 #include <thrust/scan.h>
 
 #include <algorithm>
@@ -268,18 +269,28 @@ struct WriteBatchClassBoxRows {
 // ONNX NonMaxSuppression's layout of what GreedyKeepSegments kept, as output `output` [rows, 3]
 // int64, segment after segment: segment s = b classes + c keeps kept[s capacity + k] for
 // k < kept_count[s], positions into its order order[s count + .] (box indices modulo count).
-// The host waits once, for the number of rows it allocates.
-inline void OutputBatchClassBoxRows(const DeviceIO& io, size_t output, int64_t segments, int64_t classes, int64_t count,
-                                    int64_t capacity, const int64_t* order, const int64_t* kept,
-                                    const int64_t* kept_count) {
-  Scratch<int64_t> first = io.Allocate<int64_t>(static_cast<size_t>(segments));
+// The host waits once, for the number of rows it allocates, and with it reads `refused` (device
+// memory: a check's first refused item, from DeviceIO::FirstWhereInto) where one is given:
+// returns that (-1 where none), and allocates no output where it is not -1.
+inline int64_t OutputBatchClassBoxRows(const DeviceIO& io, size_t output, int64_t segments, int64_t classes,
+                                       int64_t count, int64_t capacity, const int64_t* order, const int64_t* kept,
+                                       const int64_t* kept_count, const int64_t* refused = nullptr) {
+  Scratch<int64_t> first = io.Allocate<int64_t>(static_cast<size_t>(segments) + 1);
   thrust::inclusive_scan(io.policy(), kept_count, kept_count + segments, first.data());
-  int64_t rows = 0;
-  io.CopyToHost(&rows, first.data() + segments - 1, 1);
+  int64_t host[2] = {0, -1};  // the rows, the refused item
+  if (refused != nullptr) {
+    thrust::copy(io.policy(), refused, refused + 1, first.data() + segments);
+    io.CopyToHost(host, first.data() + segments - 1, 2);
+  } else {
+    io.CopyToHost(host, first.data() + segments - 1, 1);
+  }
+  if (host[1] >= 0) return host[1];
+  const int64_t rows = host[0];
   int64_t* out = io.Output<int64_t>(output, {rows, 3});
-  if (rows == 0) return;
+  if (rows == 0) return -1;
   io.ForEach(segments * capacity,
              WriteBatchClassBoxRows{order, kept, kept_count, first.data(), out, capacity, classes, count});
+  return -1;
 }
 
 }  // namespace ortops::device

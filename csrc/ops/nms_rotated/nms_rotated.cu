@@ -20,8 +20,13 @@ struct PrepareBoxes {
   RotatedRect* rects;
   RawBox<T>* raw;  // null outside mmdeploy's domain
   char* proper;
+  char* finite;
   ORTOPS_HD void operator()(int64_t i) const {
-    PrepareBox(boxes + 5 * i, raw != nullptr, rects[i], raw != nullptr ? raw + i : nullptr, proper[i]);
+    const T* box = boxes + 5 * i;
+    PrepareBox(box, raw != nullptr, rects[i], raw != nullptr ? raw + i : nullptr, proper[i]);
+    bool all_finite = true;
+    for (int k = 0; k < 5; ++k) all_finite = all_finite && std::isfinite(box[k]);
+    finite[i] = all_finite ? 1 : 0;
   }
 };
 
@@ -33,12 +38,15 @@ struct SuppressesInSegment {
   const RotatedRect* rects;
   const RawBox<T>* raw;
   const char* proper;
+  const char* finite;
   int64_t classes, count;
   float iou_threshold;
   ORTOPS_HD bool operator()(int64_t segment, int64_t i, int64_t j) const {
     const int64_t image = segment / classes * count;
     const int64_t k = image + order[segment * count + i] % count, x = image + order[segment * count + j] % count;
-    return Suppresses(rects, raw, proper, k, x, iou_threshold);
+    // A box that is not finite is refused by the check, whose answer the host reads only at
+    // the end: it suppresses nothing meanwhile, and never reaches mmdeploy's hull arithmetic.
+    return finite[k] && finite[x] && Suppresses(rects, raw, proper, k, x, iou_threshold);
   }
 };
 
@@ -73,12 +81,41 @@ class NmsRotatedDeviceKernel : public device::DeviceKernelBase {
   void Compute(const device::DeviceIO& io) const {
     const auto [boxes, scores] = BoxesAndScoresInputs<T>(io);
     const int64_t batch = boxes.dim(0), count = boxes.dim(1), classes = scores.dim(1);
-    // Both inputs checked in one pass, for one wait; the first value that fails is named as the
-    // CPU kernel names it.
-    const int64_t bad = io.FirstWhere(
+    if (scores.size() == 0) {  // no box or no class: nothing to keep, and B * C may be huge
+      device::CheckEach(io, boxes.data, boxes.size(), 1, device::IsNotFinite<T>{boxes.data},
+                        [&](int64_t i, const T* value) { FailNotFinite(boxes.shape, "boxes", i, *value); });
+      io.Output<int64_t>(0, {0, 3});
+      return;
+    }
+    // Both inputs are checked on the device as the boxes are kept, and the host reads the
+    // first value that fails with the output's size: one wait for both.
+    Scratch<int64_t> refused = io.Allocate<int64_t>(1);
+    io.FirstWhereInto(
         boxes.size() + scores.size(),
-        device::EitherFails<device::IsNotFinite<T>, device::IsNotFinite<T>>{{boxes.data}, {scores.data}, boxes.size()});
-    if (bad >= 0) {
+        device::EitherFails<device::IsNotFinite<T>, device::IsNotFinite<T>>{{boxes.data}, {scores.data}, boxes.size()},
+        refused.data());
+
+    const bool compat = attributes_.compat;
+    const int64_t total_boxes = batch * count, segments = batch * classes;
+    Scratch<RotatedRect> rects = io.Allocate<RotatedRect>(static_cast<size_t>(total_boxes));
+    Scratch<RawBox<T>> raw = io.Allocate<RawBox<T>>(compat ? static_cast<size_t>(total_boxes) : 0);
+    Scratch<char> proper = io.Allocate<char>(static_cast<size_t>(total_boxes));
+    Scratch<char> finite = io.Allocate<char>(static_cast<size_t>(total_boxes));
+    io.ForEach(total_boxes, PrepareBoxes<T>{boxes.data, rects.data(), raw.data(), proper.data(), finite.data()});
+
+    Scratch<int64_t> order = io.Allocate<int64_t>(static_cast<size_t>(segments * count));
+    device::OrderByScoreWithinSegments(io, scores.data, segments, count, order.data());
+    Scratch<int64_t> kept = io.Allocate<int64_t>(static_cast<size_t>(segments * count));
+    Scratch<int64_t> kept_count = io.Allocate<int64_t>(static_cast<size_t>(segments));
+    const SuppressesInSegment<T> suppresses{order.data(),  rects.data(), raw.data(), proper.data(),
+                                            finite.data(), classes,      count,      attributes_.iou_threshold};
+    device::GreedyKeepSegments(io, segments, count, nullptr, count, suppresses, kept.data(), kept_count.data());
+    io.ForEach(segments, EmittedOnly<T>{scores.data, order.data(), kept.data(), kept_count.data(), count,
+                                        static_cast<T>(attributes_.score_threshold)});
+
+    const int64_t bad = device::OutputBatchClassBoxRows(io, 0, segments, classes, count, count, order.data(),
+                                                        kept.data(), kept_count.data(), refused.data());
+    if (bad >= 0) {  // the CPU kernel's message, which names the value
       const bool in_boxes = bad < boxes.size();
       const ConstTensor<T>& tensor = in_boxes ? boxes : scores;
       const int64_t i = in_boxes ? bad : bad - boxes.size();
@@ -86,30 +123,6 @@ class NmsRotatedDeviceKernel : public device::DeviceKernelBase {
       io.CopyToHost(&value, tensor.data + i, 1);
       FailNotFinite(tensor.shape, in_boxes ? "boxes" : "scores", i, value);
     }
-    if (scores.size() == 0) {  // no box or no class: nothing to keep, and B * C may be huge
-      io.Output<int64_t>(0, {0, 3});
-      return;
-    }
-
-    const bool compat = attributes_.compat;
-    const int64_t total_boxes = batch * count, segments = batch * classes;
-    Scratch<RotatedRect> rects = io.Allocate<RotatedRect>(static_cast<size_t>(total_boxes));
-    Scratch<RawBox<T>> raw = io.Allocate<RawBox<T>>(compat ? static_cast<size_t>(total_boxes) : 0);
-    Scratch<char> proper = io.Allocate<char>(static_cast<size_t>(total_boxes));
-    io.ForEach(total_boxes, PrepareBoxes<T>{boxes.data, rects.data(), raw.data(), proper.data()});
-
-    Scratch<int64_t> order = io.Allocate<int64_t>(static_cast<size_t>(segments * count));
-    device::OrderByScoreWithinSegments(io, scores.data, segments, count, order.data());
-    Scratch<int64_t> kept = io.Allocate<int64_t>(static_cast<size_t>(segments * count));
-    Scratch<int64_t> kept_count = io.Allocate<int64_t>(static_cast<size_t>(segments));
-    const SuppressesInSegment<T> suppresses{
-        order.data(), rects.data(), raw.data(), proper.data(), classes, count, attributes_.iou_threshold};
-    device::GreedyKeepSegments(io, segments, count, nullptr, count, suppresses, kept.data(), kept_count.data());
-    io.ForEach(segments, EmittedOnly<T>{scores.data, order.data(), kept.data(), kept_count.data(), count,
-                                        static_cast<T>(attributes_.score_threshold)});
-
-    device::OutputBatchClassBoxRows(io, 0, segments, classes, count, count, order.data(), kept.data(),
-                                    kept_count.data());
   }
 
  private:

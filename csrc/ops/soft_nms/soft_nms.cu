@@ -238,20 +238,22 @@ class SoftNmsDeviceKernel : public device::DeviceKernelBase {
   void Compute(const device::DeviceIO& io) const {
     const auto [boxes, scores] = nms::BoxesAndScoresInputs<T>(io);
     const int64_t count = boxes.dim(0);
-    const int64_t bad = io.FirstWhere(5 * count, nms::IsNaNInBoxesOrScores<T>{boxes.data, scores.data, 4 * count});
-    Check(bad < 0, bad < 4 * count ? nms::kBoxesNaN : nms::kScoresNaN);
     Check(count < (int64_t{1} << 31), "input 'boxes' has ", count, " boxes; at most 2^31 - 1 are supported");
+    // What the host reads at the end, in one wait: the boxes kept, and the first NaN of the
+    // boxes then the scores (-1: none), which the selection meanwhile steps around.
+    Scratch<int64_t> summary = io.Allocate<int64_t>(2);
+    io.FirstWhereInto(5 * count, nms::IsNaNInBoxesOrScores<T>{boxes.data, scores.data, 4 * count}, summary.data() + 1);
 
     const auto size = static_cast<size_t>(count);
     const T offset = static_cast<T>(attributes_.offset);
     Scratch<T> area = io.Allocate<T>(size), score = io.Allocate<T>(size);
     Scratch<int64_t> work = io.Allocate<int64_t>(size), filler = io.Allocate<int64_t>(size);
-    Scratch<int64_t> selected = io.Allocate<int64_t>(size), selected_count = io.Allocate<int64_t>(1);
+    Scratch<int64_t> selected = io.Allocate<int64_t>(size);
     Scratch<char> dropped = io.Allocate<char>(size);
     io.ForEach(count, Areas<T>{boxes.data, area.data(), offset});
     thrust::copy(io.policy(), scores.data, scores.data + count, score.data());
     thrust::sequence(io.policy(), work.data(), work.data() + count);
-    io.Fill(selected_count.data(), 0, sizeof(int64_t));
+    io.Fill(summary.data(), 0, sizeof(int64_t));
     const SoftNmsSelection<T> selection{boxes.data,
                                         area.data(),
                                         score.data(),
@@ -259,7 +261,7 @@ class SoftNmsDeviceKernel : public device::DeviceKernelBase {
                                         dropped.data(),
                                         filler.data(),
                                         selected.data(),
-                                        selected_count.data(),
+                                        summary.data(),
                                         count,
                                         offset,
                                         static_cast<T>(attributes_.min_score),
@@ -273,8 +275,10 @@ class SoftNmsDeviceKernel : public device::DeviceKernelBase {
       io.ForEach(1, RunSerially<T>{selection});
 #endif
     }
-    int64_t kept = 0;
-    io.CopyToHost(&kept, selected_count.data(), 1);
+    int64_t host[2];
+    io.CopyToHost(host, summary.data(), 2);
+    const int64_t kept = host[0], bad = host[1];
+    Check(bad < 0, bad < 4 * count ? nms::kBoxesNaN : nms::kScoresNaN);
     T* dets = io.Output<T>(0, {kept, 5});
     int64_t* indices = io.Output<int64_t>(1, {kept});
     io.ForEach(kept, WriteSelected<T>{boxes.data, score.data(), selected.data(), dets, indices});
