@@ -79,7 +79,6 @@ struct SegmentLayout {
   int64_t boxes, classes, groups, room;
   bool ties_class_first;
 
-  ORTOPS_HD int64_t Image(int64_t p) const { return p / room / groups; }
   ORTOPS_HD void Item(int64_t p, int64_t& b, int64_t& n, int64_t& c) const {
     const int64_t s = p / room, r = p % room;
     b = s / groups;
@@ -93,13 +92,6 @@ struct SegmentLayout {
       n = r / classes;
       c = r % classes;
     }
-  }
-  // Whether candidate a comes before candidate b of the same image when their scores tie.
-  template <typename A>
-  ORTOPS_HD bool TieBefore(const NmsCandidate<A>& a, const NmsCandidate<A>& b) const {
-    if (ties_class_first && a.cls != b.cls) return a.cls < b.cls;
-    if (a.box != b.box) return a.box < b.box;
-    return a.cls < b.cls;
   }
 };
 
@@ -215,7 +207,7 @@ struct PlaceKept {
         const int64_t middle = before + (after - before) / 2;
         const NmsCandidate<A>& other = Candidate(t, middle);
         const bool ahead =
-            other.score > candidate.score || (!(other.score < candidate.score) && layout.TieBefore(other, candidate));
+            layout.ties_class_first ? RanksBeforeClassFirst(other, candidate) : RanksBefore(other, candidate);
         if (ahead) {
           before = middle + 1;
         } else {

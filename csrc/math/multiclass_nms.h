@@ -23,6 +23,7 @@
 #include <span>
 #include <type_traits>
 
+#include "core/host_device.h"
 #include "core/kernel_io.h"
 
 namespace ortops {
@@ -34,9 +35,10 @@ struct NmsCandidate {
   int32_t cls;
 };
 
-// The order of the output: score descending, then box, then class ascending.
+// The order of the output: score descending, then box, then class ascending (the device path's
+// too, device/multiclass_nms.h).
 template <typename T>
-inline bool RanksBefore(const NmsCandidate<T>& a, const NmsCandidate<T>& b) {
+ORTOPS_HD inline bool RanksBefore(const NmsCandidate<T>& a, const NmsCandidate<T>& b) {
   if (a.score != b.score) return a.score > b.score;
   if (a.box != b.box) return a.box < b.box;
   return a.cls < b.cls;
@@ -44,7 +46,7 @@ inline bool RanksBefore(const NmsCandidate<T>& a, const NmsCandidate<T>& b) {
 
 // The order with `ties_class_first`: score descending, then class, then box ascending.
 template <typename T>
-inline bool RanksBeforeClassFirst(const NmsCandidate<T>& a, const NmsCandidate<T>& b) {
+ORTOPS_HD inline bool RanksBeforeClassFirst(const NmsCandidate<T>& a, const NmsCandidate<T>& b) {
   if (a.score != b.score) return a.score > b.score;
   if (a.cls != b.cls) return a.cls < b.cls;
   return a.box < b.box;
