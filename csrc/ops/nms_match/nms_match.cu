@@ -134,16 +134,18 @@ class NmsMatchDeviceKernel : public device::DeviceKernelWithHostInputs<kIouThres
   void Compute(const device::DeviceIO& io) const {
     const auto [boxes, scores, iou_threshold, score_threshold] = ReadInputs<T>(io);
     const int64_t batch = boxes.dim(0), count = boxes.dim(1), classes = scores.dim(1);
-    // Both inputs checked in one pass, for one wait.
-    const int64_t nan = io.FirstWhere(
-        boxes.size() + scores.size(),
-        device::EitherFails<device::IsNaN<T>, device::IsNaN<T>>{{boxes.data}, {scores.data}, boxes.size()});
-    Check(nan < 0 || nan >= boxes.size(), kBoxesNaN);
-    Check(nan < 0, kScoresNaN);
+    const device::EitherFails<device::IsNaN<T>, device::IsNaN<T>> nan_in_boxes_or_scores{
+        {boxes.data}, {scores.data}, boxes.size()};
     if (scores.size() == 0) {  // no box or no class: no match, and B * C may be huge
+      Check(io.FirstWhere(boxes.size(), nan_in_boxes_or_scores) < 0, kBoxesNaN);
       io.Output<int64_t>(0, {0, 4});
       return;
     }
+    // What the host reads at the end, in one wait: the matches, and the first NaN of the boxes
+    // then the scores (-1: none), past which every pass stays in bounds (a NaN score sorts
+    // somewhere, a NaN IoU suppresses nothing).
+    Scratch<int64_t> summary = io.Allocate<int64_t>(2);
+    io.FirstWhereInto(boxes.size() + scores.size(), nan_in_boxes_or_scores, summary.data() + 1);
 
     const int64_t segments = batch * classes, total = segments * count;
     const auto size = static_cast<size_t>(total);
@@ -167,7 +169,12 @@ class NmsMatchDeviceKernel : public device::DeviceKernelWithHostInputs<kIouThres
     // The reported positions, ascending (so suppressed boxes stay ascending), then ordered by
     // their suppressor's position (which orders segments too).
     Scratch<int64_t> items = io.Allocate<int64_t>(size);
-    const int64_t matches = device::Compact(io, total, IsReported{by.data()}, items.data());
+    device::CompactInto(io, total, IsReported{by.data()}, items.data(), summary.data());
+    int64_t host[2];
+    io.CopyToHost(host, summary.data(), 2);
+    const int64_t matches = host[0], nan = host[1];
+    Check(nan < 0 || nan >= boxes.size(), kBoxesNaN);
+    Check(nan < 0, kScoresNaN);
     int64_t* out = io.Output<int64_t>(0, {matches, 4});
     if (matches == 0) return;
     Scratch<int64_t> keys = io.Allocate<int64_t>(static_cast<size_t>(matches));
