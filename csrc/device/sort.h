@@ -16,7 +16,9 @@ void OrderByScore(const DeviceIO& io, const T* scores, int64_t count, int64_t* o
 
 // The same within each of `segments` consecutive runs of `segment_size` scores (scores
 // [B, C, N]: a segment per batch and class): order[s * segment_size + k] = the index, into
-// all of scores, of the k-th highest score of segment s.
+// all of scores, of the k-th highest score of segment s. Float scores (float16's too) take one
+// radix sort of (segment, score) keys; double scores a sort by score, then a stable one by
+// segment.
 template <typename T>
 void OrderByScoreWithinSegments(const DeviceIO& io, const T* scores, int64_t segments, int64_t segment_size,
                                 int64_t* order);

@@ -104,7 +104,7 @@ BUDGETS: dict[str, Budget] = {
     "ortops.NMS": Budget(1, 9, 10, 0),
     "ortops.NMSMatch": Budget(1, 19, 20, 0),
     "ortops.NMSRotated": Budget(1, 15, 16, 0),
-    "ortops.NonMaxSuppression": Budget(1, 16, 16, 0),
+    "ortops.NonMaxSuppression": Budget(1, 14, 14, 0),
     "ortops.RoIAlign": Budget(1, 2, 0, 0),
     "ortops.RoIAlignRotated": Budget(1, 2, 0, 0),
     "ortops.RotatedFeatureAlign": Budget(1, 2, 0, 0),
