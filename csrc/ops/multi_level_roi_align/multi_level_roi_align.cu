@@ -139,8 +139,29 @@ class MultiLevelDeviceKernel
                         roi_pooling::CheckGrid(geometry(roi, attributes.Scale(l)), pooling);
                       });
     T* output = io.Output<T>(0, {count, channels, pooling.output_height, pooling.output_width});
-    roi_pooling::PoolEveryBin(io, located, roi_pooling::MeanOrMax<A>{attributes.mode}, output, count, channels,
-                              pooling);
+    const roi_pooling::MeanOrMax<A> pool{attributes.mode};
+    int64_t map_pixels = 0, map_values = 0;
+    for (const ConstTensor<T>& level : features) {
+      map_pixels += level.dim(0) * level.dim(2) * level.dim(3);
+      map_values += level.size();
+    }
+    if (level_count > LevelList<T>::kInlineLevels ||
+        !roi_pooling::PoolsChannelsLast(count, pooling.bins(), channels, map_pixels)) {
+      roi_pooling::PoolEveryBin(io, located, pool, output, count, channels, pooling);
+      return;
+    }
+    // Every level copied channels last, one after another, each image at its offset in the
+    // level: the same rois located on the copies.
+    Scratch<T> copies = io.Allocate<T>(static_cast<size_t>(map_values));
+    LevelRois<T, Node> on_copies = located;
+    T* copy = copies.data();
+    for (int64_t l = 0; l < level_count; ++l) {
+      const ConstTensor<T>& level = features[static_cast<size_t>(l)];
+      device::TransposeLastTwo(io, level.data, copy, level.dim(0), channels, level.dim(2) * level.dim(3));
+      on_copies.levels.inline_levels[l].features = copy;
+      copy += level.size();
+    }
+    roi_pooling::PoolEveryBinChannelsLast(io, on_copies, pool, output, count, channels, pooling);
   }
 };
 

@@ -58,10 +58,10 @@ struct TrtRoiAlignDeviceKernel : OpKernel<T, kSchema, TrtAttributes, device::Dev
                       });
     T* output = io.Output<T>(0, {count, channels, pooling.output_height, pooling.output_width});
     if (attributes.average) {
-      roi_pooling::PoolEveryBin(io, located, roi_pooling::MeanOrMax<A>{roi_pooling::kAveragePool<A>}, output, count,
-                                channels, pooling);
+      roi_pooling::PoolEveryBinOf(io, input, located, roi_pooling::MeanOrMax<A>{roi_pooling::kAveragePool<A>}, output,
+                                  count, pooling);
     } else {
-      roi_pooling::PoolEveryBin(io, located, roi_pooling::MaxOfCorners<A>{}, output, count, channels, pooling);
+      roi_pooling::PoolEveryBinOf(io, input, located, roi_pooling::MaxOfCorners<A>{}, output, count, pooling);
     }
   }
 };
