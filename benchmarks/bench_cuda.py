@@ -46,6 +46,7 @@ import torch
 import torchvision
 from bench import (
     RECORDS,
+    fpn_rois,
     padded_nms_topk_graph,
     provenance,
     torchvision_efficient_nms,
@@ -247,6 +248,112 @@ def region_proposals(count: int, objects: int, seed: int) -> tuple[torch.Tensor,
     return torch.from_numpy(boxes), torch.from_numpy(rng.random(count).astype(np.float32))
 
 
+def mmdet_roi_extractor(
+    maps: list[torch.Tensor], rois: torch.Tensor, strides: list[float], finest_scale: float, sampling_ratio: int
+) -> torch.Tensor:
+    """mmdet's SingleRoIExtractor on the GPU (torchvision's roi_align in place of mmcv's, which
+    computes the same): each roi [R, 5] to the level of its scale, then one roi_align per level
+    into the output rows of its rois. Tensor[R, C, 7, 7]."""
+    scale = torch.sqrt((rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2]))
+    levels = torch.floor(torch.log2(scale / finest_scale + 1e-6)).clamp(0, len(maps) - 1).long()
+    out = rois.new_zeros(len(rois), maps[0].shape[1], 7, 7)
+    for level, (features, stride) in enumerate(zip(maps, strides, strict=True)):
+        index = torch.nonzero(levels == level).squeeze(1)
+        out[index] = torchvision.ops.roi_align(features, rois[index], 7, 1 / stride, sampling_ratio, aligned=True)
+    return out
+
+
+def multi_level_roi_align_case(bench: Bench, status_quo: Callable[[Node], Callable[[], Any]]) -> Case:
+    """ortops::MultiLevelRoIAlign (mmdeploy's MMCVMultiLevelRoiAlign) on the RoIAlign case's
+    sizes (1000 rois, 2 images, 256 channels, 7x7, sampling 2) over an FPN of an 800x1216 image
+    (strides 4 to 32), rois spread evenly over the levels, against mmdet's extractor in torch."""
+    strides, finest_scale = [4.0, 8.0, 16.0, 32.0], 56
+    gen = torch.Generator().manual_seed(5)
+    maps = [torch.randn(2, 256, 800 // int(s), 1216 // int(s), generator=gen).to(bench.device) for s in strides]
+    rois = torch.from_numpy(fpn_rois(1000, (800, 1216), finest_scale, len(strides), seed=5))
+    rois[:, 0] = torch.randint(0, 2, (1000,), generator=gen).float()
+    rois = rois.to(bench.device)
+    node = Node(
+        "MultiLevelRoIAlign",
+        "ortops",
+        {"rois": rois, **{f"features{level}": m for level, m in enumerate(maps)}},
+        ["Y"],
+        dict(output_height=7, output_width=7, sampling_ratio=2, featmap_strides=strides, finest_scale=finest_scale),
+    )
+    anchor = "mmdet extractor (torchvision roi_align per level)"
+    return Case(
+        "MultiLevelRoIAlign 1000 rois, 2x256, 4 levels (200x304 to 25x38) -> 7x7",
+        node,
+        {
+            anchor: lambda: mmdet_roi_extractor(maps, rois, strides, finest_scale, 2),
+            "status quo": status_quo(node),
+        },
+        {anchor: close()},
+        {anchor: 1.3, "status quo": 1.0},
+    )
+
+
+def proposal_nms_case(bench: Bench, status_quo: Callable[[Node], Callable[[], Any]]) -> Case:
+    """ortops::BatchedNMS as a two-stage detector's proposal stage, the way torchvision's RPN
+    filters proposals: 2 images of 5,000 clustered proposals, each on the FPN level (of 5) its
+    size falls in, NMS per level at IoU 0.7, the best 1,000 per image kept. Levels are the
+    classes: a proposal scores its objectness on its level and 0 (no candidate) on the others.
+    Against torchvision's batched_nms with the top 1,000 (the RPN's code) and ONNX Runtime's
+    NonMaxSuppression on the same boxes and scores (its NMS alone, without the top 1,000)."""
+    images, count, levels, iou, keep = 2, 5000, 5, 0.7, 1000
+    boxes, objectness, level = [], [], []
+    for image in range(images):
+        proposals, scores = region_proposals(count, objects=100, seed=10 + image)
+        side = ((proposals[:, 2:] - proposals[:, :2]).prod(1)).sqrt()
+        boxes.append(proposals)
+        objectness.append(scores * 0.999 + 1e-3)  # never 0: the threshold would drop it
+        level.append(torch.floor(torch.log2(side / 16)).clamp(0, levels - 1).long())
+    boxes_t, objectness_t, level_t = (torch.stack(t).to(bench.device) for t in (boxes, objectness, level))
+    class_scores = torch.zeros(images, count, levels, device=bench.device)
+    class_scores.scatter_(2, level_t[..., None], objectness_t[..., None])
+    node = Node(
+        "BatchedNMS",
+        "ortops",
+        {"boxes": boxes_t, "scores": class_scores},
+        ["num_detections", "detection_boxes", "detection_scores", "detection_classes", "detection_indices"],
+        dict(iou_threshold=iou, score_threshold=0.0, max_output_boxes=keep),
+    )
+    ort_nms = Node(
+        "NonMaxSuppression",
+        "",
+        {
+            "boxes": boxes_t,
+            "scores": class_scores.transpose(1, 2).contiguous(),
+            # In host memory, as a graph's constants are (see the NMS cases).
+            "max": torch.tensor([count]),
+            "iou": torch.tensor([iou]),
+            "score": torch.tensor([0.0]),
+        },
+        ["selected"],
+    )
+
+    def torchvision_rpn() -> list[torch.Tensor]:
+        return [torchvision.ops.batched_nms(boxes_t[i], objectness_t[i], level_t[i], iou)[:keep] for i in range(images)]
+
+    def same_proposals(ours: Any, theirs: Any) -> None:
+        for image, kept in enumerate(theirs):
+            mine = ours[4][image, : int(ours[0][image])].cpu().long()
+            assert torch.equal(mine, kept.cpu().long()), f"image {image}: {len(mine)} against {len(kept)} kept"
+
+    kept = sum(len(k) for k in torchvision_rpn()) // images
+    return Case(
+        f"BatchedNMS proposal stage, 2 x 5000 proposals on 5 levels, IoU {iou}, {kept} kept/image",
+        node,
+        {
+            "torchvision batched_nms": torchvision_rpn,
+            "ORT NonMaxSuppression (no top-k)": bench.session(ort_nms, None, only_device=True),
+            "status quo": status_quo(node),
+        },
+        {"torchvision batched_nms": same_proposals},
+        {"torchvision batched_nms": 3.0, "ORT NonMaxSuppression (no top-k)": 3.0, "status quo": 1.0},
+    )
+
+
 def cases(bench: Bench) -> list[Case]:
     dev = bench.device
     gen = torch.Generator().manual_seed(0)
@@ -310,6 +417,26 @@ def cases(bench: Bench) -> list[Case]:
             {"torchvision": 1.3, "status quo": 1.0},
         )
     )
+    # RoIAlignRotated on the same rois at angle 0 (centre and size): the same samples as
+    # torchvision's aligned RoIAlign, so torchvision is both the anchor and the check.
+    centres, sizes = (boxes_only[:, :2] + boxes_only[:, 2:]) / 2, boxes_only[:, 2:] - boxes_only[:, :2]
+    rotated_rois = torch.cat([images[:, None], centres, sizes, torch.zeros_like(images)[:, None]], 1)
+    rotated_node = Node(
+        "RoIAlignRotated", "ortops", {"input": features, "rois": rotated_rois}, ["Y"], dict(pooling, aligned=1)
+    )
+    out.append(
+        Case(
+            "RoIAlignRotated 1000 rois at angle 0, 2x256x100x152 -> 7x7",
+            rotated_node,
+            {
+                "torchvision roi_align": lambda: torchvision.ops.roi_align(features, rois, 7, 0.25, 2, aligned=True),
+                "status quo": status_quo(rotated_node),
+            },
+            {"torchvision roi_align": close()},
+            {"torchvision roi_align": 1.3, "status quo": 1.0},
+        )
+    )
+    out.append(multi_level_roi_align_case(bench, status_quo))
     # float16: the same rois on a float16 map, against torchvision in float16.
     features16, rois16 = features.half(), rois.half()
     node16 = Node("RoIAlign", "ortops", {"input": features16, "rois": rois16}, ["Y"], dict(pooling, aligned=1))
@@ -433,6 +560,7 @@ def cases(bench: Bench) -> list[Case]:
             {"torchvision batched_nms": 3.0, "ORT NonMaxSuppression + TopK": 3.0, "status quo": 1.0},
         )
     )
+    out.append(proposal_nms_case(bench, status_quo))
 
     # GridSample, bilinear zeros: Deformable-DETR-sized sampling of a 256-channel map.
     image = rand(8, 256, 64, 64, low=-1, high=1)
@@ -451,6 +579,26 @@ def cases(bench: Bench) -> list[Case]:
             {"torch": close(), "ORT GridSample": close(1e-3)},
             {"torch": 1.2, "ORT GridSample": 1.0, "status quo": 1.0},
             bytes_moved=8 * 256 * 128 * 128 * 4 * 2 + grid.numel() * 4,
+        )
+    )
+    # mmcv's grid_sampler (mmdeploy's exports of grid_sample) on the same inputs.
+    mmcv_node = Node(
+        "grid_sampler",
+        "mmcv",
+        {"input": image, "grid": grid},
+        ["Y"],
+        dict(interpolation_mode=0, padding_mode=0, align_corners=0),
+    )
+    out.append(
+        Case(
+            "grid_sampler (mmcv) 8x256x64x64, 128x128 points",
+            mmcv_node,
+            {
+                "torch": lambda: torch.nn.functional.grid_sample(image, grid, align_corners=False),
+                "status quo": status_quo(mmcv_node),
+            },
+            {"torch": close()},
+            {"torch": 1.2, "status quo": 1.0},
         )
     )
     image16, grid16 = image.half(), grid.half()
@@ -483,6 +631,16 @@ def cases(bench: Bench) -> list[Case]:
             {"torch cummax": close(0)},
             {"torch cummax": 1.5, "status quo": 1.0},
             bytes_moved=pool_in.numel() * (4 + 4 + 8),
+        )
+    )
+    node = Node("CumMin", "ortops", {"input": pool_in}, ["values", "indices"], dict(dim=2))
+    out.append(
+        Case(
+            "CumMin 4x256x128x128 along H",
+            node,
+            {"torch cummin": lambda: torch.cummin(pool_in, 2), "status quo": status_quo(node)},
+            {"torch cummin": close(0)},
+            {"torch cummin": 1.5, "status quo": 1.0},
         )
     )
     # CornerPool (bottom) in float32 and float16, against torch's cummax in the same type.
@@ -553,6 +711,29 @@ def cases(bench: Bench) -> list[Case]:
                 flops=2 * 2 * 256 * 64 * 64 * 256 * 9,
             )
         )
+    # mmcv's MMCVModulatedDeformConv2d (mmdeploy's DCNv2 exports) on the float32 inputs.
+    mmcv_dcn = Node(
+        "MMCVModulatedDeformConv2d",
+        "mmcv",
+        {"input": x32, "offset": offset32, "mask": mask32, "weight": weight32, "bias": bias32},
+        ["Y"],
+        dict(padding=[1, 1]),
+    )
+    out.append(
+        Case(
+            "MMCVModulatedDeformConv2d 2x256x64x64, 3x3, 256 -> 256",
+            mmcv_dcn,
+            {
+                "torchvision": lambda: torchvision.ops.deform_conv2d(
+                    x32, offset32, weight32, bias32, padding=1, mask=mask32
+                ),
+                "status quo": status_quo(mmcv_dcn),
+            },
+            {"torchvision": close(1e-3)},
+            {"torchvision": 1.5, "status quo": 1.0},
+            flops=2 * 2 * 256 * 64 * 64 * 256 * 9,
+        )
+    )
 
     # Multi-scale deformable attention (Deformable DETR's encoder) against its grid_sample
     # composition in torch.
