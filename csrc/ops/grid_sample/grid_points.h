@@ -130,16 +130,17 @@ ORTOPS_HD PointTaps<A> LocateBicubic(A gx, A gy, const Axis<A>& x_axis, const Ax
   return p;
 }
 
-// The bicubic sample of one plane (`map`, `width` wide; its elements read as A), rows first
-// as PyTorch sums them.
+// The bicubic sample of one plane (`map`, `width` wide; its elements read as A, pixel p at
+// map[p * stride]: 1 for a plane, C for a channel of a channels-last map), rows first as
+// PyTorch sums them.
 template <typename A, typename Element>
-ORTOPS_HD A ReadBicubic(const PointTaps<A>& p, const Element* map, int64_t width) {
+ORTOPS_HD A ReadBicubic(const PointTaps<A>& p, const Element* map, int64_t width, int64_t stride = 1) {
   if (p.nan) return std::numeric_limits<A>::quiet_NaN();
   A rows[4];
   for (int i = 0; i < 4; ++i) {
     A v[4];
     for (int j = 0; j < 4; ++j) {
-      v[j] = p.row[i] >= 0 && p.column[j] >= 0 ? static_cast<A>(map[p.row[i] * width + p.column[j]]) : A(0);
+      v[j] = p.row[i] >= 0 && p.column[j] >= 0 ? static_cast<A>(map[(p.row[i] * width + p.column[j]) * stride]) : A(0);
     }
     rows[i] = v[0] * p.wx[0] + v[1] * p.wx[1] + v[2] * p.wx[2] + v[3] * p.wx[3];
   }

@@ -146,7 +146,7 @@ class MultiLevelDeviceKernel
       map_values += level.size();
     }
     if (level_count > LevelList<T>::kInlineLevels ||
-        !roi_pooling::PoolsChannelsLast(count, pooling.bins(), channels, map_pixels)) {
+        !device::ReadsChannelsLast(count * pooling.bins(), map_pixels, channels)) {
       roi_pooling::PoolEveryBin(io, located, pool, output, count, channels, pooling);
       return;
     }

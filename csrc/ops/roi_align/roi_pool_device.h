@@ -4,9 +4,10 @@
 // rule (roi_geometry.h, math/bilinear.h) and pools the samples in the CPU kernels' order, so
 // that both return the same bits. Where the rois sample much of the maps, the maps are first
 // copied channels last, so that a warp's threads read one sample's consecutive channels
-// (PoolsChannelsLast); else the threads read the planes as they are (PoolBin). The ops differ
-// only in a Rois type each (the layout of a roi, its image, level and geometry) and in how a
-// bin's samples are pooled (MeanOrMax, MaxOfCorners). Included by the family's .cu files only.
+// (device/channel_tiles.h); else the threads read the planes as they are (PoolBin). The ops
+// differ only in a Rois type each (the layout of a roi, its image, level and geometry) and in
+// how a bin's samples are pooled (MeanOrMax, MaxOfCorners). Included by the family's .cu files
+// only.
 #pragma once
 
 #include <cmath>
@@ -15,6 +16,7 @@
 
 #include "core/half.h"
 #include "core/host_device.h"
+#include "device/channel_tiles.h"
 #include "device/device_io.h"
 #include "device/transpose.h"
 #include "math/bilinear.h"
@@ -160,15 +162,6 @@ void PoolEveryBin(const device::DeviceIO& io, const Rois& rois, const Pooling& p
   io.ForEach(count * Bin::Groups(channels) * pooling.bins(), Bin{rois, pool, output, channels, pooling});
 }
 
-// Whether the family pools from channels-last copies of its maps ([N, H W, C] of [N, C, H,
-// W]): where its samples (at least one per bin) are many beside the maps' pixels, the copy,
-// one coalesced pass, costs less than it saves. With a pixel's channels consecutive, the
-// threads of a warp (32 channels of one sample) read each corner in one line, where planes
-// make every thread's corners reads of their own.
-inline bool PoolsChannelsLast(int64_t rois, int64_t bins, int64_t channels, int64_t map_pixels) {
-  return channels > 1 && static_cast<double>(rois) * static_cast<double>(bins) * 4 >= static_cast<double>(map_pixels);
-}
-
 // The value PoolBin pools for channel c in bin `bin` of roi r, from maps copied channels last:
 // `rois` locates every roi on those copies (RoiOnMap::image is then [H W, C]), so a tap's pixel
 // p reads element p C + c. The same samples, taps and order as PoolBin: the same bits.
@@ -202,47 +195,6 @@ struct ChannelsLastBin {
   }
 };
 
-// Element e of the [R, C, bins] output (the emulated device's twin of PoolTilesChannelsLast).
-template <typename T, typename Bin>
-struct ChannelsLastElement {
-  Bin bin;
-  T* output;
-  int64_t channels, bins;
-  ORTOPS_HD void operator()(int64_t e) const { output[e] = bin(e / (bins * channels), e % bins, e / bins % channels); }
-};
-
-#if defined(__CUDACC__)
-inline constexpr int kTileChannels = 32;  // a warp's lanes
-inline constexpr int kTileWarps = 8;
-inline constexpr int kTileBins = 64;
-
-// ChannelsLastElement on a GPU (GPU only): block (r, g) pools channels 32 g to 32 g + 31 of
-// roi r, a warp per bin at a time (its lanes the channels, which read each corner in one
-// line), into a shared tile of up to 64 bins; the tile is then written out along the bins of
-// each channel, so that the stores are coalesced too.
-template <typename T, typename Bin>
-static __global__ void __launch_bounds__(kTileChannels* kTileWarps)
-    PoolTilesChannelsLast(Bin bin, T* output, int64_t channels, int64_t bins) {
-  __shared__ T tile[kTileBins][kTileChannels + 1];
-  const int64_t r = blockIdx.x, first = static_cast<int64_t>(blockIdx.y) * kTileChannels;
-  const int lane = static_cast<int>(threadIdx.x) % kTileChannels, warp = static_cast<int>(threadIdx.x) / kTileChannels;
-  const int64_t here = channels - first < kTileChannels ? channels - first : kTileChannels;
-  T* out = output + (r * channels + first) * bins;
-  for (int64_t first_bin = 0; first_bin < bins; first_bin += kTileBins) {
-    const int64_t tile_bins = bins - first_bin < kTileBins ? bins - first_bin : kTileBins;
-    for (int64_t b = warp; b < tile_bins; b += kTileWarps) {
-      if (lane < here) tile[b][lane] = bin(r, first_bin + b, first + lane);
-    }
-    __syncthreads();
-    for (int64_t k = threadIdx.x; k < here * tile_bins; k += blockDim.x) {
-      const int64_t c = k / tile_bins, b = k % tile_bins;
-      out[c * bins + first_bin + b] = tile[b][c];
-    }
-    __syncthreads();
-  }
-}
-#endif
-
 // Pools every bin of `count` rois into output [count, C, output_height, output_width] from
 // maps copied channels last, which `rois` locates the rois on.
 template <typename T, typename Rois, typename Pooling>
@@ -250,28 +202,18 @@ void PoolEveryBinChannelsLast(const device::DeviceIO& io, const Rois& rois, cons
                               int64_t count, int64_t channels, const PoolingAttributes& pooling) {
   const int64_t bins = pooling.bins();
   if (count <= 0 || channels <= 0 || bins <= 0) return;
-  const ChannelsLastBin<T, Rois, Pooling> bin{rois, pool, channels, pooling};
-#if defined(__CUDACC__)
-  const int64_t groups = (channels + kTileChannels - 1) / kTileChannels;
-  Check(count <= 0x7fffffff && groups <= 65535, "RoIAlign of ", count, " rois of ", channels,
-        " channels is too large for one launch");
-  io.NoteLaunch();
-  PoolTilesChannelsLast<<<dim3(static_cast<unsigned>(count), static_cast<unsigned>(groups)), kTileChannels * kTileWarps,
-                          0, io.stream()>>>(bin, output, channels, bins);
-  io.CheckLaunch("RoIAlign's pooling");
-#else
-  io.ForEach(count * channels * bins, ChannelsLastElement<T, decltype(bin)>{bin, output, channels, bins});
-#endif
+  device::WriteChannelTiles(io, ChannelsLastBin<T, Rois, Pooling>{rois, pool, channels, pooling}, output, count,
+                            channels, bins);
 }
 
 // Pools every bin of `count` rois from input [N, C, H, W], which `rois` locates them on (its
-// member `input`): from a channels-last copy of it where PoolsChannelsLast, else from its
-// planes.
+// member `input`): from a channels-last copy of it where device::ReadsChannelsLast (each bin
+// counted as one sample, the fewest it has), else from its planes.
 template <typename T, typename Rois, typename Pooling>
 void PoolEveryBinOf(const device::DeviceIO& io, const ConstTensor<T>& input, Rois rois, const Pooling& pool, T* output,
                     int64_t count, const PoolingAttributes& pooling) {
   const int64_t images = input.dim(0), channels = input.dim(1), pixels = input.dim(2) * input.dim(3);
-  if (!PoolsChannelsLast(count, pooling.bins(), channels, images * pixels)) {
+  if (!device::ReadsChannelsLast(count * pooling.bins(), images * pixels, channels)) {
     PoolEveryBin(io, rois, pool, output, count, channels, pooling);
     return;
   }
