@@ -397,6 +397,21 @@ def cases(bench: Bench) -> list[Case]:
             bytes_moved=1000 * 256 * 49 * 4 * 5,
         )
     )
+
+    def like_torchvision(name: str, variant: Node) -> Case:
+        """A RoIAlign variant that samples the rois above as torchvision's aligned roi_align does,
+        against it (anchor and check) and the status quo."""
+        return Case(
+            name,
+            variant,
+            {
+                "torchvision": lambda: torchvision.ops.roi_align(features, rois, 7, 0.25, 2, aligned=True),
+                "status quo": status_quo(variant),
+            },
+            {"torchvision": close()},
+            {"torchvision": 1.3, "status quo": 1.0},
+        )
+
     # TensorRT's ROIAlign_TRT on the same rois (half_pixel, average: torchvision's aligned).
     trt_node = Node(
         "ROIAlign_TRT",
@@ -405,37 +420,14 @@ def cases(bench: Bench) -> list[Case]:
         ["Y"],
         dict(pooling, mode=1, coordinate_transformation_mode=1),
     )
-    out.append(
-        Case(
-            "ROIAlign_TRT 1000 rois, 2x256x100x152 -> 7x7",
-            trt_node,
-            {
-                "torchvision": lambda: torchvision.ops.roi_align(features, rois, 7, 0.25, 2, aligned=True),
-                "status quo": status_quo(trt_node),
-            },
-            {"torchvision": close()},
-            {"torchvision": 1.3, "status quo": 1.0},
-        )
-    )
-    # RoIAlignRotated on the same rois at angle 0 (centre and size): the same samples as
-    # torchvision's aligned RoIAlign, so torchvision is both the anchor and the check.
+    out.append(like_torchvision("ROIAlign_TRT 1000 rois, 2x256x100x152 -> 7x7", trt_node))
+    # RoIAlignRotated on the same rois at angle 0 (centre and size): the same samples.
     centres, sizes = (boxes_only[:, :2] + boxes_only[:, 2:]) / 2, boxes_only[:, 2:] - boxes_only[:, :2]
     rotated_rois = torch.cat([images[:, None], centres, sizes, torch.zeros_like(images)[:, None]], 1)
     rotated_node = Node(
         "RoIAlignRotated", "ortops", {"input": features, "rois": rotated_rois}, ["Y"], dict(pooling, aligned=1)
     )
-    out.append(
-        Case(
-            "RoIAlignRotated 1000 rois at angle 0, 2x256x100x152 -> 7x7",
-            rotated_node,
-            {
-                "torchvision roi_align": lambda: torchvision.ops.roi_align(features, rois, 7, 0.25, 2, aligned=True),
-                "status quo": status_quo(rotated_node),
-            },
-            {"torchvision roi_align": close()},
-            {"torchvision roi_align": 1.3, "status quo": 1.0},
-        )
-    )
+    out.append(like_torchvision("RoIAlignRotated 1000 rois at angle 0, 2x256x100x152 -> 7x7", rotated_node))
     out.append(multi_level_roi_align_case(bench, status_quo))
     # float16: the same rois on a float16 map, against torchvision in float16.
     features16, rois16 = features.half(), rois.half()
