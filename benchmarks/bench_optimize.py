@@ -35,10 +35,13 @@ Before anything is timed, the optimized file's outputs are compared with the bas
 the baseline's values, as --verify then does: Grounding DINO's TopK over its proposals reorders
 queries whose scores tie within rounding). Prints a Markdown table and writes JSON.
 
-    python benchmarks/bench_optimize.py [--json results.json] [--only NAME] [--small] [--image-size N]
+    python benchmarks/bench_optimize.py [--json results.json] [--only NAME] [--small] [--image-size N] [--cuda]
 
 ``--small`` exports the models at a fraction of their size (a check of the plumbing, not figures
-to report). ``--grid-sampler`` writes every GridSample as mmdeploy writes mmcv's grid_sample
+to report). ``--cuda`` also times both files on ONNX Runtime's CUDA execution provider
+(onnxruntime-gpu, and ORTOPS_LIBRARY naming ortops' CUDA build: the optimized file's ortops
+nodes then run on the GPU, the original's standard nodes on ONNX Runtime's own CUDA kernels).
+``--grid-sampler`` writes every GridSample as mmdeploy writes mmcv's grid_sample
 (``mmdeploy::grid_sampler``, run by ortops' own kernel in the baseline: the attention of an
 mmdeploy export of Deformable DETR or DINO). Environment: ORTOPS_LIBRARY, as for any ortops session.
 """
@@ -368,6 +371,16 @@ def runner(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> Calla
     return lambda: session.run(None, feeds)
 
 
+def cuda_session(model: onnx.ModelProto) -> ort.InferenceSession:
+    """`model` on ONNX Runtime's CUDA execution provider in float32 (no TF32), with ortops
+    registered (its CUDA build, from ORTOPS_LIBRARY), and the CPU's for nodes CUDA has no
+    kernel for. Feeds and outputs go through host memory, the same for both files."""
+    options = ortops.session_options()
+    options.log_severity_level = 3
+    providers = [("CUDAExecutionProvider", {"use_tf32": "0"}), "CPUExecutionProvider"]
+    return ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+
+
 # ---- main ------------------------------------------------------------------------------------
 
 
@@ -385,9 +398,24 @@ def main() -> None:
         action="store_true",
         help="each GridSample written as mmdeploy writes it (mmdeploy::grid_sampler, ortops' kernel in the baseline)",
     )
+    parser.add_argument(
+        "--cuda",
+        action="store_true",
+        help="also time both files on ONNX Runtime's CUDA execution provider (onnxruntime-gpu, and ORTOPS_LIBRARY "
+        "naming ortops' CUDA build)",
+    )
     args = parser.parse_args()
     cores = os.cpu_count() or 1
-    thread_counts = sorted({1, cores})
+    # Where each file is timed: ONNX Runtime's CPU provider at 1 thread and at all cores, and
+    # with --cuda its CUDA provider.
+    settings: list[tuple[str, Callable[[onnx.ModelProto], ort.InferenceSession]]] = [
+        (str(threads), lambda model, threads=threads: onnx_session(model, threads, True))
+        for threads in sorted({1, cores})
+    ]
+    if args.cuda:
+        if "CUDAExecutionProvider" not in ortops.library_providers():
+            parser.error(f"--cuda: {ortops.get_library_path()} is not ortops' CUDA build (set ORTOPS_LIBRARY)")
+        settings.append(("CUDA", cuda_session))
     print(
         f"machine: {cpu_model()}, {cores} cores; onnxruntime {ort.__version__}, torch {torch.__version__}, "
         f"torchvision {torchvision.__version__}, ortops {ortops.__version__}\n"
@@ -428,20 +456,24 @@ def main() -> None:
                 f"  {check['problems']}\n  each rewritten block alone on the baseline's values, as --verify checks "
                 f"then: {check['blocks_checked_alone']} checked, differences: {check['block_problems'] or 'none'}"
             )
-        timings: dict[int, dict[str, float]] = {}
-        for threads in thread_counts:
-            runs = {
-                "baseline": runner(onnx_session(baseline, threads, True), family.feeds),
-                "optimized": runner(onnx_session(optimized, threads, True), family.feeds),
-            }
+        timings: dict[str, dict[str, float]] = {}
+        for where, session in settings:
+            sessions = {"baseline": session(baseline), "optimized": session(optimized)}
+            if where == "CUDA":
+                on_gpu = compare(*(s.run(None, family.feeds) for s in sessions.values()), names)
+                print(f"outputs on CUDA: {'equal' if on_gpu['equal_within_verify_tolerance'] else 'DIFFER'}")
+            runs = {which: runner(s, family.feeds) for which, s in sessions.items()}
             seconds = interleaved_seconds(runs, args.repeats, args.rounds)
-            timings[threads] = {"baseline_ms": seconds["baseline"] * 1e3, "optimized_ms": seconds["optimized"] * 1e3}
             ratio = seconds["baseline"] / seconds["optimized"]
-            timings[threads]["ratio"] = ratio
+            timings[where] = {
+                "baseline_ms": seconds["baseline"] * 1e3,
+                "optimized_ms": seconds["optimized"] * 1e3,
+                "ratio": ratio,
+            }
             rewritten = ", ".join(f"{rule} {n}" for rule, n in counts["rewritten"].items()) or "none"
             missed = sum(counts["near_misses"].values())
             rows.append(
-                f"| {family.name} | {baseline_name} | {threads} | {seconds['baseline'] * 1e3:.1f} | "
+                f"| {family.name} | {baseline_name} | {where} | {seconds['baseline'] * 1e3:.1f} | "
                 f"{seconds['optimized'] * 1e3:.1f} | {ratio:.2f} | {rewritten} | {missed} |"
             )
             print(rows[-1])
@@ -461,12 +493,14 @@ def main() -> None:
                 "baseline": baseline_name,
                 "blocks": counts,
                 "outputs": check,
-                "timings": {str(t): v for t, v in timings.items()},
+                "timings": timings,
                 "op_shares_1_thread": shares,
             }
         )
         print()
-    print("| model | baseline | threads | baseline ms | optimized ms | ratio | rewritten blocks | near-misses |")
+    print(
+        "| model | baseline | threads (or CUDA) | baseline ms | optimized ms | ratio | rewritten blocks | near-misses |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     machine = {

@@ -26,7 +26,8 @@
 #       runs 4 alone (a round that measures a kernel change). A round after a change to a few
 #       kernels can narrow 1 and 4: ORTOPS_GPU_SUITE="tests/python/ort/test_nms.py ..." (the
 #       files of step 1) and ORTOPS_GPU_BENCH_ONLY=NMS,NonMax (bench_cuda.py's --only; the whole-model
-#       benchmark is then left out).
+#       benchmark is then left out). ORTOPS_GPU_OPTIMIZE_BENCH="faster_rcnn ..." adds `ortops
+#       optimize`'s whole-model benchmark on the CUDA provider for those families (step 4).
 #
 # With the project's device tool (as on 2026-11-26, on an H200): `--stage` here, then five
 # calls back to back, each carrying .carry/K: `bash scripts/test_gpu.sh --receive 0 --build`,
@@ -198,5 +199,12 @@ PYTHONUNBUFFERED=1 "$PY" benchmarks/bench_cuda.py --profile --only "${ORTOPS_GPU
 if [[ -z "${ORTOPS_GPU_BENCH_ONLY:-}" ]]; then
   PYTHONUNBUFFERED=1 "$PY" benchmarks/bench_cuda_models.py --json "$OUT/bench-cuda-models.json" || failed=1
 fi
+# `ortops optimize` on whole models, original and optimized file on the CUDA provider, for the
+# families ORTOPS_GPU_OPTIMIZE_BENCH names (bench_optimize.py's function names, e.g.
+# "faster_rcnn mask_rcnn": the torchvision ones need nothing beyond torchvision).
+for family in ${ORTOPS_GPU_OPTIMIZE_BENCH:-}; do
+  PYTHONUNBUFFERED=1 "$PY" benchmarks/bench_optimize.py --cuda --only "$family" --no-profile \
+    --json "$OUT/bench-optimize-$family.json" || failed=1
+done
 log "all done in $(elapsed): $([[ $failed == 0 ]] && echo passed || echo FAILED)"
 exit "$failed"
