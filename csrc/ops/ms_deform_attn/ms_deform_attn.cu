@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "device/device_kernel.h"
+#include "device/vector_load.h"
 #include "math/bilinear.h"
 #include "ops/ms_deform_attn/attention_inputs.h"
 #include "ops/ms_deform_attn/ms_deform_attn.h"
@@ -51,6 +52,7 @@ struct SampleSum {
   T* output;
   int64_t queries, keys, heads, dim, level_count;
   int64_t samples;  // points per query and head, level after level
+  bool aligned;     // value is aligned for runs of kChannels (device::AlignedForRuns)
 
   ORTOPS_HD void operator()(int64_t i) const {
     const int64_t groups = dim / kChannels;
@@ -79,14 +81,21 @@ struct SampleSum {
           w[corner] = s.valid[corner] ? s.weight[corner] * attention : A(0);
           at[corner] = ((s.y0 + corner / 2) * level.width + s.x0 + corner % 2) * channels;
         }
+        // Each corner's kChannels values in one load where they can be (device/vector_load.h).
+        T c[4][kChannels];
+        ORTOPS_UNROLL
+        for (int corner = 0; corner < 4; ++corner) {
+          if (s.valid[corner]) {
+            device::LoadRun<kChannels>(level_values + at[corner], aligned, c[corner]);
+          } else {
+            ORTOPS_UNROLL
+            for (int64_t k = 0; k < kChannels; ++k) c[corner][k] = T(0);
+          }
+        }
         ORTOPS_UNROLL
         for (int64_t k = 0; k < kChannels; ++k) {
-          A c[4];
-          ORTOPS_UNROLL
-          for (int corner = 0; corner < 4; ++corner) {
-            c[corner] = s.valid[corner] ? static_cast<A>(level_values[at[corner] + k]) : A(0);
-          }
-          sum[k] += w[0] * c[0] + w[1] * c[1] + w[2] * c[2] + w[3] * c[3];
+          sum[k] += w[0] * static_cast<A>(c[0][k]) + w[1] * static_cast<A>(c[1][k]) + w[2] * static_cast<A>(c[2][k]) +
+                    w[3] * static_cast<A>(c[3][k]);
         }
       }
     });
@@ -137,11 +146,12 @@ struct MsDeformAttnDeviceKernel
     if (in.dim % 4 == 0) {
       io.ForEach(outputs / 4,
                  SampleSum<T, 4, kInline>{in.value.data, levels, in.locations.data, in.references, in.weights.data,
-                                          output, in.queries, in.keys, in.heads, in.dim, in.levels, in.samples});
+                                          output, in.queries, in.keys, in.heads, in.dim, in.levels, in.samples,
+                                          device::AlignedForRuns<4>(in.value.data)});
     } else {
       io.ForEach(outputs,
                  SampleSum<T, 1, kInline>{in.value.data, levels, in.locations.data, in.references, in.weights.data,
-                                          output, in.queries, in.keys, in.heads, in.dim, in.levels, in.samples});
+                                          output, in.queries, in.keys, in.heads, in.dim, in.levels, in.samples, false});
     }
   }
 };
