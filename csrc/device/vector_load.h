@@ -1,6 +1,6 @@
-// Consecutive elements read as one vector load on a GPU: a thread that takes several
-// channels of a pixel (kChannels) then issues one instruction per pixel instead of one per
-// channel, and a warp's loads cover whole lines.
+// Consecutive elements read (and written) as one vector access on a GPU: a thread that takes
+// several channels of a pixel, or several neighbouring lines, then issues one instruction
+// where it issued one per element, and a warp's accesses cover whole lines.
 #pragma once
 
 #include <cstddef>
@@ -20,16 +20,24 @@ bool AlignedForRuns(const T* data) {
   return reinterpret_cast<uintptr_t>(data) % bytes == 0;
 }
 
+#if defined(__CUDA_ARCH__)
+// The vector type of a run of kBytes (4, 8, 16, or 32 as two of 16), void for others.
+template <size_t kBytes>
+using RunVector = std::conditional_t<
+    kBytes == 4, unsigned,
+    std::conditional_t<kBytes == 8, uint2, std::conditional_t<kBytes == 16 || kBytes == 32, uint4, void>>>;
+#endif
+
 // out[i] = p[i] for i < kN. On a GPU, where `aligned` (AlignedForRuns, and p a multiple of kN
-// elements from there) and the run is 8, 16 or 32 bytes, as one or two vector loads.
+// elements from there) and the run is 4, 8, 16 or 32 bytes, as one or two vector loads.
 template <int kN, typename T>
 ORTOPS_HD inline void LoadRun(const T* p, bool aligned, T (&out)[kN]) {
 #if defined(__CUDA_ARCH__)
   constexpr size_t kBytes = kN * sizeof(T);
-  if constexpr (kBytes == 8 || kBytes == 16 || kBytes == 32) {
+  using Vector = RunVector<kBytes>;
+  if constexpr (!std::is_void_v<Vector> && kN > 1) {
     if (aligned) {
-      using Vector = std::conditional_t<kBytes == 8, uint2, uint4>;
-      constexpr int kVectors = kBytes == 32 ? 2 : 1;
+      constexpr int kVectors = static_cast<int>(kBytes / sizeof(Vector));
       Vector v[kVectors];
       for (int i = 0; i < kVectors; ++i) v[i] = reinterpret_cast<const Vector*>(p)[i];
       memcpy(out, v, kBytes);
@@ -40,6 +48,27 @@ ORTOPS_HD inline void LoadRun(const T* p, bool aligned, T (&out)[kN]) {
   static_cast<void>(aligned);
 #endif
   for (int i = 0; i < kN; ++i) out[i] = p[i];
+}
+
+// p[i] = in[i] for i < kN, as LoadRun reads them.
+template <int kN, typename T>
+ORTOPS_HD inline void StoreRun(T* p, bool aligned, const T (&in)[kN]) {
+#if defined(__CUDA_ARCH__)
+  constexpr size_t kBytes = kN * sizeof(T);
+  using Vector = RunVector<kBytes>;
+  if constexpr (!std::is_void_v<Vector> && kN > 1) {
+    if (aligned) {
+      constexpr int kVectors = static_cast<int>(kBytes / sizeof(Vector));
+      Vector v[kVectors];
+      memcpy(v, in, kBytes);
+      for (int i = 0; i < kVectors; ++i) reinterpret_cast<Vector*>(p)[i] = v[i];
+      return;
+    }
+  }
+#else
+  static_cast<void>(aligned);
+#endif
+  for (int i = 0; i < kN; ++i) p[i] = in[i];
 }
 
 }  // namespace ortops::device
