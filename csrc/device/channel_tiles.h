@@ -72,12 +72,14 @@ void WriteChannelTiles(const DeviceIO& io, const Value& value, T* output, int64_
 }
 
 // Whether a node that reads `samples` points of `pixels` map pixels (all its maps', each read
-// for every channel) reads them from a channels-last copy: where the points are many beside
-// the pixels, the copy (one coalesced pass over the maps) costs less than it saves. A point's
-// four corners are then four lines for 32 channels, where planes make them four reads per
-// channel.
-inline bool ReadsChannelsLast(int64_t samples, int64_t pixels, int64_t channels) {
-  return channels > 1 && static_cast<double>(samples) * 4 >= static_cast<double>(pixels);
+// for every channel) reads them from a channels-last copy of `copy_bytes`: where the points
+// are many beside the pixels, the copy (one coalesced pass over the maps) costs less than it
+// saves. A point's four corners are then four lines for 32 channels, where planes make them
+// four reads per channel. Maps over kMaxCopyBytes stay planar, so that a large input does not
+// need twice its memory.
+inline constexpr int64_t kMaxCopyBytes = int64_t{1} << 29;
+inline bool ReadsChannelsLast(int64_t samples, int64_t pixels, int64_t channels, int64_t copy_bytes) {
+  return channels > 1 && copy_bytes <= kMaxCopyBytes && static_cast<double>(samples) * 4 >= static_cast<double>(pixels);
 }
 
 }  // namespace ortops::device

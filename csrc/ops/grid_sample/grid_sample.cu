@@ -107,7 +107,8 @@ struct GridSampleDeviceKernel : OpKernel<T, kSchema, GridSampleAttributes, devic
     const int64_t out_plane = call.out_plane(), batch = call.batch(), channels = call.channels();
     const int64_t plane = call.height() * call.width();
     const Axis<A> x_axis = attributes.AxisOf<A>(call.width()), y_axis = attributes.AxisOf<A>(call.height());
-    if (!device::ReadsChannelsLast(batch * out_plane, batch * plane, channels)) {
+    if (!device::ReadsChannelsLast(batch * out_plane, batch * plane, channels,
+                                   call.input.size() * static_cast<int64_t>(sizeof(T)))) {
       io.ForEach(batch * SamplePoint<T>::Groups(channels) * out_plane,
                  SamplePoint<T>{call.input.data, call.grid.data, call.output, channels, out_plane, x_axis, y_axis,
                                 attributes.interpolation()});

@@ -146,7 +146,8 @@ class MultiLevelDeviceKernel
       map_values += level.size();
     }
     if (level_count > LevelList<T>::kInlineLevels ||
-        !device::ReadsChannelsLast(count * pooling.bins(), map_pixels, channels)) {
+        !device::ReadsChannelsLast(count * pooling.bins(), map_pixels, channels,
+                                   map_values * static_cast<int64_t>(sizeof(T)))) {
       roi_pooling::PoolEveryBin(io, located, pool, output, count, channels, pooling);
       return;
     }

@@ -213,7 +213,8 @@ template <typename T, typename Rois, typename Pooling>
 void PoolEveryBinOf(const device::DeviceIO& io, const ConstTensor<T>& input, Rois rois, const Pooling& pool, T* output,
                     int64_t count, const PoolingAttributes& pooling) {
   const int64_t images = input.dim(0), channels = input.dim(1), pixels = input.dim(2) * input.dim(3);
-  if (!device::ReadsChannelsLast(count * pooling.bins(), images * pixels, channels)) {
+  if (!device::ReadsChannelsLast(count * pooling.bins(), images * pixels, channels,
+                                 input.size() * static_cast<int64_t>(sizeof(T)))) {
     PoolEveryBin(io, rois, pool, output, count, channels, pooling);
     return;
   }
