@@ -97,6 +97,30 @@ struct MaxOfCorners {
   ORTOPS_HD A Finish(const State& state, int64_t samples) const { return samples == 0 ? A(0) : state.best; }
 };
 
+// Roi r as `rois` locates it, into `roi`; false for a roi that the data check refuses (its
+// values, or a grid too large): met only where the check could not run (a CUDA graph), since
+// the host raises its error otherwise. Nothing is to be read for such a roi.
+template <typename Rois, typename Located>
+ORTOPS_HD bool LocateChecked(const Rois& rois, int64_t r, int64_t bins, Located& roi) {
+  if (!rois.Valid(r)) return false;
+  roi = rois.Locate(r);
+  return GridIsValid(roi.g.grid_h, roi.g.grid_w, bins);
+}
+
+// tap(BilinearTap) for each sample of bin `bin` of a located roi, in the CPU kernels' order
+// (the order every channel's sum follows, so that both give the same bits).
+template <typename A, typename Located, typename Tap>
+ORTOPS_HD void ForEachSampleTap(const Located& roi, int64_t bin, int64_t output_width, Tap&& tap) {
+  const int64_t pw = bin % output_width, ph = bin / output_width;
+  for (int64_t iy = 0; iy < roi.g.grid_h; ++iy) {
+    for (int64_t ix = 0; ix < roi.g.grid_w; ++ix) {
+      A y, x;
+      roi.g.Sample(ph, pw, iy, ix, y, x);
+      tap(RoiAlignTap(y, x, roi.height, roi.width));
+    }
+  }
+}
+
 // The pooled values of bin i % bins of roi r = i / (groups * bins), channels kChannels g to
 // kChannels g + kChannels - 1 (g = i / bins % groups), in the [R, C, output_height,
 // output_width] output, from the roi as `rois` locates it. A map with H or W = 0 reads 0.
@@ -115,16 +139,12 @@ struct PoolBin {
 
   ORTOPS_HD static int64_t Groups(int64_t channels) { return (channels + kChannels - 1) / kChannels; }
   ORTOPS_HD void operator()(int64_t i) const {
-    const int64_t bins = pooling.bins(), groups = Groups(channels);
-    const int64_t bin = i % bins, pw = bin % pooling.output_width, ph = bin / pooling.output_width;
+    const int64_t bins = pooling.bins(), groups = Groups(channels), bin = i % bins;
     const int64_t first = i / bins % groups * kChannels, r = i / (bins * groups);
     const int64_t here = channels - first < kChannels ? channels - first : kChannels;
     T* out = output + (r * channels + first) * bins + bin;
-    // A roi that the data check refuses: met only where the check could not run (a CUDA
-    // graph), since the host raises its error otherwise. Read nothing for it.
-    const bool valid = rois.Valid(r);
-    const auto roi = valid ? rois.Locate(r) : decltype(rois.Locate(r)){};
-    if (!valid || !GridIsValid(roi.g.grid_h, roi.g.grid_w, bins)) {
+    decltype(rois.Locate(r)) roi{};
+    if (!LocateChecked(rois, r, bins, roi)) {
       ORTOPS_UNROLL
       for (int64_t k = 0; k < kChannels; ++k) {
         if (k < here) out[k * bins] = device::RefusedValue<T>();
@@ -136,17 +156,12 @@ struct PoolBin {
     typename Pooling::State state[kChannels];
     ORTOPS_UNROLL
     for (int64_t k = 0; k < kChannels; ++k) state[k] = pool.Start();
-    for (int64_t iy = 0; iy < roi.g.grid_h; ++iy) {
-      for (int64_t ix = 0; ix < roi.g.grid_w; ++ix) {
-        A y, x;
-        roi.g.Sample(ph, pw, iy, ix, y, x);
-        const BilinearTap<A> tap = RoiAlignTap(y, x, roi.height, roi.width);
-        ORTOPS_UNROLL
-        for (int64_t k = 0; k < kChannels; ++k) {
-          if (k < here) pool.Add(state[k], plane == 0 ? A(0) : pool.Read(tap, map + k * plane));
-        }
+    ForEachSampleTap<A>(roi, bin, pooling.output_width, [&](const BilinearTap<A>& tap) {
+      ORTOPS_UNROLL
+      for (int64_t k = 0; k < kChannels; ++k) {
+        if (k < here) pool.Add(state[k], plane == 0 ? A(0) : pool.Read(tap, map + k * plane));
       }
-    }
+    });
     ORTOPS_UNROLL
     for (int64_t k = 0; k < kChannels; ++k) {
       if (k < here) out[k * bins] = static_cast<T>(pool.Finish(state[k], roi.g.grid_h * roi.g.grid_w));
@@ -174,23 +189,16 @@ struct ChannelsLastBin {
   PoolingAttributes pooling;
 
   ORTOPS_HD T operator()(int64_t r, int64_t bin, int64_t c) const {
-    const bool valid = rois.Valid(r);
-    const auto roi = valid ? rois.Locate(r) : decltype(rois.Locate(r)){};
-    if (!valid || !GridIsValid(roi.g.grid_h, roi.g.grid_w, pooling.bins())) return device::RefusedValue<T>();
-    const int64_t pw = bin % pooling.output_width, ph = bin / pooling.output_width;
+    decltype(rois.Locate(r)) roi{};
+    if (!LocateChecked(rois, r, pooling.bins(), roi)) return device::RefusedValue<T>();
     const bool empty = roi.height * roi.width == 0;
     const T* map = roi.image + c;
     typename Pooling::State state = pool.Start();
-    for (int64_t iy = 0; iy < roi.g.grid_h; ++iy) {
-      for (int64_t ix = 0; ix < roi.g.grid_w; ++ix) {
-        A y, x;
-        roi.g.Sample(ph, pw, iy, ix, y, x);
-        BilinearTap<A> tap = RoiAlignTap(y, x, roi.height, roi.width);
-        ORTOPS_UNROLL
-        for (int k = 0; k < 4; ++k) tap.offset[k] *= channels;
-        pool.Add(state, empty ? A(0) : pool.Read(tap, map));
-      }
-    }
+    ForEachSampleTap<A>(roi, bin, pooling.output_width, [&](BilinearTap<A> tap) {
+      ORTOPS_UNROLL
+      for (int k = 0; k < 4; ++k) tap.offset[k] *= channels;
+      pool.Add(state, empty ? A(0) : pool.Read(tap, map));
+    });
     return static_cast<T>(pool.Finish(state, roi.g.grid_h * roi.g.grid_w));
   }
 };
