@@ -89,25 +89,23 @@ __device__ inline uint64_t SuppressorsInWarp(const uint64_t* diagonal, uint64_t 
 #endif
 
 // Word w of the removed set once the kept rows `kept_bits` of a chunk have suppressed theirs:
-// `word` OR-ed with tile[b] for every kept row b. The tile is read 32 rows (256 bytes) at a
-// time where any of them is kept, every load of a half issued before the first use: on a
-// GPU the pass waits for two loads' latency at most, not one per kept row.
-struct alignas(16) MaskPair {
-  uint64_t first, second;
-};
-ORTOPS_HD inline uint64_t RemovedAfter(const uint64_t* tile, uint64_t kept_bits, uint64_t word) {
-  constexpr int kPairs = 16;  // a half of the tile
-  const auto* pairs = reinterpret_cast<const MaskPair*>(tile);
+// `word` OR-ed with row b's word w for every kept row b, which is at words[b * row_stride]
+// (the mask is stored a row after another). Every load is predicated on its row's bit and
+// none waits for another, so the GPU has several in flight (ptxas for sm_90 keeps about six,
+// the ORs close behind); as a warp's threads take neighbouring words, each of its loads reads
+// one row's contiguous words.
+ORTOPS_HD inline uint64_t RemovedAfter(const uint64_t* words, int64_t row_stride, uint64_t kept_bits, uint64_t word) {
+  constexpr int kHalf = 32;
   for (int half = 0; half < 2; ++half) {
-    const uint64_t bits = kept_bits >> (half * 2 * kPairs) & 0xffffffffu;
+    const auto bits = static_cast<uint32_t>(kept_bits >> (half * kHalf));
     if (bits == 0) continue;
-    MaskPair loaded[kPairs];
+    // A pointer stepped a row at a time: the GPU's address arithmetic per load is one add.
+    const uint64_t* row = words + half * kHalf * row_stride;
+    uint64_t loaded[kHalf];
     ORTOPS_UNROLL
-    for (int p = 0; p < kPairs; ++p) loaded[p] = pairs[half * kPairs + p];
+    for (int b = 0; b < kHalf; ++b, row += row_stride) loaded[b] = (bits & (uint32_t{1} << b)) != 0 ? *row : 0;
     ORTOPS_UNROLL
-    for (int p = 0; p < kPairs; ++p) {
-      word |= ((bits >> (2 * p) & 1) != 0 ? loaded[p].first : 0) | ((bits >> (2 * p) & 2) != 0 ? loaded[p].second : 0);
-    }
+    for (int b = 0; b < kHalf; ++b) word |= loaded[b];
   }
   return word;
 }

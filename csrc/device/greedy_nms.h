@@ -37,10 +37,10 @@ inline int64_t KeptCapacity(int64_t count, int64_t limit) { return std::max<int6
 // kept per set. The mask covers segments [first_segment, + mask_segments) and rows
 // [first_row, + rows) of each, `words` 64-bit words a row; first_row is a chunk's first.
 //
-// The mask is stored in tiles: for each segment, chunk of 64 rows and word, the 64 rows'
-// words side by side (Tile). So the 64 threads that make a tile write it at once, and the
-// greedy pass reads a chunk's diagonal, or one word of all its kept rows, from 512
-// contiguous bytes.
+// The mask is stored a row after another (Word): the greedy pass's threads take neighbouring
+// words of the removed set, so a warp reads each kept row's words in one coalesced load. (In
+// 64x64 tiles, which the mask's threads wrote at once, each thread's 512 bytes were lines of
+// their own: a warp's load touched 32 lines, and it loaded every row of a half, kept or not.)
 struct GreedyBand {
   const int64_t* sizes;
   uint64_t* removed;  // [segments, words]: the positions an earlier kept row suppresses
@@ -52,10 +52,9 @@ struct GreedyBand {
   ORTOPS_HD uint64_t* RemovedOf(int64_t segment) const { return removed + segment * words; }
   ORTOPS_HD int64_t* KeptOf(int64_t segment) const { return kept + segment * (count < limit ? count : limit); }
   ORTOPS_HD int64_t Chunks() const { return (rows + kMaskBits - 1) / kMaskBits; }
-  // The tile of the band's segment first_segment + s, chunk c (of all rows) and word w: row
-  // 64 c + b's word w is tile[b].
-  ORTOPS_HD int64_t Tile(int64_t s, int64_t c, int64_t w) const {
-    return ((s * Chunks() + c - first_row / kMaskBits) * words + w) * kMaskBits;
+  // Where word w of row `row` (of all rows) of the band's segment first_segment + s is.
+  ORTOPS_HD int64_t Word(int64_t s, int64_t row, int64_t w) const {
+    return (s * Chunks() * kMaskBits + row - first_row) * words + w;
   }
   // The end of the band's rows in a segment of `size` positions.
   ORTOPS_HD int64_t EndRow(int64_t size) const { return first_row + rows < size ? first_row + rows : size; }
@@ -67,8 +66,8 @@ struct GreedyBand {
   }
 };
 
-// Mask word `w` of row 64 c + b of segment `first_segment + s`, for i = Tile(s, c, w) + b (the
-// 64 threads of a tile take its 64 rows, and read the same candidates at once): bit u for
+// Mask word `w` of row 64 c + b of segment `first_segment + s`, for i = ((s chunks + c) words +
+// w) 64 + b (a warp's threads take rows, and read the same candidates at once): bit u for
 // position 64 w + u when it lies after the row and suppresses(segment, row, position). Rows
 // past the segment's size, rows already removed and rows of a segment that has reached its
 // limit are never read: they are not computed. Neither are words before the row's own.
@@ -94,7 +93,7 @@ struct MaskWord {
     for (int u = begin; u < end; ++u) {
       if (suppresses(segment, row, first + u)) bits |= uint64_t{1} << u;
     }
-    mask[i] = bits;
+    mask[band.Word(s, row, w)] = bits;
   }
 };
 
@@ -112,11 +111,15 @@ struct KeepRows {
     int64_t k = band.kept_count[segment];
     for (int64_t c = band.first_row / kMaskBits; c * kMaskBits < end_row && k < band.limit; ++c) {
       const uint64_t live = GreedyBand::LiveBits(removed, c, end_row);
-      const uint64_t kept_bits = ResolveChunk(mask + band.Tile(s, c, c), live, band.limit - k);
+      // The live rows' words over the chunk's own positions (the others were not computed).
+      uint64_t diagonal[kMaskBits];
+      for (int b = 0; b < kMaskBits; ++b)
+        diagonal[b] = (live & Bit(b)) != 0 ? mask[band.Word(s, c * kMaskBits + b, c)] : 0;
+      const uint64_t kept_bits = ResolveChunk(diagonal, live, band.limit - k);
       for (uint64_t bits = kept_bits; bits != 0; bits &= bits - 1) kept[k++] = c * kMaskBits + LowestBit(bits);
       if (kept_bits == 0) continue;
       for (int64_t w = c + 1; w < band.words; ++w)
-        removed[w] = RemovedAfter(mask + band.Tile(s, c, w), kept_bits, removed[w]);
+        removed[w] = RemovedAfter(mask + band.Word(s, c * kMaskBits, w), band.words, kept_bits, removed[w]);
     }
     band.kept_count[segment] = k;
   }
@@ -130,14 +133,45 @@ __device__ inline void PrefetchToL1(const void* address) { asm volatile("prefetc
 // shared memory during the pass; larger ones stay in device memory.
 inline constexpr int64_t kSharedRemovedWords = 5120;
 inline constexpr int kKeepThreads = 512;
+// The next chunk's rows are fetched into L1 while a chunk is resolved when their later words
+// take at most this many bytes (L1 holds 256 KiB, less the shared memory).
+inline constexpr int64_t kPrefetchBytes = 128 * 1024;
+
+// Asks for the lines that hold the words [first_word, words) of the live rows (`live`) of the
+// band's chunk c of segment s in L1, thread t of `threads` taking every threads-th line.
+__device__ inline void PrefetchRows(const uint64_t* mask, const GreedyBand& band, int64_t s, int64_t c, uint64_t live,
+                                    int64_t first_word, int t, int threads) {
+  constexpr int kLineBytes = 128;
+  const int64_t row_bytes = (band.words - first_word) * static_cast<int64_t>(sizeof(uint64_t));
+  if (live == 0 || row_bytes <= 0 || BitCount(live) * row_bytes > kPrefetchBytes) return;
+  // The lines a row's words can touch, whatever the row's alignment; line `line` of row b is
+  // item b span + line, and a thread steps over items without dividing.
+  const int span = static_cast<int>((row_bytes + kLineBytes - 1) / kLineBytes) + 1;
+  const int step_rows = threads / span, step_lines = threads % span;
+  const uint64_t* first_row = mask + band.Word(s, c * kMaskBits, first_word);
+  for (int b = t / span, line = t % span; b < kMaskBits;) {
+    if ((live & Bit(b)) != 0) {
+      const uint64_t* row = first_row + b * band.words;
+      const uintptr_t address = reinterpret_cast<uintptr_t>(row) / kLineBytes * kLineBytes + line * kLineBytes;
+      if (address < reinterpret_cast<uintptr_t>(row) + row_bytes) PrefetchToL1(reinterpret_cast<const void*>(address));
+    }
+    b += step_rows;
+    line += step_lines;
+    if (line >= span) {
+      line -= span;
+      ++b;
+    }
+  }
+}
 
 // KeepRows on a GPU (GPU only; KeepRows is its twin, which the emulated device runs and the
 // tests check, with the same ResolveChunk and RemovedAfter): one block per segment. Per chunk,
 // the first 64 threads put its diagonal in shared memory (loaded during the chunk before),
 // every warp resolves the chunk from it (the same answer in each, so nothing is broadcast;
 // the rows that suppress another are found by two warp votes, not a loop over 64 rows), and
-// then each thread ORs the kept rows into its share of the later words. Two barriers per
-// chunk; the block's threads are a multiple of 32, so every lane takes part in the votes.
+// then each thread ORs the kept rows into its share of the later words. Meanwhile the next
+// chunk's live rows are fetched into L1. Two barriers per chunk; the block's threads are a
+// multiple of 32, so every lane takes part in the votes.
 static __global__ void __launch_bounds__(kKeepThreads) KeepRowsInBlock(KeepRows keep, bool shared_removed) {
   extern __shared__ uint64_t removed_in_shared[];
   __shared__ uint64_t diagonal[kMaskBits];
@@ -151,33 +185,32 @@ static __global__ void __launch_bounds__(kKeepThreads) KeepRowsInBlock(KeepRows 
   if (shared_removed) {
     for (int64_t w = first_chunk + t; w < band.words; w += threads) removed_in_shared[w] = removed[w];
     removed = removed_in_shared;
+    __syncthreads();  // read below by other threads than wrote it
   }
   int64_t* kept = band.KeptOf(segment);
   // A diagonal word as loaded: the rows removed at the band's start were not computed, and
   // ResolveChunk reads live rows' only.
   const auto diagonal_word = [&](int64_t c) {
-    return t < kMaskBits && c * kMaskBits + t < end_row ? keep.mask[band.Tile(s, c, c) + t] : 0;
+    return t < kMaskBits && c * kMaskBits + t < end_row ? keep.mask[band.Word(s, c * kMaskBits + t, c)] : 0;
   };
   uint64_t next_diagonal = diagonal_word(first_chunk);
   for (int64_t c = first_chunk; c * kMaskBits < end_row && k < band.limit; ++c) {
     if (t < kMaskBits) diagonal[t] = next_diagonal;
     next_diagonal = diagonal_word(c + 1);
+    // The next chunk's rows that the chunks before this one leave live: read before the
+    // barrier, since this chunk's threads write the removed words after it.
+    const uint64_t next_live = (c + 1) * kMaskBits < end_row ? GreedyBand::LiveBits(removed, c + 1, end_row) : 0;
     __syncthreads();  // the diagonal, and the removed words of the chunk before
-    // The tiles this thread ORs in at the next chunk (its words move up by one): into L1 now,
-    // while this chunk is resolved, so that the next chunk's loads wait for L1, not for L2.
-    // That wait, two per chunk, is most of a chunk's time.
-    if ((c + 1) * kMaskBits < end_row) {
-      for (int64_t w = c + 2 + t; w < band.words; w += threads) {
-        const uint64_t* tile = keep.mask + band.Tile(s, c + 1, w);
-        for (int line = 0; line < kMaskBits / 16; ++line) PrefetchToL1(tile + 16 * line);
-      }
-    }
+    // The next chunk ORs in the words after its own of the rows it keeps, which are among
+    // next_live: into L1 now, while this chunk is resolved, so that the next chunk's loads
+    // wait for L1, not for L2 (the loads of a chunk wait several times, a few at a time).
+    PrefetchRows(keep.mask, band, s, c + 1, next_live, c + 2, static_cast<int>(t), static_cast<int>(threads));
     const uint64_t live = GreedyBand::LiveBits(removed, c, end_row);
     const uint64_t kept_bits = ResolveChunk(diagonal, live, band.limit - k, SuppressorsInWarp(diagonal, live));
     if (t < kMaskBits && (kept_bits & Bit(t)) != 0) kept[k + BitCount(kept_bits & (Bit(t) - 1))] = c * kMaskBits + t;
     if (kept_bits != 0) {
       for (int64_t w = c + 1 + t; w < band.words; w += threads) {
-        removed[w] = RemovedAfter(keep.mask + band.Tile(s, c, w), kept_bits, removed[w]);
+        removed[w] = RemovedAfter(keep.mask + band.Word(s, c * kMaskBits, w), band.words, kept_bits, removed[w]);
       }
     }
     k += BitCount(kept_bits);

@@ -58,14 +58,17 @@ TEST(ResolveChunk, NothingLiveOrNoRoomKeepsNothing) {
 
 TEST(RemovedAfter, OrsTheKeptRowsWords) {
   std::mt19937_64 rng(11);
-  alignas(16) std::array<uint64_t, 64> tile{};
+  // 64 rows of 5 words, a row after another; the pass ORs in one word of each kept row.
+  constexpr int64_t kWords = 5;
+  std::array<uint64_t, 64 * kWords> rows{};
   for (int trial = 0; trial < 200; ++trial) {
-    for (uint64_t& word : tile) word = rng();
+    for (uint64_t& word : rows) word = rng();
     const uint64_t kept = trial % 5 == 0 ? 0 : rng() & rng();
     const uint64_t word = rng() & rng() & rng();
+    const int64_t w = trial % kWords;
     uint64_t expected = word;
-    for (int b = 0; b < 64; ++b) expected |= (kept >> b & 1) != 0 ? tile[b] : 0;
-    ASSERT_EQ(RemovedAfter(tile.data(), kept, word), expected) << "trial " << trial;
+    for (int b = 0; b < 64; ++b) expected |= (kept >> b & 1) != 0 ? rows[b * kWords + w] : 0;
+    ASSERT_EQ(RemovedAfter(rows.data() + w, kWords, kept, word), expected) << "trial " << trial;
   }
 }
 
