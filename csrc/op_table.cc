@@ -75,6 +75,7 @@ constexpr OpDef kOpTable[] = {
   {kMmdeployDomain, "MMCVModulatedDeformConv2d", 1,     OnCuda(deform_conv::MakeModulatedDevice),   &deform_conv::kModulatedSchema,  &deform_conv::MakeModulated,  kCompat},
   {kMmcvDomain,     "MMCVDeformConv2d",          1,     OnCuda(deform_conv::MakeV1Device),   &deform_conv::kV1Schema,         &deform_conv::MakeV1,         kCompat},
   {kOrtopsDomain,   "GroupNorm",                 1,     OnCuda(group_norm::MakeDevice),  &group_norm::kSchema,            &group_norm::Make},
+  {kOrtopsDomain,   "AddLayerNorm",              1,     OnCuda(group_norm::MakeAddLayerNormDevice),  &group_norm::kAddLayerNormSchema,  &group_norm::MakeAddLayerNorm},
   {kOrtopsDomain,   "MatrixInverse",             1,     OnCuda(matrix_inverse::MakeDevice),  &matrix_inverse::kSchema,        &matrix_inverse::Make},
   // mmdeploy's nodes that only its TensorRT plugins ran.
   {kMmdeployDomain, "MMCVDeformConv2d",              1,   OnCuda(deform_conv::MakeMmdeployV1Device),   &deform_conv::kMmdeploySchema,             &deform_conv::MakeMmdeployV1,            kCompat},

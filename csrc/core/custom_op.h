@@ -68,6 +68,14 @@ OrtStatus* StatusFromCurrentException(const OpDef& def, const OrtKernelInfo* inf
 // hot loops run at (core/isa.h).
 void LogIsaOnce(const OrtKernelInfo* info);
 
+// Gives ONNX Runtime's shape inference the shape of each output documented "same shape"
+// (input 0's): ONNX Runtime's own fusions after a node (a MatMul and an Add into a Gemm) need
+// its output's shape. Its element type is input 0's where both are the type parameter T (ONNX
+// Runtime asks one of an op's registrations, whatever the node's type), else the output's
+// own. Where input 0's rank is not known, or a call fails, the outputs stay unknown, as
+// without this function.
+OrtStatus* InferSameShapeOutputs(OrtShapeInferContext* context, const OpSchema& schema);
+
 template <typename Kernel>
 class CustomOp : public OrtCustomOp {
  public:
@@ -123,6 +131,9 @@ class CustomOp : public OrtCustomOp {
       }
     };
     KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
+    InferOutputShapeFn = [](const OrtCustomOp*, OrtShapeInferContext* context) -> OrtStatus* {
+      return InferSameShapeOutputs(context, Kernel::kSchema);
+    };
   }
 
  private:

@@ -1,4 +1,4 @@
-// GroupNorm's (and TRTInstanceNormalization's) device path: each group's statistics from
+// GroupNorm's (and TRTInstanceNormalization's and AddLayerNorm's) device path: each group's statistics from
 // partial sums, `lanes` threads a group, then one thread per output element with the CPU
 // kernel's arithmetic (normalize.h, namespace stats).
 //
@@ -84,6 +84,24 @@ struct NormalizeElement {
   }
 };
 
+// Normalizes `groups` contiguous groups of group_size elements of x into y: element i is
+// of channel i / spatial % channels, whose scale and bias it takes.
+template <typename T>
+void NormalizeGroups(const device::DeviceIO& io, const T* x, const T* scale, const T* bias, T* y, int64_t groups,
+                     int64_t group_size, int64_t spatial, int64_t channels, double epsilon) {
+  const int64_t lanes = LanesPerGroup(groups, group_size);
+  const auto count = static_cast<double>(group_size);
+  Scratch<double> partial = io.Allocate<double>(static_cast<size_t>(groups * lanes));
+  Scratch<double> statistics = io.Allocate<double>(static_cast<size_t>(2 * groups));
+  double* mean = statistics.data();
+  double* inv_std = statistics.data() + groups;
+  io.ForEach(groups * lanes, LaneSums<T>{x, nullptr, partial.data(), group_size, lanes});
+  io.ForEach(groups, GroupStatistic{partial.data(), mean, lanes, count, epsilon, false});
+  io.ForEach(groups * lanes, LaneSums<T>{x, mean, partial.data(), group_size, lanes});
+  io.ForEach(groups, GroupStatistic{partial.data(), inv_std, lanes, count, epsilon, true});
+  io.ForEach(groups * group_size, NormalizeElement<T>{x, scale, bias, mean, inv_std, y, group_size, spatial, channels});
+}
+
 template <typename T, Grouping kGrouping>
 class NormDeviceKernel
     : public OpKernel<T, kNormSchema<kGrouping>, ParsedWith<NormAttributes, kGrouping>, device::DeviceKernelBase> {
@@ -95,20 +113,38 @@ class NormDeviceKernel
     T* y = io.Output<T>(0, in.x.shape);
     if (in.x.size() == 0) return;  // also C = 0, where instance norm has no groups
     // Groups are contiguous: group g (sample g / groups) starts at element g * group_size.
-    const int64_t groups = in.batch * in.groups, group_size = in.group_channels * in.spatial;
-    const int64_t lanes = LanesPerGroup(groups, group_size);
-    const auto count = static_cast<double>(group_size);
-    const auto epsilon = static_cast<double>(attributes.epsilon);
-    Scratch<double> partial = io.Allocate<double>(static_cast<size_t>(groups * lanes));
-    Scratch<double> statistics = io.Allocate<double>(static_cast<size_t>(2 * groups));
-    double* mean = statistics.data();
-    double* inv_std = statistics.data() + groups;
-    io.ForEach(groups * lanes, LaneSums<T>{in.x.data, nullptr, partial.data(), group_size, lanes});
-    io.ForEach(groups, GroupStatistic{partial.data(), mean, lanes, count, epsilon, false});
-    io.ForEach(groups * lanes, LaneSums<T>{in.x.data, mean, partial.data(), group_size, lanes});
-    io.ForEach(groups, GroupStatistic{partial.data(), inv_std, lanes, count, epsilon, true});
-    io.ForEach(in.x.size(), NormalizeElement<T>{in.x.data, in.scale, in.bias, mean, inv_std, y, group_size, in.spatial,
-                                                in.channels});
+    NormalizeGroups(io, in.x.data, in.scale, in.bias, y, in.batch * in.groups, in.group_channels * in.spatial,
+                    in.spatial, in.channels, static_cast<double>(attributes.epsilon));
+  }
+};
+
+// AddLayerNorm's sum, rounded as the CPU kernel rounds it.
+template <typename T>
+struct RoundedSums {
+  const T* a;
+  const T* b;
+  BroadcastToA broadcast;
+  T* sum;
+  ORTOPS_HD void operator()(int64_t i) const { sum[i] = stats::RoundedSum(a[i], b[broadcast.Offset(i)]); }
+};
+
+// AddLayerNorm: the sums, then each row a group of one-element channels.
+template <typename T>
+class AddNormDeviceKernel : public OpKernel<T, kAddLayerNormSchema, ParsedWith<NormAttributes, Grouping::kLastAxis>,
+                                            device::DeviceKernelBase> {
+ public:
+  using OpKernel<T, kAddLayerNormSchema, ParsedWith<NormAttributes, Grouping::kLastAxis>,
+                 device::DeviceKernelBase>::OpKernel;
+
+  void Compute(const device::DeviceIO& io, const NormAttributes& attributes) const {
+    const AddNormInputs<T> in = ReadAddNormInputs<T>(io);
+    T* y = io.Output<T>(0, in.a.shape);
+    if (in.rows == 0) return;
+    const int64_t size = in.rows * in.channels;
+    Scratch<T> sum = io.Allocate<T>(static_cast<size_t>(size));
+    io.ForEach(size, RoundedSums<T>{in.a.data, in.b, in.broadcast, sum.data()});
+    NormalizeGroups(io, sum.data(), in.scale, in.bias, y, in.rows, in.channels, 1, in.channels,
+                    static_cast<double>(attributes.epsilon));
   }
 };
 
@@ -116,6 +152,9 @@ class NormDeviceKernel
 
 std::vector<OpPtr> MakeDevice(const OpDef& def) {
   return MakeOps<NormDeviceKernel, Grouping::kAttribute, float, double, Half>(def);
+}
+std::vector<OpPtr> MakeAddLayerNormDevice(const OpDef& def) {
+  return MakeOps<AddNormDeviceKernel, float, double, Half>(def);
 }
 std::vector<OpPtr> MakeInstanceNormDevice(const OpDef& def) {
   return MakeOps<NormDeviceKernel, Grouping::kInstance, float, double, Half>(def);

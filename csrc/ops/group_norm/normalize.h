@@ -31,6 +31,26 @@ struct Group {
 ORTOPS_ISA_DECLARE(void NormalizeGroup(const Group<float>& group); void NormalizeGroup(const Group<double>& group);
                    void NormalizeGroup(const Group<Half>& group))
 
+// AddLayerNorm's rows [first, first + count): row r of `channels` elements of a and out, whose
+// element k adds b[b_first[r - first] + k * b_step] (b broadcast to a's shape).
+template <typename T>
+struct SumRows {
+  const T* a;
+  const T* b;
+  const int64_t* b_first;
+  int64_t b_step;
+  const T* scale;
+  const T* bias;
+  T* out;
+  int64_t first, count, channels;
+  double epsilon;
+};
+
+// Each row's s = a + b rounded to T, then out = (s - mean) * (1 / sqrt(var + epsilon) *
+// scale[k]) + bias[k] with the row's statistics as NormalizeGroup computes a group's.
+ORTOPS_ISA_DECLARE(void NormalizeSumRows(const SumRows<float>& rows);
+                   void NormalizeSumRows(const SumRows<double>& rows); void NormalizeSumRows(const SumRows<Half>& rows))
+
 // The arithmetic both kernels share. (In a namespace of its own: the level namespaces of
 // ortops::group_norm are declared above, not inline.)
 namespace stats {
@@ -63,6 +83,13 @@ ORTOPS_HD inline double InverseStd(double squares, double count, double epsilon)
 template <typename T>
 ORTOPS_HD inline T Normalized(T x, double mean, double factor, double beta) {
   return static_cast<T>((static_cast<double>(x) - mean) * factor + beta);
+}
+
+// a + b rounded to T once, as ONNX's Add rounds it (float16 added in float).
+template <typename T>
+ORTOPS_HD inline T RoundedSum(T a, T b) {
+  using Compute = typename ComputeTypeOf<T>::type;
+  return static_cast<T>(static_cast<Compute>(a) + static_cast<Compute>(b));
 }
 
 }  // namespace ORTOPS_ISA_NS

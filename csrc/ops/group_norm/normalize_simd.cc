@@ -40,7 +40,36 @@ void Normalize(const Group<T>& g) {
   }
 }
 
+// The sum goes to `out` first, and each row is normalized there in place: the row's three
+// passes then read one array (A row of a transformer, 256 to 1024 elements, stays in L1).
+template <typename T>
+void NormalizeSums(const SumRows<T>& r) {
+  const int64_t channels = r.channels;
+  const auto count = static_cast<double>(channels);
+  for (int64_t row = r.first; row < r.first + r.count; ++row) {
+    const T* __restrict a = r.a + row * channels;
+    const T* __restrict b = r.b + r.b_first[row - r.first];
+    T* __restrict out = r.out + row * channels;
+    if (r.b_step == 1) {
+      for (int64_t k = 0; k < channels; ++k) out[k] = stats::RoundedSum(a[k], b[k]);
+    } else {
+      for (int64_t k = 0; k < channels; ++k) out[k] = stats::RoundedSum(a[k], b[0]);
+    }
+    const double mean = LaneSum(out, channels, [](double v) { return v; }) / count;
+    const double squares = LaneSum(out, channels, [mean](double v) { return stats::SquaredDeviation(v, mean); });
+    const double inv_std = stats::InverseStd(squares, count, r.epsilon);
+    for (int64_t k = 0; k < channels; ++k) {
+      out[k] =
+          stats::Normalized(out[k], mean, inv_std * static_cast<double>(r.scale[k]), static_cast<double>(r.bias[k]));
+    }
+  }
+}
+
 }  // namespace
+
+void NormalizeSumRows(const SumRows<float>& rows) { NormalizeSums(rows); }
+void NormalizeSumRows(const SumRows<double>& rows) { NormalizeSums(rows); }
+void NormalizeSumRows(const SumRows<Half>& rows) { NormalizeSums(rows); }
 
 void NormalizeGroup(const Group<float>& group) { Normalize(group); }
 void NormalizeGroup(const Group<double>& group) { Normalize(group); }

@@ -92,6 +92,7 @@ BUDGETS: dict[str, Budget] = {
     "mmdeploy.TRTBicubicInterpolate": Budget(0, 1, 0, 0),
     "mmdeploy.TRTInstanceNormalization": Budget(0, 5, 2, 0),
     "mmdeploy.grid_sampler": Budget(0, 2, 1, 0),
+    "ortops.AddLayerNorm": Budget(0, 6, 3, 0),
     "ortops.BatchedNMS": Budget(0, 11, 14, 0),
     "ortops.CornerPool": Budget(0, 1, 0, 0),
     "ortops.CumMax": Budget(0, 1, 0, 0),

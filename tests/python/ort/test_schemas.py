@@ -86,6 +86,13 @@ CASES = [
         {"num_groups": 2},
         [(F, [2, 8, 3, 3, 3])],
     ),
+    (
+        "ortops",
+        "AddLayerNorm",
+        [("a", F, ["N", "L", 256]), ("r", F, ["N", "L", 256]), ("s", F, [256]), ("b", F, [256])],
+        {},
+        [(F, ["N", "L", 256])],
+    ),
     ("ortops", "MatrixInverse", [("x", D, [2, 3, "M", "M"])], {}, [(D, [2, 3, "M", "M"])]),
     (
         "mmdeploy",
@@ -312,3 +319,53 @@ def test_inputs_of_unknown_shape_still_give_types_and_ranks() -> None:
     (value,) = inferred.graph.output
     assert value.type.tensor_type.elem_type == D
     assert _dims(value)[2:] == [3, 1]  # output_width's default
+
+
+# ---------------------------------------------------------------- ONNX Runtime's own inference
+
+ORT_INFERENCE_CASES = [
+    # (op, input (name, type, shape), other inputs, attributes, outputs (name, type)); ONNX
+    # Runtime infers the outputs documented "same shape" from input 0 through the library.
+    ("AddLayerNorm", ("a", F, ["n", 5, 8]), [("b", F, [1, 5, 8]), ("s", F, [8]), ("c", F, [8])], {}, [("y", F)]),
+    ("GroupNorm", ("x", D, [2, 4, "h", 3]), [("s", D, [4]), ("c", D, [4])], {"num_groups": 2}, [("y", D)]),
+    ("CumMax", ("x", F, ["n", 7]), [], {"dim": 1}, [("v", F), ("i", I64)]),
+]
+
+
+@pytest.mark.parametrize(("op", "first", "others", "attributes", "outputs"), ORT_INFERENCE_CASES)
+def test_onnx_runtime_infers_same_shape_outputs(op, first, others, attributes, outputs) -> None:
+    """Through the library's shape-inference function (ONNX Runtime 1.17 on), not ortops'
+    ONNX schemas: ONNX Runtime's fusions after the node (MatMul and Add into Gemm) need it."""
+    from ortest import session
+
+    inputs = [helper.make_tensor_value_info(name, elem, shape) for name, elem, shape in [first, *others]]
+    node = helper.make_node(op, [i.name for i in inputs], [name for name, _ in outputs], domain="ortops", **attributes)
+    graph = helper.make_graph(
+        [node], "g", inputs, [helper.make_value_info(name, onnx.TypeProto()) for name, _ in outputs]
+    )
+    model = helper.make_model(
+        graph, ir_version=8, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ortops", 1)]
+    )
+    got = [(o.name, o.type, o.shape) for o in session(model).get_outputs()]
+    element = {F: "tensor(float)", D: "tensor(double)", I64: "tensor(int64)"}
+    assert got == [(name, element[elem], first[2]) for name, elem in outputs]
+
+
+def test_onnx_runtime_names_each_unknown_dim_apart_and_leaves_an_unknown_rank_unknown() -> None:
+    from ortest import session
+
+    def output_shape(a_shape: list | None) -> list | None:
+        inputs = [
+            helper.make_tensor_value_info("a", F, a_shape),
+            helper.make_tensor_value_info("b", F, [8]),
+            helper.make_tensor_value_info("s", F, [8]),
+            helper.make_tensor_value_info("c", F, [8]),
+        ]
+        node = helper.make_node("AddLayerNorm", ["a", "b", "s", "c"], ["y"], domain="ortops")
+        graph = helper.make_graph([node], "g", inputs, [helper.make_value_info("y", onnx.TypeProto())])
+        opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ortops", 1)]
+        return session(helper.make_model(graph, ir_version=8, opset_imports=opsets)).get_outputs()[0].shape
+
+    first, second, known = output_shape([None, None, 8])
+    assert isinstance(first, str) and isinstance(second, str) and first != second and known == 8
+    assert output_shape(None) in (None, [])  # no rank: nothing inferred (ONNX Runtime reports none)
