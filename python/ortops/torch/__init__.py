@@ -8,6 +8,7 @@ pass :func:`custom_translation_table` (``dynamo=True``) or ``custom_opsets={"ort
 
 import ortops._torch_extra  # noqa: F401  (first: names the missing requirements and the extra to install)
 from ortops.torch._export import DOMAIN, OPSET_VERSION, ExportedOp, custom_translation_table, export, exported_ops
+from ortops.torch.add_layer_norm import add_layer_norm
 from ortops.torch.batched_nms import multiclass_nms
 from ortops.torch.corner_pool import corner_pool
 from ortops.torch.cummax import cummax, cummin
@@ -35,6 +36,7 @@ __all__ = [
     "DOMAIN",
     "OPSET_VERSION",
     "ExportedOp",
+    "add_layer_norm",
     "corner_pool",
     "cummax",
     "cummin",

@@ -90,6 +90,11 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
         r"'offset' must have shape \[1, 18, 3, 3\] .*, got \[1, 18, 4, 4\]",  # the kernel's
     ),
     ("group_norm", lambda: ot.group_norm(z(2, 6, 3), 4), r"C = 6 channels, not divisible by num_groups = 4"),
+    (
+        "add_layer_norm",
+        lambda: ot.add_layer_norm(z(2, 6), z(2, 6), z(5)),
+        r"input 'scale' must have shape \[C\] = \[6\], got \[5\]",  # the kernel's
+    ),
     ("matrix_inverse", lambda: ot.matrix_inverse(z(2, 3, 4)), r"\[..., M, M\], got \[2, 3, 4\]"),
     (
         "multi_scale_deformable_attention",

@@ -63,6 +63,17 @@ def _cases() -> list[tuple[str, tuple, bool]]:
             True,
         ),
         ("group_norm", (x, 2, torch.rand(4, generator=gen, **f64), torch.rand(4, generator=gen, **f64), 1e-5), True),
+        (
+            "add_layer_norm",
+            (
+                x,
+                torch.rand(1, 6, 5, generator=gen, **f64),
+                torch.rand(5, generator=gen, **f64),
+                torch.rand(5, **f64),
+                1e-5,
+            ),
+            True,
+        ),
         ("matrix_inverse", (torch.rand(3, 4, 4, generator=gen, **f64) + 4 * torch.eye(4, **f64),), True),
         (
             "multi_scale_deformable_attention",
