@@ -53,6 +53,125 @@ def assert_same_outputs(original: onnx.ModelProto, rewritten: onnx.ModelProto, f
             np.testing.assert_allclose(after, before, rtol=tolerance, atol=tolerance)
 
 
+# --- residual layer normalization -------------------------------------------------------------
+
+
+class ResidualNorm(torch.nn.Module):
+    """Post-norm residual blocks as DETR's layers write them: LayerNorm(x + f(x)), once with the
+    residual broadcast from a batch of one (``shared``), and a pre-norm block whose sum is also
+    read elsewhere (``pre_norm``), which must stay."""
+
+    def __init__(self, channels: int, shared: bool = False, pre_norm: bool = False) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(channels, channels)
+        self.norm = torch.nn.LayerNorm(channels, eps=1e-6)
+        torch.nn.init.normal_(self.norm.weight)
+        torch.nn.init.normal_(self.norm.bias)
+        self.shared, self.pre_norm = shared, pre_norm
+        self.query = torch.nn.Parameter(torch.randn(1, 5, channels))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        residual = self.query if self.shared else x
+        total = self.linear(x) + residual
+        if self.pre_norm:
+            return self.norm(total), total * 2
+        return (self.norm(total),)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shared", [False, True])
+def test_post_norm_add_and_layer_norm_become_one_ortops_node(dtype: torch.dtype, shared: bool) -> None:
+    torch.manual_seed(0)
+    module = ResidualNorm(16, shared=shared).to(dtype).eval()
+    x = torch.randn(3, 5, 16, dtype=dtype)
+    model = export(module, (x,), 17, input_names=["x"], dynamic_axes={"x": {0: "batch"}})
+    rewritten, report = optimize_with_report(model)
+    counts, before = op_counts(rewritten), op_counts(model)
+    assert counts["ortops::AddLayerNorm"] == 1 and "ai.onnx::LayerNormalization" not in counts
+    assert counts["ai.onnx::Add"] == before["ai.onnx::Add"] - 1  # the Linear's bias stays
+    assert [r.rule for r in report.rewrites] == ["add-layer-norm"] and not report.near_misses
+    for batch in (1, 4):
+        feeds = {"x": np.random.default_rng(batch).normal(1, 3, (batch, 5, 16)).astype(x.numpy().dtype)}
+        assert_same_outputs(model, rewritten, feeds)
+
+
+def test_pre_norm_sum_read_elsewhere_stays() -> None:
+    module = ResidualNorm(16, pre_norm=True).eval()
+    model = export(module, (torch.randn(2, 5, 16),), 17, input_names=["x"])
+    rewritten, report = optimize_with_report(model)
+    assert not report.rewrites and op_counts(rewritten) == op_counts(model)
+
+
+def layer_norm_after_add(
+    a_shape: list, b_shape: list, axis: int = -1, opset: int = 17, outputs: int = 1
+) -> onnx.ModelProto:
+    """Add(a, b) -> LayerNormalization over a [.., 8] input; dims as ONNX shapes (str: symbolic)."""
+    f = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("a", f, a_shape), helper.make_tensor_value_info("b", f, b_shape)]
+    scale = numpy_helper.from_array(np.linspace(0.5, 1.5, 8, dtype=np.float32), "scale")
+    bias = numpy_helper.from_array(np.linspace(-1, 1, 8, dtype=np.float32), "bias")
+    names = ["y", "mean", "inv_std"][:outputs]
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["s"], name="add"),
+        helper.make_node("LayerNormalization", ["s", "scale", "bias"], names, name="ln", axis=axis, epsilon=1e-5),
+    ]
+    graph_outputs = [helper.make_tensor_value_info(n, f, None) for n in names]
+    graph = helper.make_graph(nodes, "g", inputs, graph_outputs, [scale, bias])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION)
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape"),
+    [
+        (["n", 6, 8], ["n", 6, 8]),  # the same symbol
+        (["n", 6, 8], [1, 6, 8]),  # a batch of one broadcast
+        ([1, 6, 8], ["n", 6, 8]),  # the same, as Add(query, x): the operands are swapped
+        (["n", "l", 8], [8]),
+        ([2, 6, 8], [6, 1]),
+    ],
+)
+def test_add_layer_norm_with_proven_broadcasts_is_rewritten(a_shape: list, b_shape: list) -> None:
+    model = layer_norm_after_add(a_shape, b_shape)
+    rewritten, report = optimize_with_report(model)
+    assert op_counts(rewritten) == Counter({"ortops::AddLayerNorm": 1}), report
+    rng = np.random.default_rng(0)
+    concrete = {"n": 3, "l": 6}
+    feeds = {
+        name: rng.normal(2, 3, [concrete.get(d, d) if isinstance(d, str) else d for d in shape]).astype(np.float32)
+        for name, shape in (("a", a_shape), ("b", b_shape))
+    }
+    assert_same_outputs(model, rewritten, feeds)
+
+
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "options", "reason"),
+    [
+        (["n", 6, 8], ["m", 6, 8], {}, "not proven to broadcast"),
+        ([2, 6, 8], [2, 6, 8], {"axis": 1}, "axis 1 of a rank-3 input"),
+        ([2, 6, 8], [2, 6, 8], {"outputs": 2}, None),  # Mean read: the one-output pattern does not match
+        ([2, 6, "c"], [2, 6, "c"], {}, "last dim of the Add's input is not known"),
+        ([2, 6, 8], [2, 6, 8], {"opset": 16}, None),  # no LayerNormalization before 17: nothing to match
+    ],
+)
+def test_add_layer_norm_near_misses_are_left_alone(a_shape, b_shape, options, reason) -> None:
+    model = layer_norm_after_add(a_shape, b_shape, **options)
+    rewritten, report = optimize_with_report(model, ["add-layer-norm"])
+    assert not report.rewrites and op_counts(rewritten) == op_counts(model)
+    if reason is not None:
+        assert [(m.node, reason in m.reason) for m in report.near_misses] == [("ln (LayerNormalization)", True)]
+
+
+def test_add_layer_norm_runs_on_the_emulated_device(tmp_path: Path) -> None:
+    device_library = emulated_device_library()
+    if device_library is None:
+        pytest.skip("no emulated device library beside the library")
+    model = layer_norm_after_add(["n", 6, 8], [1, 6, 8])
+    rng = np.random.default_rng(1)
+    feeds = {"a": rng.normal(size=(2, 6, 8)).astype(np.float32), "b": rng.normal(size=(1, 6, 8)).astype(np.float32)}
+    got = first_output_with_library(ortops.optimize(model), feeds, device_library, tmp_path)
+    np.testing.assert_allclose(got, run(model, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
 # --- group normalization --------------------------------------------------------------------
 
 

@@ -36,6 +36,7 @@ RULE_MODULES: tuple[str, ...] = (
     "ortops._optimize._non_max_suppression",
     # After deformable-attention, which takes whole blocks of GridSamples first.
     "ortops._optimize._grid_sample",
+    "ortops._optimize._add_layer_norm",
 )
 
 #: The custom domain and opset version of the nodes the rules make.
