@@ -38,6 +38,16 @@ bool Failed(OrtStatus* status) {
 
 }  // namespace
 
+bool InfersSameShapeOutputs(const OpSchema& schema) {
+  for (const IoSpec& input : schema.inputs) {
+    if (input.optional) return false;
+  }
+  for (const IoSpec& output : schema.outputs) {
+    if (output.doc.starts_with("same shape")) return true;
+  }
+  return false;
+}
+
 OrtStatus* InferSameShapeOutputs(OrtShapeInferContext* context, const OpSchema& schema) {
   const OrtApi& api = Api();
   OrtTensorTypeAndShapeInfo* input = nullptr;
@@ -48,7 +58,9 @@ OrtStatus* InferSameShapeOutputs(OrtShapeInferContext* context, const OpSchema& 
   std::vector<int64_t> dims;
   std::vector<const char*> symbols;
   bool known = !Failed(api.GetDimensionsCount(input, &rank)) && rank > 0;
-  std::vector<std::string> names;  // the symbols made here, which `symbols` points into
+  // The symbols made here, which `symbols` points into: reserved for every dim, so that no
+  // push_back moves them.
+  std::vector<std::string> names;
   if (known) {
     dims.resize(rank);
     symbols.resize(rank);

@@ -76,6 +76,11 @@ void LogIsaOnce(const OrtKernelInfo* info);
 // without this function.
 OrtStatus* InferSameShapeOutputs(OrtShapeInferContext* context, const OpSchema& schema);
 
+// Whether an op gets InferSameShapeOutputs: it has a "same shape" output, and no optional
+// input (ONNX Runtime 1.17 builds the shape-inference context from every input's type, and
+// crashes on a node that leaves an optional input out).
+bool InfersSameShapeOutputs(const OpSchema& schema);
+
 template <typename Kernel>
 class CustomOp : public OrtCustomOp {
  public:
@@ -131,9 +136,11 @@ class CustomOp : public OrtCustomOp {
       }
     };
     KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
-    InferOutputShapeFn = [](const OrtCustomOp*, OrtShapeInferContext* context) -> OrtStatus* {
-      return InferSameShapeOutputs(context, Kernel::kSchema);
-    };
+    if (InfersSameShapeOutputs(Kernel::kSchema)) {
+      InferOutputShapeFn = [](const OrtCustomOp*, OrtShapeInferContext* context) -> OrtStatus* {
+        return InferSameShapeOutputs(context, Kernel::kSchema);
+      };
+    }
   }
 
  private:
