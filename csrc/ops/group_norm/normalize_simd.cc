@@ -25,13 +25,21 @@ double LaneSum(const T* in, int64_t count, Term term) {
   return stats::AddLanes(partial, kLanes);
 }
 
+// The mean and 1 / the standard deviation of `size` contiguous elements (two passes).
+struct Statistics {
+  double mean, inv_std;
+};
+template <typename T>
+Statistics StatisticsOf(const T* in, int64_t size, double epsilon) {
+  const auto count = static_cast<double>(size);
+  const double mean = LaneSum(in, size, [](double v) { return v; }) / count;
+  const double squares = LaneSum(in, size, [mean](double v) { return stats::SquaredDeviation(v, mean); });
+  return {mean, stats::InverseStd(squares, count, epsilon)};
+}
+
 template <typename T>
 void Normalize(const Group<T>& g) {
-  const int64_t size = g.channels * g.spatial;
-  const auto count = static_cast<double>(size);
-  const double mean = LaneSum(g.in, size, [](double v) { return v; }) / count;
-  const double squares = LaneSum(g.in, size, [mean](double v) { return stats::SquaredDeviation(v, mean); });
-  const double inv_std = stats::InverseStd(squares, count, g.epsilon);
+  const auto [mean, inv_std] = StatisticsOf(g.in, g.channels * g.spatial, g.epsilon);
   for (int64_t c = 0; c < g.channels; ++c) {
     const double factor = inv_std * static_cast<double>(g.scale[c]), beta = static_cast<double>(g.bias[c]);
     const T* __restrict src = g.in + c * g.spatial;
@@ -45,7 +53,6 @@ void Normalize(const Group<T>& g) {
 template <typename T>
 void NormalizeSums(const SumRows<T>& r) {
   const int64_t channels = r.channels;
-  const auto count = static_cast<double>(channels);
   for (int64_t row = r.first; row < r.first + r.count; ++row) {
     const T* __restrict a = r.a + row * channels;
     const T* __restrict b = r.b + r.b_first[row - r.first];
@@ -55,9 +62,7 @@ void NormalizeSums(const SumRows<T>& r) {
     } else {
       for (int64_t k = 0; k < channels; ++k) out[k] = stats::RoundedSum(a[k], b[0]);
     }
-    const double mean = LaneSum(out, channels, [](double v) { return v; }) / count;
-    const double squares = LaneSum(out, channels, [mean](double v) { return stats::SquaredDeviation(v, mean); });
-    const double inv_std = stats::InverseStd(squares, count, r.epsilon);
+    const auto [mean, inv_std] = StatisticsOf(out, channels, r.epsilon);
     for (int64_t k = 0; k < channels; ++k) {
       out[k] =
           stats::Normalized(out[k], mean, inv_std * static_cast<double>(r.scale[k]), static_cast<double>(r.bias[k]));
