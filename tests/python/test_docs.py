@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import ortops
 import ortops.torch
 
@@ -56,12 +58,13 @@ def test_home_page_names_every_op() -> None:
         assert name in section, f"docs/index.md's operator list does not name {op.qualified_name}"
 
 
-def test_readme_counts_the_nodes_and_domains() -> None:
-    readme = (ROOT / "README.md").read_text()
-    stated = re.search(r"(\d+) nodes in (\w+) domains", readme)
-    assert stated, "the README no longer says how many nodes ortops has as this test reads it"
+@pytest.mark.parametrize("page", ["README.md", "CHANGELOG.md"])
+def test_the_node_count_is_the_libraries(page: str) -> None:
+    """The README and the changelog's release entry say how many nodes ortops has."""
+    stated = re.search(r"(\d+) nodes in (\w+) domains", (ROOT / page).read_text())
+    assert stated, f"{page} no longer says how many nodes ortops has as this test reads it"
     words = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
-    assert (int(stated[1]), words[stated[2]]) == (len(ortops.ops()), len(ortops.domains()))
+    assert (int(stated[1]), words[stated[2]]) == (len(ortops.ops()), len(ortops.domains())), page
 
 
 def test_every_compatibility_node_states_its_differences() -> None:
