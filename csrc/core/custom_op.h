@@ -138,7 +138,13 @@ class CustomOp : public OrtCustomOp {
     KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
     if (InfersSameShapeOutputs(Kernel::kSchema)) {
       InferOutputShapeFn = [](const OrtCustomOp*, OrtShapeInferContext* context) -> OrtStatus* {
-        return InferSameShapeOutputs(context, Kernel::kSchema);
+        // Inference only helps ONNX Runtime plan: when it cannot be done (out of memory), the
+        // outputs stay unknown, as they were before, and the kernels still check every shape.
+        try {
+          return InferSameShapeOutputs(context, Kernel::kSchema);
+        } catch (...) {
+          return nullptr;
+        }
       };
     }
   }
