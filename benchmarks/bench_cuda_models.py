@@ -9,11 +9,19 @@ the same GPU and inputs:
 - PyTorch eager on the GPU, with the kernels a PyTorch user has: torchvision's deform_conv2d,
   nms and roi_align, and the grid_sample composition of multi-scale deformable attention.
 
-The models: a two-stage detector's stride-8 level with a DCNv2 layer (Conv backbone, DCNv2,
-proposals decoded per position, the best 2000, NMS, the first 300 pooled by RoIAlign, a box
-head), and a Deformable-DETR encoder layer over four levels (value and sampling projections,
-multi-scale deformable attention, the output projection and the feed-forward block). Outputs
-are compared with PyTorch's before anything is timed; times as bench_cuda.py takes them
+The models (random weights):
+
+- torchvision's Faster R-CNN ResNet-50 FPN with DCNv2 in place of the 3x3 convolutions of
+  ResNet's stages c3 to c5 (mmdet's ``dconv-c3-c5`` backbones): 13 modulated deformable
+  convolutions, the RPN's NMS and the box head's, the four-level RoIAlign;
+- Deformable DETR up to its encoder's output: ResNet-50's c3 to c5 and a fourth level, each
+  projected to 256 channels with GroupNorm, then six encoder layers of multi-scale deformable
+  attention over the four levels (the decoder, 300 queries, is a small share of its time);
+- two pieces of those alone: a two-stage detector's stride-8 level with a DCNv2 layer (Conv
+  backbone, DCNv2, proposals decoded per position, the best 2000, NMS, the first 300 pooled by
+  RoIAlign, a box head), and one Deformable-DETR encoder layer.
+
+Outputs are compared with PyTorch's before anything is timed; times as bench_cuda.py takes them
 (sessions on torch's stream, ten queued runs between CUDA events).
 
     python benchmarks/bench_cuda_models.py [--json out.json] [--small]
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -38,6 +47,10 @@ import torchvision
 from bench import RECORDS
 from bench_cuda import Bench, Node, close, fetched
 from compositions import ms_deform_attn_composition
+
+# torchvision's detectors on one image tensor: the wrapper the optimize tests export them with.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "python"))
+from exportable import Detections  # noqa: E402
 
 import ortops.torch
 
@@ -128,6 +141,95 @@ def composed_attention(value: torch.Tensor, layer: DeformableEncoderLayer, *rest
     return ms_deform_attn_composition(value, layer.shapes, *rest)
 
 
+class ModulatedDeformConv(torch.nn.Module):
+    """DCNv2 in place of a 3x3 convolution, as mmdet's ``dconv-c3-c5`` backbones put it: the
+    convolution's weight, sampled at offsets and with a mask that a 3x3 convolution of the input
+    gives (initialised small and random: DCNv2's zeros would sample the plain grid)."""
+
+    def __init__(self, conv: torch.nn.Conv2d) -> None:
+        super().__init__()
+        self.stride, self.padding, self.dilation = conv.stride, conv.padding, conv.dilation
+        self.weight = conv.weight
+        taps = conv.kernel_size[0] * conv.kernel_size[1]
+        self.offset_and_mask = torch.nn.Conv2d(
+            conv.in_channels, 3 * taps, conv.kernel_size, conv.stride, conv.padding, conv.dilation
+        )
+        torch.nn.init.normal_(self.offset_and_mask.weight, std=0.01)
+        torch.nn.init.zeros_(self.offset_and_mask.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        taps = self.weight.shape[-1] * self.weight.shape[-2]
+        offset, mask = self.offset_and_mask(x).split([2 * taps, taps], 1)
+        return torchvision.ops.deform_conv2d(
+            x, offset, self.weight, None, self.stride, self.padding, self.dilation, mask.sigmoid()
+        )
+
+
+def faster_rcnn_dcn(side: int) -> torch.nn.Module:
+    """torchvision's Faster R-CNN ResNet-50 FPN on one image [3, side, side] -> boxes [K, 4],
+    labels [K], scores [K], with DCNv2 in every bottleneck of c3 to c5. Random weights score
+    every class about 1/91, under torchvision's threshold of 0.05: five classes get a bias that
+    puts each of the 1000 proposals above it, so that the last NMS has about 5,000 candidates, as
+    a trained model's few thousand."""
+    detector = torchvision.models.detection.fasterrcnn_resnet50_fpn(
+        weights=None, weights_backbone=None, min_size=side, max_size=side
+    )
+    with torch.no_grad():
+        detector.roi_heads.box_predictor.cls_score.bias[1:6] = 3.0
+    body = detector.backbone.body
+    for stage in (body.layer2, body.layer3, body.layer4):
+        for block in stage:
+            block.conv2 = ModulatedDeformConv(block.conv2)
+    return Detections(detector)
+
+
+class DeformableDetrEncoder(torch.nn.Module):
+    """Deformable DETR up to its encoder's output: image [1, 3, H, W] -> memory [1, S, 256].
+    ResNet-50's c3 to c5 and a fourth level (a stride-2 convolution of c5), each projected to
+    256 channels and group-normed, a level embedding and a learned position added once, then
+    ``layers`` DeformableEncoderLayer over the four levels, every query's reference point its
+    own position on each level."""
+
+    def __init__(self, side: int, layers: int, attention: Callable[..., torch.Tensor]) -> None:
+        super().__init__()
+        resnet = torchvision.models.resnet50(weights=None)
+        self.stem = torch.nn.Sequential(resnet.conv1, resnet.bn1, resnet.relu, resnet.maxpool, resnet.layer1)
+        self.stages = torch.nn.ModuleList([resnet.layer2, resnet.layer3, resnet.layer4])
+        dim = 256
+
+        def projection(channels: int, kernel: int = 1, stride: int = 1) -> torch.nn.Module:
+            conv = torch.nn.Conv2d(channels, dim, kernel, stride, kernel // 2)
+            return torch.nn.Sequential(conv, torch.nn.GroupNorm(32, dim))
+
+        self.projections = torch.nn.ModuleList([projection(512), projection(1024), projection(2048)])
+        self.extra = projection(2048, 3, 2)
+        shapes = [(side // stride, side // stride) for stride in (8, 16, 32, 64)]
+        keys = sum(h * w for h, w in shapes)
+        self.level_embed = torch.nn.Parameter(torch.randn(len(shapes), dim) * 0.1)
+        self.position = torch.nn.Parameter(torch.randn(1, keys, dim) * 0.1)
+        self.layers = torch.nn.ModuleList([DeformableEncoderLayer(shapes, attention) for _ in range(layers)])
+        centres = [
+            torch.stack(
+                torch.meshgrid((torch.arange(h) + 0.5) / h, (torch.arange(w) + 0.5) / w, indexing="ij")[::-1], -1
+            ).reshape(-1, 2)
+            for h, w in shapes
+        ]
+        self.register_buffer("reference", torch.cat(centres)[None, :, None, :].expand(1, keys, len(shapes), 2).clone())
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        features = self.stem(image)
+        levels = []
+        for stage, projection in zip(self.stages, self.projections):
+            features = stage(features)
+            levels.append(projection(features))
+        levels.append(self.extra(features))
+        src = torch.cat([f.flatten(2).transpose(1, 2) + e for f, e in zip(levels, self.level_embed)], 1)
+        src = src + self.position
+        for layer in self.layers:
+            src = layer(src, self.reference)
+        return src
+
+
 def exported(
     model: torch.nn.Module, args: tuple[torch.Tensor, ...], names: list[str], outputs: list[str]
 ) -> onnx.ModelProto:
@@ -181,6 +283,32 @@ def main() -> None:
     shapes = [(16, 16), (8, 8), (4, 4), (2, 2)] if args.small else [(80, 80), (40, 40), (20, 20), (10, 10)]
     keys = sum(h * w for h, w in shapes)
     models: list[tuple[str, torch.nn.Module, torch.nn.Module, tuple[torch.Tensor, ...], list[str], list[str]]] = []
+    detector_side = 320 if args.small else 800
+    detector = faster_rcnn_dcn(detector_side).eval()
+    models.append(
+        (
+            f"Faster R-CNN ResNet-50 FPN, DCNv2 in c3-c5, 3x{detector_side}x{detector_side}",
+            detector,
+            detector,
+            (torch.rand(3, detector_side, detector_side),),
+            ["image"],
+            ["boxes", "labels", "scores"],
+        )
+    )
+    layers = 1 if args.small else 6
+    encoder_stack = DeformableDetrEncoder(side, layers, ortops_attention).eval()
+    eager_stack = DeformableDetrEncoder(side, layers, composed_attention).eval()
+    eager_stack.load_state_dict(encoder_stack.state_dict())
+    models.append(
+        (
+            f"Deformable DETR to its encoder's output (ResNet-50, {layers}-layer encoder), 1x3x{side}x{side}",
+            encoder_stack,
+            eager_stack,
+            (torch.rand(1, 3, side, side),),
+            ["image"],
+            ["memory"],
+        )
+    )
     detector = DcnDetector(proposals=500 if args.small else 2000, pooled=100 if args.small else 300).eval()
     models.append(
         (
@@ -238,6 +366,8 @@ def main() -> None:
                     # assert_close's lines after the first say how many elements differ, by how much
                     detail = "; ".join(line.strip() for line in str(error).splitlines()[1:4] if line.strip())
                     notes.append(f"DIFFERS from {reference} in {output}: {detail}")
+        if "boxes" in output_names:  # random weights: say how much work the NMS and pooling had
+            notes.insert(0, f"{len(got_outputs[output_names.index('boxes')])} boxes;")
         note = " ".join(notes)
         ours_ms, quo_ms, eager_ms = (bench.time_ms(f) for f in (ours, status_quo, run_eager))
         print(
