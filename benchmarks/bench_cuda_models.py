@@ -188,10 +188,13 @@ class DeformableDetrEncoder(torch.nn.Module):
     ResNet-50's c3 to c5 and a fourth level (a stride-2 convolution of c5), each projected to
     256 channels and group-normed, a level embedding and a learned position added once, then
     ``layers`` DeformableEncoderLayer over the four levels, every query's reference point its
-    own position on each level."""
+    own position on each level. ``side`` is a multiple of 64, so that every level's size is
+    ``side`` over its stride."""
 
     def __init__(self, side: int, layers: int, attention: Callable[..., torch.Tensor]) -> None:
         super().__init__()
+        if side % 64:
+            raise ValueError(f"DeformableDetrEncoder: side {side} is not a multiple of 64")
         resnet = torchvision.models.resnet50(weights=None)
         self.stem = torch.nn.Sequential(resnet.conv1, resnet.bn1, resnet.relu, resnet.maxpool, resnet.layer1)
         self.stages = torch.nn.ModuleList([resnet.layer2, resnet.layer3, resnet.layer4])
@@ -284,12 +287,12 @@ def main() -> None:
     keys = sum(h * w for h, w in shapes)
     models: list[tuple[str, torch.nn.Module, torch.nn.Module, tuple[torch.Tensor, ...], list[str], list[str]]] = []
     detector_side = 320 if args.small else 800
-    detector = faster_rcnn_dcn(detector_side).eval()
+    faster_rcnn = faster_rcnn_dcn(detector_side).eval()
     models.append(
         (
             f"Faster R-CNN ResNet-50 FPN, DCNv2 in c3-c5, 3x{detector_side}x{detector_side}",
-            detector,
-            detector,
+            faster_rcnn,
+            faster_rcnn,
             (torch.rand(3, detector_side, detector_side),),
             ["image"],
             ["boxes", "labels", "scores"],
