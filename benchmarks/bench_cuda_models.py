@@ -150,16 +150,15 @@ class ModulatedDeformConv(torch.nn.Module):
         super().__init__()
         self.stride, self.padding, self.dilation = conv.stride, conv.padding, conv.dilation
         self.weight = conv.weight
-        taps = conv.kernel_size[0] * conv.kernel_size[1]
+        self.taps = conv.kernel_size[0] * conv.kernel_size[1]
         self.offset_and_mask = torch.nn.Conv2d(
-            conv.in_channels, 3 * taps, conv.kernel_size, conv.stride, conv.padding, conv.dilation
+            conv.in_channels, 3 * self.taps, conv.kernel_size, conv.stride, conv.padding, conv.dilation
         )
         torch.nn.init.normal_(self.offset_and_mask.weight, std=0.01)
         torch.nn.init.zeros_(self.offset_and_mask.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        taps = self.weight.shape[-1] * self.weight.shape[-2]
-        offset, mask = self.offset_and_mask(x).split([2 * taps, taps], 1)
+        offset, mask = self.offset_and_mask(x).split([2 * self.taps, self.taps], 1)
         return torchvision.ops.deform_conv2d(
             x, offset, self.weight, None, self.stride, self.padding, self.dilation, mask.sigmoid()
         )
